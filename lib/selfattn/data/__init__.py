@@ -1,0 +1,7 @@
+"""Synthetic data for the book's experiments, deterministic given a seed; nothing is downloaded.
+
+One module per task family; :class:`Vocab` is the shared token <-> id mapping.
+"""
+from .vocab import Vocab
+
+__all__ = ["Vocab"]

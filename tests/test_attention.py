@@ -1,0 +1,181 @@
+"""scaled_dot_product_attention and softmax against torch's own operators."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+import selfattn
+from selfattn import causal_mask, padding_mask, scaled_dot_product_attention, softmax
+from selfattn.reference import attention_steps
+
+TOL = 1e-5  # float32 agreement with torch SDPA promised by the library
+
+
+def torch_sdpa(q, k, v, mask=None, scale=None):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+# ---- softmax ---------------------------------------------------------------
+
+def test_softmax_matches_torch_and_is_stable():
+    x = torch.randn(4, 7) * 50 + 1000.0  # huge scores: exp would overflow without the max shift
+    assert torch.allclose(softmax(x), torch.softmax(x, -1), atol=1e-6)
+    assert torch.isfinite(softmax(x)).all()
+
+
+def test_softmax_all_masked_row_is_zero_not_nan():
+    x = torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]])
+    out = softmax(x)
+    assert torch.equal(out[1], torch.zeros(2))
+    assert torch.allclose(out[0].sum(), torch.tensor(1.0))
+
+
+def test_softmax_other_dim_and_int_input():
+    x = torch.randn(3, 5, 2)
+    assert torch.allclose(softmax(x, dim=1), torch.softmax(x, 1), atol=1e-6)
+    with pytest.raises(TypeError, match="floating-point.*int64"):
+        softmax(torch.ones(3, dtype=torch.long))
+
+
+# ---- attention against torch SDPA -------------------------------------------
+
+shapes = st.tuples(
+    st.lists(st.integers(1, 3), min_size=0, max_size=2),  # batch dims
+    st.integers(1, 9),  # n
+    st.integers(1, 9),  # m
+    st.integers(1, 16),  # d_k
+    st.integers(1, 16),  # d_v
+)
+
+
+@given(shapes, st.sampled_from(["none", "bool", "float", "causal"]), st.integers(0, 2**31 - 1))
+def test_matches_torch_sdpa_on_random_shapes(shape, mask_kind, seed):
+    batch, n, m, d_k, d_v = shape
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*batch, n, d_k, generator=g)
+    k = torch.randn(*batch, m, d_k, generator=g)
+    v = torch.randn(*batch, m, d_v, generator=g)
+    mask = None
+    if mask_kind == "bool":  # random, may fully mask some rows
+        mask = torch.rand(*batch, n, m, generator=g) > 0.4
+    elif mask_kind == "float":
+        mask = torch.randn(n, m, generator=g)
+    elif mask_kind == "causal":
+        mask = causal_mask(n, m)
+    ours = scaled_dot_product_attention(q, k, v, mask)
+    theirs = torch_sdpa(q, k, v, mask)
+    assert ours.shape == theirs.shape == (*batch, n, d_v)
+    assert torch.isfinite(ours).all()
+    torch.testing.assert_close(ours, theirs, atol=TOL, rtol=TOL)
+
+
+def test_fully_masked_rows_give_zero_output_like_torch():
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[0, 1] = False
+    mask[1, :] = False
+    out, w = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    assert torch.equal(out[0, 1], torch.zeros(6)) and torch.equal(out[1], torch.zeros(3, 6))
+    assert torch.equal(w[1], torch.zeros(3, 5))
+    torch.testing.assert_close(out, torch_sdpa(q, k, v, mask), atol=TOL, rtol=TOL)
+
+
+def test_float_mask_of_minus_inf_matches_bool_mask():
+    q, k, v = torch.randn(3, 4, 8), torch.randn(3, 6, 8), torch.randn(3, 6, 8)
+    allowed = torch.rand(4, 6) > 0.5
+    additive = torch.zeros(4, 6).masked_fill(~allowed, -math.inf)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, allowed), scaled_dot_product_attention(q, k, v, additive)
+    )
+
+
+def test_batch_broadcasting_and_heads():
+    q = torch.randn(2, 4, 5, 8)  # (B, h, n, d)
+    k = torch.randn(1, 4, 7, 8)
+    v = torch.randn(2, 1, 7, 3)
+    mask = padding_mask([7, 3], 7).unsqueeze(1)  # (B, 1, 1, m)
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask), torch_sdpa(q, k, v, mask), atol=TOL, rtol=TOL)
+
+
+def test_custom_scale_and_weights():
+    q, k, v = torch.randn(5, 4), torch.randn(6, 4), torch.randn(6, 2)
+    out, w = scaled_dot_product_attention(q, k, v, scale=0.3, return_weights=True)
+    torch.testing.assert_close(out, torch_sdpa(q, k, v, scale=0.3), atol=TOL, rtol=TOL)
+    torch.testing.assert_close(w, torch.softmax(q @ k.T * 0.3, -1))
+    torch.testing.assert_close(w.sum(-1), torch.ones(5))
+
+
+def test_n_equals_one():
+    q, k, v = torch.randn(1, 8), torch.randn(1, 8), torch.randn(1, 3)
+    out = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, v)  # one key: all weight on it
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_other_dtypes(dtype):
+    q, k, v = (torch.randn(2, 6, 8).to(dtype) for _ in range(3))
+    mask = causal_mask(6)
+    ours = scaled_dot_product_attention(q, k, v, mask)
+    assert ours.dtype == dtype
+    ref = torch_sdpa(q.double(), k.double(), v.double(), mask)
+    tol = {torch.float16: 2e-3, torch.bfloat16: 2e-2, torch.float64: 1e-10}[dtype]
+    torch.testing.assert_close(ours.double(), ref, atol=tol, rtol=tol)
+
+
+def test_matches_numpy_reference_steps():
+    rng = np.random.default_rng(0)
+    X, Wq, Wk, Wv = rng.normal(size=(5, 6)), rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 3))
+    steps = attention_steps(X, Wq, Wk, Wv, mask=causal_mask(5).numpy())
+    t = lambda a: torch.tensor(a)  # noqa: E731
+    out, w = scaled_dot_product_attention(t(X) @ t(Wq), t(X) @ t(Wk), t(X) @ t(Wv), causal_mask(5), return_weights=True)
+    np.testing.assert_allclose(steps.output, out.numpy(), atol=1e-12)
+    np.testing.assert_allclose(steps.weights, w.numpy(), atol=1e-12)
+    assert steps.Q.shape == (5, 4) and steps.scores.shape == (5, 5) and steps.output.shape == (5, 3)
+    np.testing.assert_allclose(steps.scaled_scores[np.isfinite(steps.scaled_scores)],
+                               (steps.scores / 2.0)[np.isfinite(steps.scaled_scores)])
+
+
+# ---- bad input --------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "q_shape,k_shape,v_shape,match",
+    [
+        ((3, 4), (5, 6), (5, 2), r"same last dimension d_k.*\(3, 4\).*\(5, 6\)"),
+        ((3, 4), (5, 4), (6, 2), r"same number of keys.*\(5, 4\).*\(6, 2\)"),
+        ((2, 3, 4), (3, 5, 4), (3, 5, 2), r"batch dimensions.*\(2,\).*\(3,\)"),
+        ((4,), (5, 4), (5, 2), r"q must have shape \(\.\.\., n, d_k\).*\(4,\)"),
+    ],
+)
+def test_shape_errors_name_the_shapes(q_shape, k_shape, v_shape, match):
+    with pytest.raises(ValueError, match=match):
+        scaled_dot_product_attention(torch.randn(q_shape), torch.randn(k_shape), torch.randn(v_shape))
+
+
+def test_dtype_errors():
+    with pytest.raises(TypeError, match="q must be a floating-point tensor.*int64"):
+        scaled_dot_product_attention(torch.ones(2, 3, dtype=torch.long), torch.randn(2, 3), torch.randn(2, 3))
+    with pytest.raises(TypeError, match="share one dtype.*float64"):
+        scaled_dot_product_attention(torch.randn(2, 3), torch.randn(2, 3).double(), torch.randn(2, 3))
+    with pytest.raises(TypeError, match="torch.Tensor.*ndarray"):
+        scaled_dot_product_attention(np.ones((2, 3)), torch.randn(2, 3), torch.randn(2, 3))
+
+
+def test_mask_errors():
+    q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
+    with pytest.raises(ValueError, match=r"mask of shape \(5, 3\) does not broadcast.*\(3, 5\)"):
+        scaled_dot_product_attention(q, k, v, torch.ones(5, 3, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask must be bool.*int64"):
+        scaled_dot_product_attention(q, k, v, torch.ones(3, 5, dtype=torch.long))
+    # A mask with extra leading dims would silently grow the output: refused.
+    with pytest.raises(ValueError, match="does not broadcast"):
+        scaled_dot_product_attention(q, k, v, torch.ones(2, 3, 5, dtype=torch.bool))
+
+
+def test_public_names_are_documented():
+    for name in selfattn.__all__:
+        obj = getattr(selfattn, name)
+        assert obj.__doc__ and obj.__doc__.strip(), f"selfattn.{name} has no docstring"

@@ -1,0 +1,71 @@
+"""setup(), record(), train_loop(), plot_attention() and the checker machinery."""
+import json
+import random
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+import selfattn
+from selfattn.exercises import Mismatch, call_answer, checker, expect_close
+
+
+def test_setup_seeds_everything_and_returns_device():
+    dev = selfattn.setup(seed=3)
+    a = (random.random(), np.random.rand(), torch.rand(1).item())
+    selfattn.setup(seed=3)
+    assert a == (random.random(), np.random.rand(), torch.rand(1).item())
+    assert dev.type in {"cpu", "cuda"} and torch.get_num_threads() == 1
+
+
+def test_record_writes_results(tmp_path):
+    selfattn.record("ch99", "ch99_answer", np.float64(0.5), results_dir=tmp_path)
+    selfattn.record("ch99", "ch99_name", "x", results_dir=tmp_path)
+    assert json.loads((tmp_path / "ch99.json").read_text()) == {"ch99_answer": 0.5, "ch99_name": "x"}
+    assert selfattn.load_results(tmp_path) == {"ch99": {"ch99_answer": 0.5, "ch99_name": "x"}}
+
+
+def test_train_loop_reduces_loss():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    x = torch.randn(64, 3)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]])
+    losses = selfattn.train_loop(model, lambda step: (x, y), lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(),
+                                 steps=200, lr=0.05, progress=False)
+    assert len(losses) == 200 and losses[-1] < 0.01 * losses[0]
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        selfattn.train_loop(model, [], lambda m, b: b, steps=0)
+
+
+def test_plot_attention_labels_and_errors():
+    matplotlib.use("Agg")
+    ax = selfattn.plot_attention(torch.softmax(torch.randn(1, 3, 4), -1), x_labels=list("abcd"), title="T")
+    assert ax.get_title() == "T" and ax.get_xlabel() == "key"
+    with pytest.raises(ValueError, match="x_labels has 2 entries, expected 4"):
+        selfattn.plot_attention(torch.rand(3, 4), x_labels=["a", "b"])
+
+
+@checker("0.1", "double it")
+def check_double(answer):
+    for x in (torch.tensor([1.0, -2.0]), torch.zeros(0)):
+        expect_close(call_answer(answer, x), 2 * x, case=f"x={x.tolist()}")
+
+
+def test_checker_reports_pass_fail_stub_and_crash(capsys):
+    assert check_double(lambda x: 2 * x).status == "passed"
+    assert check_double(lambda x: 3 * x).status == "failed"
+    assert check_double(None).status == "not attempted"
+
+    def stub(x):
+        raise NotImplementedError
+
+    assert check_double(stub).status == "not attempted"
+    assert check_double(lambda x: x.reshape(7)).status == "failed"  # crash is reported, not raised
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("✅") and "largest difference" in lines[1] and "not attempted" in lines[2]
+    assert "raised RuntimeError" in lines[4]
+
+
+def test_mismatch_is_an_assertion():
+    assert issubclass(Mismatch, AssertionError)

@@ -1,0 +1,72 @@
+"""Facts about the book that the Makefile, the tools and the tests share.
+
+    python tools/book.py chapters     # the chapter notebooks listed in _toc.yml, one per line
+    python tools/book.py setup-cell   # the canonical setup cell every chapter opens with
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def config() -> dict:
+    return yaml.safe_load((ROOT / "_config.yml").read_text())
+
+
+def repository() -> tuple[str, str]:
+    """(url, branch) of the repository named in _config.yml."""
+    repo = config()["repository"]
+    return repo["url"].rstrip("/"), repo.get("branch", "main")
+
+
+def _walk(entries):
+    for entry in entries or []:
+        if "file" in entry:
+            yield entry["file"]
+        yield from _walk(entry.get("sections"))
+        for part in entry.get("parts", []) or []:
+            yield from _walk(part.get("chapters"))
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    files += list(_walk(toc.get("chapters")))
+    for part in toc.get("parts", []) or []:
+        files += list(_walk(part.get("chapters")))
+    return files
+
+
+def toc_chapters() -> list[Path]:
+    """Notebooks under chapters/ that the table of contents lists, in book order."""
+    return [ROOT / f"{f}.ipynb" for f in toc_files() if f.startswith("chapters/")]
+
+
+def setup_cell_source() -> str:
+    """The first code cell of every chapter. On Colab it installs selfattn from the repository in _config.yml."""
+    url, branch = repository()
+    return (
+        "# Setup: the same first cell in every chapter. On Colab it installs the book's library.\n"
+        "import sys\n"
+        "\n"
+        'if "google.colab" in sys.modules:\n'
+        f'    %pip install -q "selfattn @ git+{url}@{branch}"\n'
+        "\n"
+        "import selfattn\n"
+        "\n"
+        "device = selfattn.setup(seed=0)"
+    )
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "chapters"
+    if what == "chapters":
+        print("\n".join(str(p.relative_to(ROOT)) for p in toc_chapters()))
+    elif what == "setup-cell":
+        print(setup_cell_source())
+    else:
+        sys.exit(f"unknown request {what!r}; use 'chapters' or 'setup-cell'")
