@@ -30,9 +30,10 @@ test-lib: install
 
 # Strict nbval: every chapter in _toc.yml re-runs and must reproduce its committed outputs.
 test-notebooks: install
+	@chapters="$$($(PY) tools/book.py chapters)"; \
+	if [ -z "$$chapters" ]; then echo "test-notebooks: no chapter in _toc.yml yet"; exit 0; fi; \
 	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 \
-	  --sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile -q \
-	  $$($(PY) tools/book.py chapters)
+	  --sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile -q $$chapters
 
 # The website, warnings as errors.
 test-build: install
