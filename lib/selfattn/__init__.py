@@ -5,6 +5,7 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 * ``attention``: softmax and scaled dot-product attention (chapter 3)
 * ``reference``: the same in NumPy, step by step (chapter 3)
 * ``masks``: boolean masks, True = may attend (chapters 3-4)
+* ``multihead``: MultiHeadAttention, KVCache, cross-attention (chapter 5)
 * ``viz``: the shared plots; ``runtime``: ``setup()``; ``results``: glued figures
 * ``train``: the training loop; ``exercises``: the checkers
 """
@@ -13,6 +14,8 @@ from .attention import *  # noqa: F401,F403
 from .attention import __all__ as _attention_all
 from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
+from .multihead import *  # noqa: F401,F403
+from .multihead import __all__ as _multihead_all
 from .results import load_results, record
 from .runtime import get_device, setup
 from .train import train_loop
@@ -23,6 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     *_attention_all,
     *_masks_all,
+    *_multihead_all,
     "get_device",
     "load_results",
     "plot_attention",
