@@ -2,6 +2,8 @@
 
 One module per task family; :class:`Vocab` is the shared token <-> id mapping.
 """
+from .coreference import CorefExample, CorefSplit, CorefTask
+from .long_range import LongRangeTask
 from .vocab import Vocab
 
-__all__ = ["Vocab"]
+__all__ = ["CorefExample", "CorefSplit", "CorefTask", "LongRangeTask", "Vocab"]

@@ -1,0 +1,114 @@
+"""The tiny attention models against the formula and torch's own attention."""
+import math
+
+import pytest
+import torch
+
+from selfattn.models import AttentionClassifier, SelfAttention, sinusoidal_positions
+
+
+def test_self_attention_is_the_formula():
+    torch.manual_seed(0)
+    layer = SelfAttention(6, d_k=4, d_v=5)
+    x = torch.randn(2, 7, 6)
+    out, w = layer(x, return_weights=True)
+    q, k, v = x @ layer.w_q.weight.T, x @ layer.w_k.weight.T, x @ layer.w_v.weight.T
+    expected_w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(4), dim=-1)
+    torch.testing.assert_close(w[:, 0], expected_w, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out, expected_w @ v, atol=1e-5, rtol=1e-5)
+    assert out.shape == (2, 7, 5) and w.shape == (2, 1, 7, 7)
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 4])
+def test_heads_agree_with_torch_sdpa_and_cross_attention_shapes(n_heads):
+    torch.manual_seed(1)
+    layer = SelfAttention(8, n_heads=n_heads)
+    x, ctx = torch.randn(3, 5, 8), torch.randn(3, 9, 8)
+    out, w = layer(x, ctx, return_weights=True)
+    assert out.shape == (3, 5, 8) and w.shape == (3, n_heads, 5, 9)
+    split = lambda t: t.view(3, -1, n_heads, 8 // n_heads).transpose(1, 2)  # noqa: E731
+    ref = torch.nn.functional.scaled_dot_product_attention(split(layer.w_q(x)), split(layer.w_k(ctx)),
+                                                           split(layer.w_v(ctx)))
+    torch.testing.assert_close(out, ref.transpose(1, 2).reshape(3, 5, 8), atol=1e-5, rtol=1e-5)
+
+
+def test_temperature_sharpens_and_flattens():
+    torch.manual_seed(2)
+    layer = SelfAttention(4)
+    x = torch.randn(1, 6, 4) * 3
+    _, w1 = layer(x, return_weights=True)
+    _, cold = layer(x, temperature=0.01, return_weights=True)
+    _, hot = layer(x, temperature=1e4, return_weights=True)
+    torch.testing.assert_close(hot, torch.full_like(hot, 1 / 6), atol=1e-3, rtol=0)
+    assert torch.equal(cold.argmax(-1), w1.argmax(-1)) and (cold.amax(-1) > 0.99).all()
+
+
+def test_mask_and_n_equals_one():
+    layer = SelfAttention(4)
+    x = torch.randn(2, 1, 4)
+    out = layer(x)
+    torch.testing.assert_close(out, layer.w_v(x))  # one key: weight 1 on itself
+    x = torch.randn(1, 3, 4)
+    mask = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
+    out, w = layer(x, mask=mask, return_weights=True)
+    assert w[0, 0, 1].abs().sum() == 0 and out[0, 1].abs().sum() == 0  # fully masked row: zeros, no NaN
+    assert w[0, 0, 0, 0] == 1
+
+
+def test_sinusoidal_positions_formula():
+    p = sinusoidal_positions(5, 4)
+    assert p.shape == (5, 4)
+    torch.testing.assert_close(p[3], torch.tensor([math.sin(3), math.cos(3), math.sin(3 / 100), math.cos(3 / 100)]))
+
+
+def test_classifier_shapes_weights_and_query_position():
+    torch.manual_seed(0)
+    for positions in ("sinusoidal", "learned", None):
+        model = AttentionClassifier(10, 3, d_model=8, n_layers=2, n_heads=2, positions=positions, max_len=6, mlp=True)
+        ids = torch.randint(1, 10, (4, 6))
+        logits, weights = model(ids, return_weights=True)
+        assert logits.shape == (4, 3) and len(weights) == 2 and weights[0].shape == (4, 2, 6, 6)
+        torch.testing.assert_close(weights[1].sum(-1), torch.ones(4, 2, 6))
+        torch.testing.assert_close(model(ids, torch.full((4,), 5)), logits)
+        assert not torch.allclose(model(ids, torch.zeros(4, dtype=torch.long)), logits)
+
+
+def test_without_positions_the_model_is_blind_to_order():
+    torch.manual_seed(0)
+    model = AttentionClassifier(10, 3, d_model=8, positions=None)
+    ids = torch.tensor([[1, 2, 3, 4, 9]])
+    shuffled = torch.tensor([[3, 1, 4, 2, 9]])  # same tokens, same query token last
+    torch.testing.assert_close(model(ids), model(shuffled), atol=1e-6, rtol=1e-5)
+
+
+def test_classifier_learns_the_long_range_task():
+    from selfattn import train_loop
+    from selfattn.data import LongRangeTask
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # tiny model: extra threads only add contention
+    task = LongRangeTask(4)
+    model = AttentionClassifier(len(task.vocab), 4, d_model=16)
+    train_loop(model, task.sampler((1, 20), 32, seed=0),
+               lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]), steps=300, lr=3e-3, progress=False)
+    ids, y = task.batch(15, 200, seed=5)
+    assert (model(ids).argmax(-1) == y).float().mean() > 0.95
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="must be divisible by n_heads=3"):
+        SelfAttention(8, n_heads=3)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, n, d_model=4\), got \(2, 4\)"):
+        SelfAttention(4)(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="temperature must be > 0, got 0"):
+        SelfAttention(4)(torch.zeros(1, 2, 4), temperature=0)
+    with pytest.raises(ValueError, match="positions must be"):
+        AttentionClassifier(5, 2, positions="rotary")
+    with pytest.raises(ValueError, match="sequence length 7 exceeds max_len=6"):
+        AttentionClassifier(5, 2, positions="learned", max_len=6)(torch.ones(1, 7, dtype=torch.long))
+    with pytest.raises(ValueError, match="query_position must be"):
+        AttentionClassifier(5, 2)(torch.ones(2, 3, dtype=torch.long), torch.tensor([0, 3]))
+    with pytest.raises(TypeError, match="ids must be a long tensor"):
+        AttentionClassifier(5, 2)(torch.ones(2, 3))
+    with pytest.raises(ValueError, match="even d >= 2"):
+        sinusoidal_positions(4, 3)
