@@ -16,6 +16,8 @@ from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .multihead import *  # noqa: F401,F403
 from .multihead import __all__ as _multihead_all
+from .positional import *  # noqa: F401,F403
+from .positional import __all__ as _positional_all
 from .results import load_results, record
 from .runtime import get_device, setup
 from .train import train_loop
@@ -27,6 +29,7 @@ __all__ = [
     *_attention_all,
     *_masks_all,
     *_multihead_all,
+    *_positional_all,
     "get_device",
     "load_results",
     "plot_attention",

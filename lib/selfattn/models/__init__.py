@@ -3,9 +3,11 @@
 Each submodule defines ``__all__``; this package re-exports them so readers
 write ``from selfattn.models import ...``.
 """
+from .positional import *  # noqa: F401,F403
+from .positional import __all__ as _positional_all
 from .recurrent import *  # noqa: F401,F403
 from .recurrent import __all__ as _recurrent_all
 from .tiny_attention import *  # noqa: F401,F403
 from .tiny_attention import __all__ as _tiny_attention_all
 
-__all__: list[str] = [*_recurrent_all, *_tiny_attention_all]
+__all__: list[str] = [*_positional_all, *_recurrent_all, *_tiny_attention_all]

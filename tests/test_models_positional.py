@@ -1,0 +1,93 @@
+"""OrderModel (chapter 6's experiment model) and the shifted-copy task."""
+import pytest
+import torch
+
+from selfattn.data import IGNORE_INDEX, ShiftedCopyTask, shifted_copy_batch
+from selfattn.models import ENCODINGS, OrderModel, token_accuracy, train_order_model
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny matrices: extra threads only add contention (the chapters run on one thread too).
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---- the task -----------------------------------------------------------------------
+
+def test_shifted_copy_targets_and_determinism():
+    x, y = shifted_copy_batch(5, 9, shift=3, vocab_size=10, seed=4)
+    assert x.shape == y.shape == (5, 9) and x.dtype == y.dtype == torch.long
+    assert (y[:, :3] == IGNORE_INDEX).all() and torch.equal(y[:, 3:], x[:, :6])
+    assert x.min() >= 1 and x.max() <= 9  # id 0 is never drawn
+    x2, _ = shifted_copy_batch(5, 9, shift=3, vocab_size=10, seed=4)
+    assert torch.equal(x, x2)
+    state = torch.random.get_rng_state()
+    task = ShiftedCopyTask(shift=2, vocab_size=8, seed=1)
+    assert torch.equal(task.train_batches(4, 6)(7)[0], task.train_batches(4, 6)(7)[0])
+    assert not torch.equal(task.train_batches(4, 6)(7)[0], task.train_batches(4, 6)(8)[0])
+    assert not torch.equal(task.test_set(4, 6)[0], task.train_batches(4, 6)(0)[0])
+    assert torch.equal(torch.random.get_rng_state(), state)  # the global generator is untouched
+
+
+@pytest.mark.parametrize("kwargs,exc,msg", [
+    ({"n": 3, "shift": 3}, ValueError, "n must exceed shift"),
+    ({"n": 5, "shift": -1}, ValueError, "shift must be >= 0"),
+    ({"n": 5.0, "shift": 1}, TypeError, "n must be an int, got float"),
+    ({"n": 5, "shift": 1, "vocab_size": 2}, ValueError, "vocab_size must be >= 3"),
+])
+def test_shifted_copy_bad_input(kwargs, exc, msg):
+    kwargs = {"vocab_size": 8, **kwargs}
+    with pytest.raises(exc, match=msg):
+        shifted_copy_batch(2, **kwargs)
+
+
+# ---- the model ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_every_encoding_gives_logits_and_causal_weights(encoding):
+    torch.manual_seed(0)
+    model = OrderModel(11, encoding=encoding, d_model=16, num_heads=2, max_len=12)
+    tokens = torch.randint(1, 11, (3, 7))
+    logits, weights = model(tokens, return_weights=True)
+    assert logits.shape == (3, 7, 11) and torch.isfinite(logits).all()
+    assert len(weights) == 2 and weights[0].shape == (3, 2, 7, 7)
+    assert torch.allclose(weights[0].sum(-1), torch.ones(3, 2, 7), atol=1e-6)
+    assert (weights[0].triu(1) == 0).all()  # causal: no weight on later tokens
+
+
+def test_without_positions_and_mask_the_model_is_permutation_equivariant():
+    torch.manual_seed(0)
+    tokens = torch.randint(1, 11, (2, 9))
+    perm = torch.randperm(9)
+    for encoding, equivariant in [("none", True), ("sinusoidal", False), ("learned", False),
+                                  ("alibi", False), ("relative", False), ("rope", False)]:
+        model = OrderModel(11, encoding=encoding, d_model=16, num_heads=2, causal=False)
+        if encoding == "relative":
+            torch.nn.init.normal_(model.rel.bias.weight)  # it starts at zero, i.e. as "none"
+        with torch.no_grad():
+            a, b = model(tokens)[:, perm], model(tokens[:, perm])
+        assert torch.allclose(a, b, atol=1e-5) == equivariant, encoding
+
+
+def test_model_bad_input():
+    with pytest.raises(ValueError, match="encoding must be one of"):
+        OrderModel(10, encoding="absolute")
+    with pytest.raises(ValueError, match="heads of even size"):
+        OrderModel(10, d_model=12, num_heads=4)
+    with pytest.raises(TypeError, match=r"tokens must be a torch.long tensor \(B, n\), got \(4,\)"):
+        OrderModel(10)(torch.arange(4))
+    with pytest.raises(ValueError, match="do not fit the table of max_len=8"):
+        OrderModel(10, encoding="learned", max_len=8)(torch.ones(1, 9, dtype=torch.long))
+
+
+def test_training_learns_the_shift_and_accuracy_counts_only_scored_positions():
+    task = ShiftedCopyTask(shift=1, vocab_size=8, seed=0)
+    model, losses = train_order_model("rope", task, n_train=8, steps=150, d_model=16, num_heads=2, lr=1e-2)
+    x, y = task.test_set(200, 8)
+    acc = token_accuracy(model, x, y)
+    per_position = token_accuracy(model, x, y, per_position=True)
+    assert losses[-1] < 0.2 * losses[0] and acc > 0.9
+    assert torch.isnan(per_position[0]) and abs(per_position[1:].mean().item() - acc) < 1e-6
