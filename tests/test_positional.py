@@ -288,3 +288,26 @@ def test_rope_bad_input():
         RotaryEmbedding(8)(torch.randn(2, 6), torch.randn(2, 8))
     with pytest.raises(ValueError, match="d_head must be even"):
         RotaryEmbedding(7)
+
+
+# ---- the chapter's explorer ---------------------------------------------------------
+
+def test_explorer_curves_and_plots():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from selfattn.widgets import ch06
+
+    curves = ch06.distance_curves(32, 16, 100.0)
+    sin_curve, rope_ones, rope_rand = curves.values()
+    assert sin_curve.shape == (32,) and abs(sin_curve[0] - 1) < 1e-12
+    assert abs(sum(abs(a - b) for a, b in zip(sin_curve, rope_ones))) < 1e-10  # the same curve
+    assert (abs(rope_rand) <= 1 + 1e-12).all()
+    fig = ch06.plot_encodings_grid(((16, 8, 10.0),))
+    assert fig.axes[1].get_xlabel() == "distance k (positions)"
+    box = ch06.explorer(n=16, d=8, base=100.0)
+    assert len(box.children) == 2
+    with pytest.raises(ValueError, match="d must be an even int"):
+        ch06.distance_curves(16, 7)
+    with pytest.raises(ValueError, match="base must be one of"):
+        ch06.explorer(base=5.0)
