@@ -4,7 +4,8 @@ One module per task family; :class:`Vocab` is the shared token <-> id mapping.
 """
 from .coreference import CorefExample, CorefSplit, CorefTask
 from .long_range import LongRangeTask
+from .lookup import LookupBatch, prev_first_lookup
 from .order_tasks import IGNORE_INDEX, ShiftedCopyTask, shifted_copy_batch
 from .vocab import Vocab
 
-__all__ = ["IGNORE_INDEX", "ShiftedCopyTask", "shifted_copy_batch", "CorefExample", "CorefSplit", "CorefTask", "LongRangeTask", "Vocab"]
+__all__ = ["IGNORE_INDEX", "ShiftedCopyTask", "shifted_copy_batch", "CorefExample", "CorefSplit", "CorefTask", "LongRangeTask", "LookupBatch", "prev_first_lookup", "Vocab"]

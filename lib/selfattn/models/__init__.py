@@ -3,6 +3,8 @@
 Each submodule defines ``__all__``; this package re-exports them so readers
 write ``from selfattn.models import ...``.
 """
+from .heads import *  # noqa: F401,F403
+from .heads import __all__ as _heads_all
 from .positional import *  # noqa: F401,F403
 from .positional import __all__ as _positional_all
 from .recurrent import *  # noqa: F401,F403
@@ -10,4 +12,4 @@ from .recurrent import __all__ as _recurrent_all
 from .tiny_attention import *  # noqa: F401,F403
 from .tiny_attention import __all__ as _tiny_attention_all
 
-__all__: list[str] = [*_positional_all, *_recurrent_all, *_tiny_attention_all]
+__all__: list[str] = [*_heads_all, *_positional_all, *_recurrent_all, *_tiny_attention_all]
