@@ -40,7 +40,31 @@ test-build: install
 	rm -rf _build/html
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-test: test-lib test-notebooks test-build
+# The student edition: the same site with every solution removed (from the pages and from
+# the downloadable notebooks; see tools/student_edition.py and _ext/book_site.py).
+book-student: install
+	rm -rf _build/student
+	$(PY) tools/student_edition.py _build/student/_config.yml
+	$(VENV)/bin/jupyter-book build . --config _build/student/_config.yml --path-output _build/student -W -n --keep-going
+	mv _build/student/_build/html _build/student/html
+	@echo
+	@echo "Built the student edition. Open $(CURDIR)/_build/student/html/index.html"
+
+# The website in a real browser (tests_site/): headless Chromium with the internet blocked,
+# against _build/html (built if absent) and the student edition (rebuilt). Skipped, and
+# says so, where Chromium is not installed; in CI (CI set) its absence is an error.
+CHROMIUM ?= /usr/bin/chromium
+test-site: install
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+	  if [ -n "$$CI" ]; then echo "make test-site: no Chromium at $(CHROMIUM) in CI (.ci/run installs it)"; exit 1; fi; \
+	  echo; echo "make test-site: SKIPPED the browser tests: no Chromium at $(CHROMIUM) (apt-get install chromium)"; echo; \
+	else \
+	  test -f _build/html/index.html || $(MAKE) test-build || exit 1; \
+	  $(MAKE) book-student || exit 1; \
+	  CHROMIUM="$(CHROMIUM)" $(PY) -m pytest -p no:cacheprovider tests_site -q --durations=5; \
+	fi
+
+test: test-lib test-notebooks test-build test-site
 	@echo "make test: all passed"
 
 execute: install

@@ -12,7 +12,8 @@ from pathlib import Path
 
 __all__ = ["record", "load_results", "RESULTS_DIR"]
 
-RESULTS_DIR = Path("results")  # relative to the notebook's folder (chapters/)
+#: Where :func:`record` stores each chapter's figures, relative to the notebook's folder (chapters/).
+RESULTS_DIR = Path("results")
 
 
 def _to_jsonable(value):

@@ -58,6 +58,7 @@ def _as_array(x) -> np.ndarray:
 
 
 def expect_shape(got, expected_shape, *, case: str) -> None:
+    """Raise :class:`Mismatch` naming ``case`` unless ``got`` (tensor or array) has ``expected_shape``."""
     shape = tuple(got.shape) if hasattr(got, "shape") else np.shape(got)
     if tuple(shape) != tuple(expected_shape):
         raise Mismatch(f"case {case}: expected shape {tuple(expected_shape)}, got {tuple(shape)}")
@@ -80,6 +81,7 @@ def expect_close(got, expected, *, case: str, atol: float = 1e-5, rtol: float = 
 
 
 def expect_true(condition: bool, message: str) -> None:
+    """Raise :class:`Mismatch` with ``message`` (which should name the case) unless ``condition`` holds."""
     if not condition:
         raise Mismatch(message)
 

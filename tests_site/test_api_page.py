@@ -1,0 +1,53 @@
+"""The built API reference page documents every public name of selfattn (tests/test_api_reference.py lists them)."""
+from __future__ import annotations
+
+import importlib
+import re
+import types
+
+import pytest
+from conftest import SITE_HTML
+from test_api_reference import public_api  # tests/test_api_reference.py
+
+
+def resolve(target: str):
+    """The object a documented id such as ``selfattn.attention.softmax`` names (None if it names nothing)."""
+    parts = target.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+@pytest.fixture(scope="module")
+def documented():
+    html = (SITE_HTML / "api.html").read_text()
+    objects = {id(resolve(i)) for i in re.findall(r'<dt class="sig sig-object py" id="([\w.]+)"', html)}
+    modules = set(re.findall(r'id="module-([\w.]+)"', html))
+    return objects, modules
+
+
+API = public_api()
+
+
+@pytest.mark.parametrize("qualname,obj", API, ids=[q for q, _ in API])
+def test_public_name_is_on_the_built_api_page(qualname, obj, documented):
+    objects, modules = documented
+    if isinstance(obj, types.ModuleType):
+        assert obj.__name__ in modules, f"{qualname}: no section for module {obj.__name__} on api.html"
+    else:
+        assert id(obj) in objects, f"{qualname} is not documented on api.html (see tests/test_api_reference.py)"
+
+
+def test_api_page_is_rendered_in_the_browser(site_url, open_page):
+    page, log = open_page(site_url + "api.html")
+    assert page.locator("dl.py.function, dl.py.class").count() >= 5, "api.html shows hardly any functions or classes"
+    assert not log.problems(), "\n  ".join(log.problems())

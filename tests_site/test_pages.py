@@ -1,0 +1,157 @@
+"""Every page of the table of contents, opened in Chromium as a reader would, with the internet blocked."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import CHAPTERS, PAGES, ROOT, SCREENSHOTS, page_id, settle, widget_state
+from test_colab import expected_colab_url  # tests/test_colab.py: the link as configured
+
+
+def notebook_of(entry: str):
+    path = ROOT / f"{entry}.ipynb"
+    return path if path.exists() else None
+
+
+@pytest.mark.parametrize("entry", PAGES, ids=page_id)
+def test_page_renders_offline(entry, site_url, open_page):
+    """Loads with no JS error and no request off this machine; images load; math typeset; widgets drawn."""
+    toc_entry, html = entry
+    page, log = open_page(site_url + html)
+    settle(page)
+
+    # Screenshot of the page as a reader first sees it (solutions closed), for review.
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{page_id(entry)}.png"), full_page=True)
+
+    broken = page.evaluate(
+        "() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.currentSrc || i.src)"
+    )
+    assert not broken, f"{html}: images that did not load: {broken}"
+
+    math = page.evaluate(
+        """() => {
+          const nodes = [...document.querySelectorAll('.math')];
+          return {
+            total: nodes.length,
+            untypeset: nodes.filter(n => !n.querySelector('mjx-container')).map(n => n.textContent.slice(0, 80)),
+            errors: [...document.querySelectorAll('mjx-merror')].map(n => n.getAttribute('data-mjx-error') || n.textContent),
+            mathjax: window.MathJax && window.MathJax.version,
+            src: [...document.scripts].map(s => s.src).filter(s => /mathjax/i.test(s)),
+          };
+        }"""
+    )
+    if math["total"]:
+        assert math["mathjax"], f"{html}: {math['total']} math elements but MathJax did not start (scripts {math['src']})"
+        assert all(s.startswith(site_url) for s in math["src"]), f"{html}: MathJax not served by the site: {math['src']}"
+        assert not math["untypeset"], f"{html}: math left untypeset: {math['untypeset'][:5]}"
+        assert not math["errors"], f"{html}: MathJax errors: {math['errors'][:5]}"
+
+    views = page.evaluate(
+        """() => [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')].map(v => {
+             const area = v.previousElementSibling;
+             const ok = !!(area && area.classList.contains('widget-subarea'));
+             const box = ok ? area.getBoundingClientRect() : null;
+             return {model: JSON.parse(v.textContent).model_id, drawn: ok && box.height > 0 && box.width > 0};
+           })"""
+    )
+    nb = notebook_of(toc_entry)
+    if nb is not None and widget_state(nb).get("state"):
+        assert views, f"{html}: the notebook saved widget state but the page shows no widget"
+    undrawn = [v["model"] for v in views if not v["drawn"]]
+    assert not undrawn, f"{html}: saved widgets not drawn (models {undrawn})"
+    if views:
+        scripts = page.evaluate("() => [...document.scripts].map(s => s.src).filter(s => /require|embed-amd/.test(s))")
+        assert scripts and all(s.startswith(site_url) for s in scripts), f"{html}: widget JS not served by the site: {scripts}"
+
+    assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
+
+
+def _solution_sources(notebook) -> list[str]:
+    """The code cells between ```{solution-start} and ```{solution-end} markdown cells."""
+    cells = json.loads(notebook.read_text())["cells"]
+    inside, found = False, []
+    for cell in cells:
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            if "{solution-start}" in src:
+                inside = True
+            if "{solution-end}" in src:
+                inside = False
+        elif inside and src.strip():
+            found.append(src)
+    return found
+
+
+def _count(notebook, directive: str) -> int:
+    cells = json.loads(notebook.read_text())["cells"]
+    return sum("".join(c["source"]).count("{" + directive + "}") for c in cells if c["cell_type"] == "markdown")
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
+def test_solutions_hidden_until_clicked(entry, site_url, open_page):
+    """Each exercise's solution is on the page, closed; its toggle button opens it and closes it again."""
+    toc_entry, html = entry
+    nb = notebook_of(toc_entry)
+    expected = _count(nb, "solution-start")
+    page, log = open_page(site_url + html)
+    settle(page)
+    solutions = page.locator("div.solution")
+    assert solutions.count() == expected, f"{html}: {expected} solutions in the notebook, {solutions.count()} on the page"
+    for i in range(solutions.count()):
+        sol = solutions.nth(i)
+        body = sol.locator(":scope > :not(.admonition-title)")
+        assert body.count(), f"{html}: solution {i + 1} is empty"
+        assert not any(body.nth(j).is_visible() for j in range(body.count())), f"{html}: solution {i + 1} is open on load"
+        # The title holds a link to the exercise; the toggle button (or the title's own text) opens it.
+        sol.locator(":scope > .admonition-title button.toggle-button").click()
+        body.first.wait_for(state="visible", timeout=5_000)
+        sol.locator(":scope > .admonition-title button.toggle-button").click()
+        body.first.wait_for(state="hidden", timeout=5_000)
+    assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
+def test_launch_download_and_copy_buttons(entry, site_url, open_page):
+    """Colab launch link at the right repository/branch/path; .ipynb download; a copy button on every code cell."""
+    toc_entry, html = entry
+    nb = notebook_of(toc_entry)
+    page, log = open_page(site_url + html)
+    settle(page)
+
+    colab = page.locator('a[href^="https://colab.research.google.com/"]')
+    assert colab.count() == 1, f"{html}: expected one 'launch in Colab' link, found {colab.count()}"
+    assert colab.get_attribute("href") == expected_colab_url(f"{toc_entry}.ipynb")
+
+    download = page.locator('a.btn-download-source-button[href$=".ipynb"]')
+    assert download.count() == 1, f"{html}: no .ipynb download link"
+    href = page.evaluate("a => a.href", download.element_handle())
+    response = page.request.get(href)
+    assert response.status == 200, f"{html}: downloading {href} gave HTTP {response.status}"
+    served = json.loads(response.body())
+    source = json.loads(nb.read_text())
+    assert [c["source"] for c in served["cells"]] == [c["source"] for c in source["cells"]], (
+        f"{html}: the downloadable notebook is not {nb.relative_to(ROOT)}"
+    )
+
+    code_blocks = page.locator("div.cell_input div.highlight")
+    assert code_blocks.count() > 0, f"{html}: no code cells on the page"
+    missing = page.evaluate(
+        "() => [...document.querySelectorAll('div.cell_input div.highlight')].filter(b => !b.querySelector('button.copybtn')).length"
+    )
+    assert missing == 0, f"{html}: {missing} of {code_blocks.count()} code cells have no copy button"
+    # The copy button copies the cell's source (the setup cell, the first code cell).
+    first = code_blocks.first
+    first.hover()
+    first.locator("button.copybtn").click()
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    first_code = next(c for c in source["cells"] if c["cell_type"] == "code")
+    assert copied.strip() == "".join(first_code["source"]).strip(), f"{html}: the copy button copied {copied[:120]!r}"
+    assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
+
+
+def test_every_chapter_in_the_toc_is_tested():
+    """Guard against the parametrization silently testing nothing."""
+    assert PAGES and PAGES[0][1].endswith(".html")
+    assert all(re.match(r"chapters/\d\d_", f) for f, _ in CHAPTERS)

@@ -1,0 +1,76 @@
+"""The student edition (`make book-student`, _build/student/html): every exercise, no solution.
+
+A solution's code is recognised by its lines that appear in no other cell of the notebook
+(the stub and the checker call are shared with the exercise, so they do not count).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import CHAPTERS, ROOT, page_id, settle
+
+CODE_TEXT_JS = "() => [...document.querySelectorAll('div.cell_input pre')].map(p => p.textContent).join('\\n')"
+
+
+def code_lines(page) -> set[str]:
+    return {line.strip() for line in page.evaluate(CODE_TEXT_JS).splitlines()}
+
+
+def _cells(entry: str) -> list[dict]:
+    return json.loads((ROOT / f"{entry}.ipynb").read_text())["cells"]
+
+
+def solution_only_lines(cells: list[dict]) -> list[str]:
+    """Lines of solution code cells that no other cell of the notebook contains."""
+    inside, solution, other = False, [], []
+    for cell in cells:
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            inside = ("{solution-start}" in src) or (inside and "{solution-end}" not in src)
+            continue
+        (solution if inside else other).append(src)
+    elsewhere = {line.strip() for src in other for line in src.splitlines()}
+    return sorted(
+        {line.strip() for src in solution for line in src.splitlines()}
+        - elsewhere
+        - {""}
+        # too generic to identify a solution
+        - {"return", "pass", ")", "]", "}", "else:", "try:"}
+    )
+
+
+def _count(cells, directive: str) -> int:
+    return sum("".join(c["source"]).count("{" + directive + "}") for c in cells if c["cell_type"] == "markdown")
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
+def test_student_edition_has_the_exercises_but_no_solutions(entry, site_url, student_url, open_page):
+    toc_entry, html = entry
+    cells = _cells(toc_entry)
+    exercises, lines = _count(cells, "exercise-start"), solution_only_lines(cells)
+
+    # The full edition shows the solutions (else this test would prove nothing).
+    page, log = open_page(site_url + html)
+    assert page.locator("div.solution").count() == _count(cells, "solution-start")
+    missing = [line for line in lines if line not in code_lines(page)]
+    assert not missing, f"{html}: solution code missing from the full edition: {missing[:5]}"
+
+    page, log = open_page(student_url + html)
+    settle(page)
+    assert page.locator("div.solution").count() == 0, f"{html}: the student edition shows solutions"
+    assert page.locator("div.exercise").count() == exercises, f"{html}: the student edition lost exercises"
+    code = code_lines(page)
+    leaked = [line for line in lines if line in code]
+    assert not leaked, f"{html}: solution code on the student page: {leaked[:5]}"
+    assert "student edition" in page.title(), f"{html}: title {page.title()!r} does not say 'student edition'"
+
+    # The downloadable notebook has the exercises but no solution cells either.
+    href = page.evaluate("a => a.href", page.locator('a.btn-download-source-button[href$=".ipynb"]').element_handle())
+    nb = json.loads(page.request.get(href).body())
+    text = "\n".join("".join(c["source"]) for c in nb["cells"])
+    assert "{solution-start}" not in text and "{solution-end}" not in text
+    assert _count(nb["cells"], "exercise-start") == exercises
+    leaked = [line for line in lines if line in {ln.strip() for ln in text.splitlines()}]
+    assert not leaked, f"{html}: solution code in the student edition's .ipynb: {leaked[:5]}"
+    assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
