@@ -26,7 +26,7 @@ class MaskView(NamedTuple):
 
 
 def mask_for(kind: str, n: int, *, length: int | None = None, window: int = 3) -> torch.Tensor:
-    """The ``(n, n)`` bool mask of one sequence for ``kind`` (one of :data:`MASK_KINDS`).
+    """The ``(n, n)`` bool mask of one sequence for ``kind`` (one of ``MASK_KINDS``).
 
     ``length`` is the real length for the padding kinds (positions ``>= length`` are padding;
     default ``n``); ``window`` the sliding window's size.
