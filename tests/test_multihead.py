@@ -299,3 +299,16 @@ def test_flops_formula():
 def test_exported():
     for name in ("MultiHeadAttention", "KVCache", "generate", "attention_stack"):
         assert hasattr(selfattn, name)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 1e-2), (torch.bfloat16, 5e-2), (torch.float64, 1e-12)])
+def test_low_and_high_precision_against_float64(dtype, tol):
+    # The same layer in float64 is the oracle; half precision must stay close and never give NaN,
+    # including a fully masked sequence (the mask fills with -inf, which float16 represents).
+    ours, _ = pair(16, 4)
+    x = torch.randn(2, 6, 16)
+    mask = padding_mask([6, 0], 6) & causal_mask(6)
+    ref = ours.double()(x.double(), mask=mask)
+    low = ours.to(dtype)(x.to(dtype), mask=mask)
+    assert low.dtype == dtype and torch.isfinite(low).all()
+    assert (low.double() - ref).abs().max().item() <= tol
