@@ -6,10 +6,12 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 * ``reference``: the same in NumPy, step by step (chapter 3)
 * ``masks``: boolean masks, True = may attend (chapters 3-4)
 * ``multihead``: MultiHeadAttention, KVCache, cross-attention (chapter 5)
+* ``efficient``: FlashAttention (PyTorch, Triton), sliding-window and linear attention (chapters 7-8);
+  ``bench``: the ``make bench`` harness (imported on demand)
 * ``viz``: the shared plots; ``runtime``: ``setup()``; ``results``: glued figures
 * ``train``: the training loop; ``exercises``: the checkers
 """
-from . import reference
+from . import efficient, reference
 from .attention import *  # noqa: F401,F403
 from .attention import __all__ as _attention_all
 from .masks import *  # noqa: F401,F403
@@ -34,6 +36,7 @@ __all__ = [
     "load_results",
     "plot_attention",
     "record",
+    "efficient",
     "reference",
     "setup",
     "train_loop",

@@ -1,0 +1,51 @@
+"""The two-level memory simulation against the paper's formulas."""
+import math
+
+import pytest
+
+from selfattn.efficient import TwoLevelMemory, flash_block_sizes, standard_attention_io, tiled_attention_io
+
+
+def test_standard_with_ample_fast_memory_is_the_formula():
+    # Rows fit: Q, K read once, S written, read, P written, read, V read, O written.
+    for n, d in ((64, 8), (100, 16)):
+        mem = standard_attention_io(n, d, m=10**9)
+        assert mem.reads == 3 * n * d + 2 * n * n
+        assert mem.writes == 2 * n * n + n * d
+
+
+def test_tiled_counts_match_the_closed_form_for_any_n():
+    for n, d, m in ((100, 16, 2000), (257, 8, 1000), (1, 4, 100)):
+        br, bc = flash_block_sizes(d, m, n)
+        mem = tiled_attention_io(n, d, m)
+        assert mem.reads == n * d + math.ceil(n / br) * 2 * n * d
+        assert mem.writes == n * d + n
+        assert mem.peak <= m
+
+
+def test_fast_memory_is_never_exceeded_and_tiled_wins():
+    for m in (1_000, 10_000, 100_000):
+        std, til = standard_attention_io(512, 64, m), tiled_attention_io(512, 64, m)
+        assert std.peak <= m and til.peak <= m
+        if m >= 10_000:
+            assert til.total < std.total
+
+
+def test_tiled_traffic_scales_as_n2_d2_over_m():
+    # Quadrupling M (while blocks are far below n) cuts the traffic about 4x.
+    a, b = tiled_attention_io(4096, 64, 8_000).total, tiled_attention_io(4096, 64, 32_000).total
+    assert 3.0 < a / b < 5.0
+    ratio = tiled_attention_io(4096, 64, 32_000).total / (4096**2 * 64**2 / 32_000)
+    assert 4 < ratio < 12  # the constant hidden in Theta: about 8 with B = M / 4d
+
+
+def test_overflow_and_bad_sizes():
+    mem = TwoLevelMemory(10)
+    with pytest.raises(MemoryError):
+        mem.load(11)
+    with pytest.raises(MemoryError):
+        flash_block_sizes(64, 100, 10)
+    with pytest.raises(ValueError, match="n must"):
+        tiled_attention_io(0, 4, 100)
+    with pytest.raises(ValueError, match="fast-memory"):
+        standard_attention_io(4, 4, -1)

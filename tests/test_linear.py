@@ -1,0 +1,85 @@
+"""Linear attention: parallel == chunked == recurrent == the written-out kernel formula."""
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from selfattn.efficient import (
+    LinearAttentionState,
+    elu_feature_map,
+    linear_attention,
+    linear_attention_recurrent,
+    linear_attention_step,
+)
+
+
+def oracle(q, k, v, causal, phi=elu_feature_map, eps=1e-6):
+    """The definition, element by element in matrix form: sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j)."""
+    a = phi(q) @ phi(k).transpose(-2, -1)
+    if causal:
+        a = a.tril()
+    return (a @ v) / (a.sum(-1, keepdim=True) + eps)
+
+
+@given(n=st.integers(1, 40), d=st.sampled_from([1, 4, 8]), dv=st.sampled_from([1, 3, 8]),
+       chunk=st.integers(1, 50), causal=st.booleans(), seed=st.integers(0, 1000))
+def test_parallel_matches_the_formula(n, d, dv, chunk, causal, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, 2, n, d, generator=g), torch.randn(2, 2, n, d, generator=g)
+    v = torch.randn(2, 2, n, dv, generator=g)
+    out = linear_attention(q, k, v, causal=causal, chunk_size=chunk)
+    torch.testing.assert_close(out, oracle(q, k, v, causal), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 2, 17, 64])
+def test_recurrent_form_equals_parallel_form(n):
+    q, k, v = (torch.randn(3, n, 8, dtype=torch.float64) for _ in range(3))
+    torch.testing.assert_close(linear_attention_recurrent(q, k, v), linear_attention(q, k, v, causal=True, chunk_size=5))
+
+
+def test_cross_attention_lengths_and_custom_feature_map():
+    q, k, v = torch.randn(5, 4), torch.randn(9, 4), torch.randn(9, 2)
+    phi = torch.nn.functional.softplus
+    torch.testing.assert_close(linear_attention(q, k, v, feature_map=phi), oracle(q, k, v, False, phi))
+
+
+def test_step_memory_is_constant_and_matches():
+    q, k, v = (torch.randn(2, 30, 8) for _ in range(3))
+    state = LinearAttentionState.empty((2,), 8, 8)
+    size = state.nbytes()
+    outs = []
+    for t in range(30):
+        o, state = linear_attention_step(state, q[:, t], k[:, t], v[:, t])
+        outs.append(o)
+        assert state.nbytes() == size
+    assert state.steps == 30
+    torch.testing.assert_close(torch.stack(outs, 1), linear_attention(q, k, v, causal=True), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 5e-3), (torch.bfloat16, 3e-2)])
+def test_half_precision(dtype, tol):
+    q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
+    for causal in (False, True):
+        out = linear_attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=causal)
+        torch.testing.assert_close(out.float(), oracle(q, k, v, causal), atol=tol, rtol=tol)
+
+
+def test_feature_map_is_positive():
+    x = torch.linspace(-50, 50, 101)
+    assert (elu_feature_map(x) > 0).all()
+    torch.testing.assert_close(elu_feature_map(x.double()), torch.nn.functional.elu(x.double()) + 1)
+
+
+def test_bad_input():
+    q = torch.randn(5, 4)
+    with pytest.raises(ValueError, match="same length"):
+        linear_attention(q, torch.randn(6, 4), torch.randn(6, 4), causal=True)
+    with pytest.raises(ValueError, match="chunk_size"):
+        linear_attention(q, q, q, causal=True, chunk_size=0)
+    with pytest.raises(TypeError, match="feature_map"):
+        linear_attention(q, q, q, feature_map="elu")
+    state = LinearAttentionState.empty((), 4, 4)
+    with pytest.raises(ValueError, match="state"):
+        linear_attention_step(state, torch.randn(3), torch.randn(3), torch.randn(4))
+    with pytest.raises(TypeError, match="q_t"):
+        linear_attention_step(state, [1.0] * 4, torch.randn(4), torch.randn(4))
