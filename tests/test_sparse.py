@@ -5,16 +5,11 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from selfattn.efficient import (
-    block_sparse_mask,
-    receptive_field,
-    sliding_window_attention,
-    sliding_window_mask,
-    strided_mask,
-)
+from selfattn.efficient import block_sparse_mask, receptive_field, sliding_window_attention, strided_mask
+from selfattn.masks import sliding_window_mask
 
 
-@given(n=st.integers(1, 60), w=st.integers(0, 70), causal=st.booleans(),
+@given(n=st.integers(1, 60), w=st.integers(1, 70), causal=st.booleans(),
        block=st.one_of(st.none(), st.integers(1, 20)), seed=st.integers(0, 1000))
 def test_equals_dense_masked_attention(n, w, causal, block, seed):
     g = torch.Generator().manual_seed(seed)
@@ -33,9 +28,9 @@ def test_half_precision(dtype, tol):
     torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
 
 
-def test_window_zero_is_identity_on_values_and_huge_window_is_causal_attention():
+def test_window_one_is_identity_on_values_and_huge_window_is_causal_attention():
     q, k, v = (torch.randn(1, 30, 4) for _ in range(3))
-    torch.testing.assert_close(sliding_window_attention(q, k, v, 0), v)
+    torch.testing.assert_close(sliding_window_attention(q, k, v, 1), v)
     torch.testing.assert_close(sliding_window_attention(q, k, v, 100),
                                F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6, rtol=1e-5)
 
@@ -53,13 +48,10 @@ def test_work_is_linear_in_n(monkeypatch):
     monkeypatch.setattr(torch, "matmul", spy)
     q = torch.randn(1, 1, 1024, 8)
     sliding_window_attention(q, q, q, 16)
-    assert seen[0] == 1024 * (16 + 16)
+    assert seen[0] == 1024 * (16 + 15)
 
 
 def test_masks():
-    m = sliding_window_mask(6, 2)
-    assert m.sum(1).tolist() == [1, 2, 3, 3, 3, 3]
-    assert sliding_window_mask(6, 2, causal=False).sum(1).tolist() == [3, 4, 5, 5, 4, 3]
     s = strided_mask(9, 3)
     assert s[8].nonzero().flatten().tolist() == [2, 5, 6, 7, 8]
     assert not s.triu(1).any()
@@ -69,8 +61,8 @@ def test_masks():
     assert b.shape == (7, 7) and b[6, 3] and b[6, 6] and not b[6, 0] and b[0, 0] and not b[0, 3]
 
 
-def test_receptive_field_grows_by_window_per_layer():
-    mask = sliding_window_mask(40, 3)
+def test_receptive_field_grows_by_window_minus_one_per_layer():
+    mask = sliding_window_mask(40, 4)  # 4 keys: itself and 3 back
     for layers in (1, 2, 4):
         reach = receptive_field(mask, layers)
         assert reach[39].sum().item() == 3 * layers + 1
@@ -79,7 +71,7 @@ def test_receptive_field_grows_by_window_per_layer():
 @pytest.mark.parametrize(
     "call,err,match",
     [
-        (lambda q: sliding_window_attention(q, q, q, -1), ValueError, "window"),
+        (lambda q: sliding_window_attention(q, q, q, 0), ValueError, "window"),
         (lambda q: sliding_window_attention(q, q, q, 2.0), TypeError, "window"),
         (lambda q: sliding_window_attention(q, q[:3], q[:3], 2), ValueError, "same length"),
         (lambda q: sliding_window_attention(q, q, q, 2, block_size=0), ValueError, "block_size"),

@@ -125,7 +125,7 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
         }
     x = {name: torch.randn(1, HEADS, n, D_HEAD, generator=g) for name in ("q", "k", "v")}
     if method == "dense_masked_sdpa":
-        from .efficient import sliding_window_mask
+        from .masks import sliding_window_mask
 
         x["mask"] = sliding_window_mask(n, WINDOW, causal=True)
     return x

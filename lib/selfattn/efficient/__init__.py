@@ -18,7 +18,7 @@ from .linear import (
     linear_attention_recurrent,
     linear_attention_step,
 )
-from .sparse import block_sparse_mask, receptive_field, sliding_window_attention, sliding_window_mask, strided_mask
+from .sparse import block_sparse_mask, receptive_field, sliding_window_attention, strided_mask
 from .triton_flash import triton_available, triton_flash_attention
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "tiled_attention_io",
     "flash_block_sizes",
     "sliding_window_attention",
-    "sliding_window_mask",
     "strided_mask",
     "block_sparse_mask",
     "receptive_field",

@@ -3,9 +3,11 @@
 :func:`sliding_window_attention` never builds the n x n score matrix: it cuts the
 queries into blocks and gives each block only the keys its window can reach, so
 time and memory grow as ``n * window``, not ``n^2`` (Beltagy et al. 2020's
-Longformer, and the sliding window of Mistral-style decoders). The masks below
-(``sliding_window_mask``, ``strided_mask``, ``block_sparse_mask``) are dense
-booleans, for pictures and for the oracle the tests compare against.
+Longformer, and the sliding window of Mistral-style decoders). A window of ``w``
+means what :func:`selfattn.masks.sliding_window_mask` means: ``w`` keys, the query's
+own position included (``i - w < j <= i``, or ``|i - j| < w`` when not causal). The
+masks below (``strided_mask``, ``block_sparse_mask``) are dense booleans, for
+pictures and for the oracle the tests compare against.
 """
 from __future__ import annotations
 
@@ -15,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from .._checks import check_qkv
+from ..masks import sliding_window_mask  # the dense band (chapter 4's convention): the oracle
 
 __all__ = [
     "sliding_window_attention",
-    "sliding_window_mask",
     "strided_mask",
     "block_sparse_mask",
     "receptive_field",
@@ -31,21 +33,6 @@ def _check_int(value, name: str, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
-
-
-def sliding_window_mask(n: int, window: int, *, causal: bool = True, device=None) -> torch.Tensor:
-    """Dense band mask: query ``i`` may attend to key ``j`` when ``i - window <= j <= i`` (causal)
-    or ``|i - j| <= window`` (not causal).
-
-    Returns:
-        Bool ``(n, n)``, ``True`` = may attend. Each causal row has at most ``window + 1`` True entries.
-    """
-    _check_int(n, "n", 1)
-    _check_int(window, "window", 0)
-    i = torch.arange(n, device=device)[:, None]
-    j = torch.arange(n, device=device)[None, :]
-    band = (i - j).abs() <= window
-    return band & (j <= i) if causal else band
 
 
 def strided_mask(n: int, stride: int, *, causal: bool = True, device=None) -> torch.Tensor:
@@ -94,7 +81,8 @@ def receptive_field(mask: torch.Tensor, layers: int) -> torch.Tensor:
     """Which inputs can reach which outputs through ``layers`` stacked attention layers with ``mask``.
 
     Composition of reachability: ``R_1 = mask``, ``R_{L+1} = R_L @ mask`` (boolean). With a
-    causal sliding window of size ``w`` the reach grows by ``w`` positions per layer.
+    causal sliding window of ``w`` keys the reach grows by ``w - 1`` positions per layer
+    (``L (w - 1) + 1`` inputs after L layers).
 
     Returns:
         Bool ``(n, n)``: ``[i, j]`` is True when input ``j`` influences output ``i`` after ``layers`` layers.
@@ -121,19 +109,20 @@ def sliding_window_attention(
 ) -> torch.Tensor:
     r"""Self-attention restricted to a band, computing only the band: O(n * window) time and memory.
 
-    Query ``i`` attends to keys ``j`` with ``i - window <= j <= i`` (``causal``) or
-    ``|i - j| <= window`` (not causal), exactly as dense attention with
-    :func:`sliding_window_mask` would, but without building the n x n matrix.
+    Query ``i`` attends to keys ``j`` with ``i - window < j <= i`` (``causal``) or
+    ``|i - j| < window`` (not causal), exactly as dense attention with
+    :func:`selfattn.masks.sliding_window_mask` would, but without building the n x n matrix.
 
-    How: queries are cut into blocks of ``block_size``; block ``b`` (queries ``[s, s + B)``)
-    can only reach keys ``[s - window, s + B)`` (or ``[s - window, s + B + window)``), so
-    each block computes a ``B x (B + window)`` tile against a strided *view* of the
+    How: queries are cut into blocks of ``block_size`` ``B``; block ``b`` (queries ``[s, s + B)``)
+    can only reach keys ``[s - window + 1, s + B)`` (or up to ``s + B + window - 1``), so
+    each block computes a ``B x (B + window - 1)`` tile against a strided *view* of the
     padded keys, masks the out-of-band corners of the tile, and applies the softmax.
-    Work: ``n / B`` tiles of ``B (B + window)``, i.e. ``n (B + window)``: linear in n.
+    Work: ``n / B`` tiles of ``B (B + window)``, i.e. about ``n (B + window)``: linear in n.
 
     Args:
         q, k, v: ``(..., n, d_k)``, ``(..., n, d_k)``, ``(..., n, d_v)`` (self-attention: one length n).
-        window: how many positions back (and forward, if not causal) each query sees, >= 0.
+        window: keys each query sees looking back, itself included (>= 1); not causal: the
+            same reach forward too.
         causal: only look back.
         scale: defaults to ``1 / sqrt(d_k)``.
         block_size: queries per tile; default ``max(window, 16)`` (any n works, not only multiples).
@@ -142,10 +131,10 @@ def sliding_window_attention(
         ``(..., n, d_v)``.
 
     Raises:
-        TypeError / ValueError: bad tensors, ``window`` not an int >= 0, or q and k of different lengths.
+        TypeError / ValueError: bad tensors, ``window`` not an int >= 1, or q and k of different lengths.
     """
     batch = check_qkv(q, k, v)
-    _check_int(window, "window", 0)
+    _check_int(window, "window", 1)
     n, d_k, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
     if k.shape[-2] != n:
         raise ValueError(
@@ -157,31 +146,32 @@ def sliding_window_attention(
         scale = 1.0 / math.sqrt(d_k)
     nb = -(-n // block)
     pad_end = nb * block - n
-    right = 0 if causal else window
-    span = block + window + right  # keys one query block can reach
+    back = window - 1  # how many positions before the query it sees
+    right = 0 if causal else back
+    span = block + back + right  # keys one query block can reach
 
     qf = q.expand(*batch, n, d_k).reshape(-1, n, d_k)
-    # Pad keys/values with `window` rows in front (and behind): every block's reach is then a window
+    # Pad keys/values with `back` rows in front (and behind): every block's reach is then a window
     # [b * block, b * block + span) of the padded sequence, and unfold gives all of them as a view.
-    kp = F.pad(k.expand(*batch, n, d_k).reshape(-1, n, d_k), (0, 0, window, pad_end + right))
-    vp = F.pad(v.expand(*batch, n, d_v).reshape(-1, n, d_v), (0, 0, window, pad_end + right))
+    kp = F.pad(k.expand(*batch, n, d_k).reshape(-1, n, d_k), (0, 0, back, pad_end + right))
+    vp = F.pad(v.expand(*batch, n, d_v).reshape(-1, n, d_v), (0, 0, back, pad_end + right))
     qb = F.pad(qf, (0, 0, 0, pad_end)).reshape(-1, nb, block, d_k)  # (B, nb, block, d_k)
     kw = kp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_k) view, no copy
     vw = vp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_v)
 
     scores = torch.matmul(qb * scale, kw.transpose(-1, -2))  # (B, nb, block, span)
-    # In tile coordinates query r of block b is position b*block + r, key c is b*block + c - window.
+    # In tile coordinates query r of block b is position b*block + r, key c is b*block + c - back.
     r = torch.arange(block, device=q.device)[:, None]
     c = torch.arange(span, device=q.device)[None, :]
-    rel = (c - window) - r  # key position minus query position
-    allowed = (rel >= -window) & (rel <= (0 if causal else window))  # (block, span), same for every block
-    # Keys that are padding: the first `window` padded rows and anything past n.
-    key_pos = torch.arange(nb, device=q.device)[:, None] * block + c - window  # (nb, span)
+    rel = (c - back) - r  # key position minus query position
+    allowed = (rel >= -back) & (rel <= right)  # (block, span), the same for every block
+    # Keys that are padding: the first `back` padded rows and anything past n.
+    key_pos = torch.arange(nb, device=q.device)[:, None] * block + c - back  # (nb, span)
     real_key = (key_pos >= 0) & (key_pos < n)
     keep = allowed[None, :, :] & real_key[:, None, :]  # (nb, block, span)
     scores.masked_fill_(~keep, float("-inf"))
     # Each real query sees at least itself, so no real row is all -inf. Padded query rows may be
-    # (when window = 0): their NaN stays in rows that are cut off below.
+    # (when window = 1): their NaN stays in rows that are cut off below.
     weights = torch.softmax(scores, dim=-1)
     out = torch.matmul(weights, vw)  # (B, nb, block, d_v)
     return out.reshape(-1, nb * block, d_v)[:, :n].reshape(*batch, n, d_v)
