@@ -120,11 +120,7 @@ class PageLog:
         )
 
 
-@pytest.fixture
-def open_page(browser):
-    """open_page(url) -> (page, log): a fresh tab with the internet blocked and errors recorded."""
-    contexts = []
-
+def _opener(browser, contexts: list):
     def _open(url: str, *, wait_until: str = "load"):
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url_origin(url))
@@ -149,7 +145,33 @@ def open_page(browser):
         page.goto(url, wait_until=wait_until)
         return page, log
 
-    yield _open
+    return _open
+
+
+@pytest.fixture
+def open_page(browser):
+    """open_page(url) -> (page, log): a fresh tab with the internet blocked and errors recorded."""
+    contexts = []
+    yield _opener(browser, contexts)
+    for c in contexts:
+        c.close()
+
+
+@pytest.fixture(scope="session")
+def site_page(browser, site_url):
+    """site_page(html) -> (page, log): the built page, opened once and settled, shared by the tests
+    that only read it or open and close its solutions (each page is loaded once, not once per test)."""
+    contexts, pages = [], {}
+    opener = _opener(browser, contexts)
+
+    def _get(html: str):
+        if html not in pages:
+            page, log = opener(site_url + html)
+            settle(page)
+            pages[html] = (page, log)
+        return pages[html]
+
+    yield _get
     for c in contexts:
         c.close()
 

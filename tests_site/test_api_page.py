@@ -47,7 +47,7 @@ def test_public_name_is_on_the_built_api_page(qualname, obj, documented):
         assert id(obj) in objects, f"{qualname} is not documented on api.html (see tests/test_api_reference.py)"
 
 
-def test_api_page_is_rendered_in_the_browser(site_url, open_page):
-    page, log = open_page(site_url + "api.html")
+def test_api_page_is_rendered_in_the_browser(site_page):
+    page, log = site_page("api.html")
     assert page.locator("dl.py.function, dl.py.class").count() >= 5, "api.html shows hardly any functions or classes"
     assert not log.problems(), "\n  ".join(log.problems())

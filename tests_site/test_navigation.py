@@ -39,9 +39,9 @@ def _title(page) -> str:
 
 
 @pytest.mark.parametrize("entry", PAGES, ids=page_id)
-def test_search_finds_the_page_by_its_title(entry, site_url, open_page):
+def test_search_finds_the_page_by_its_title(entry, site_url, site_page, open_page):
     _, html = entry
-    page, log = open_page(site_url + html)
+    page, log = site_page(html)
     title = _title(page)
     words = [w for w in re.findall(r"[A-Za-z][A-Za-z-]{3,}", title)][:4] or [title]
     query = " ".join(words)

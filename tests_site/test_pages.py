@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from conftest import CHAPTERS, PAGES, ROOT, SCREENSHOTS, page_id, settle, widget_state
+from conftest import CHAPTERS, PAGES, ROOT, SCREENSHOTS, page_id, widget_state
 from test_colab import expected_colab_url  # tests/test_colab.py: the link as configured
 
 
@@ -15,11 +15,10 @@ def notebook_of(entry: str):
 
 
 @pytest.mark.parametrize("entry", PAGES, ids=page_id)
-def test_page_renders_offline(entry, site_url, open_page):
+def test_page_renders_offline(entry, site_url, site_page):
     """Loads with no JS error and no request off this machine; images load; math typeset; widgets drawn."""
     toc_entry, html = entry
-    page, log = open_page(site_url + html)
-    settle(page)
+    page, log = site_page(html)
 
     # Screenshot of the page as a reader first sees it (solutions closed), for review.
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -90,13 +89,12 @@ def _count(notebook, directive: str) -> int:
 
 
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
-def test_solutions_hidden_until_clicked(entry, site_url, open_page):
+def test_solutions_hidden_until_clicked(entry, site_page):
     """Each exercise's solution is on the page, closed; its toggle button opens it and closes it again."""
     toc_entry, html = entry
     nb = notebook_of(toc_entry)
     expected = _count(nb, "solution-start")
-    page, log = open_page(site_url + html)
-    settle(page)
+    page, log = site_page(html)
     solutions = page.locator("div.solution")
     assert solutions.count() == expected, f"{html}: {expected} solutions in the notebook, {solutions.count()} on the page"
     for i in range(solutions.count()):
@@ -113,12 +111,11 @@ def test_solutions_hidden_until_clicked(entry, site_url, open_page):
 
 
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
-def test_launch_download_and_copy_buttons(entry, site_url, open_page):
+def test_launch_download_and_copy_buttons(entry, site_page):
     """Colab launch link at the right repository/branch/path; .ipynb download; a copy button on every code cell."""
     toc_entry, html = entry
     nb = notebook_of(toc_entry)
-    page, log = open_page(site_url + html)
-    settle(page)
+    page, log = site_page(html)
 
     colab = page.locator('a[href^="https://colab.research.google.com/"]')
     assert colab.count() == 1, f"{html}: expected one 'launch in Colab' link, found {colab.count()}"

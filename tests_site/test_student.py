@@ -45,13 +45,13 @@ def _count(cells, directive: str) -> int:
 
 
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
-def test_student_edition_has_the_exercises_but_no_solutions(entry, site_url, student_url, open_page):
+def test_student_edition_has_the_exercises_but_no_solutions(entry, site_page, student_url, open_page):
     toc_entry, html = entry
     cells = _cells(toc_entry)
     exercises, lines = _count(cells, "exercise-start"), solution_only_lines(cells)
 
     # The full edition shows the solutions (else this test would prove nothing).
-    page, log = open_page(site_url + html)
+    page, log = site_page(html)
     assert page.locator("div.solution").count() == _count(cells, "solution-start")
     missing = [line for line in lines if line not in code_lines(page)]
     assert not missing, f"{html}: solution code missing from the full edition: {missing[:5]}"
