@@ -9,7 +9,9 @@ from .positional import *  # noqa: F401,F403
 from .positional import __all__ as _positional_all
 from .recurrent import *  # noqa: F401,F403
 from .recurrent import __all__ as _recurrent_all
+from .single_head import *  # noqa: F401,F403
+from .single_head import __all__ as _single_head_all
 from .tiny_attention import *  # noqa: F401,F403
 from .tiny_attention import __all__ as _tiny_attention_all
 
-__all__: list[str] = [*_heads_all, *_positional_all, *_recurrent_all, *_tiny_attention_all]
+__all__: list[str] = [*_heads_all, *_positional_all, *_recurrent_all, *_single_head_all, *_tiny_attention_all]

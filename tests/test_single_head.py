@@ -1,0 +1,75 @@
+"""SingleHeadSelfAttention and KeyValueRecallModel (chapter 3), and the key-value recall data."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from selfattn.data import key_value_recall
+from selfattn.models import KeyValueRecallModel, SingleHeadSelfAttention
+
+
+def test_single_head_matches_torch_sdpa_and_the_scale_switch():
+    torch.manual_seed(0)
+    att = SingleHeadSelfAttention(8, 16, 4)
+    x = torch.randn(3, 5, 8)
+    q, k, v = att.w_q(x), att.w_k(x), att.w_v(x)
+    out, w = att(x, return_weights=True)
+    assert out.shape == (3, 5, 4) and w.shape == (3, 5, 5)
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v), atol=1e-5)
+    att.scaled = False
+    assert att.scale == 1.0
+    assert torch.allclose(att(x), F.scaled_dot_product_attention(q, k, v, scale=1.0), atol=1e-5)
+    att.scaled = True
+    assert att.scale == 1 / math.sqrt(16)
+
+
+def test_single_head_mask_and_bad_input():
+    att = SingleHeadSelfAttention(4, 4)
+    x = torch.randn(2, 3, 4)
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()
+    _, w = att(x, causal, return_weights=True)
+    assert torch.all(w[:, 0, 1:] == 0)
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., n, d_model=4\), got \(2, 3, 5\)"):
+        att(torch.randn(2, 3, 5))
+    with pytest.raises(ValueError, match="d_k must be a positive int, got 0"):
+        SingleHeadSelfAttention(4, 0)
+
+
+def test_recall_data_is_consistent_and_deterministic():
+    b = key_value_recall(50, n_pairs=8, n_keys=16, n_values=16, generator=torch.Generator().manual_seed(1))
+    assert b.keys.shape == b.values.shape == (50, 8) and b.query.shape == b.target.shape == (50,)
+    assert all(len(set(row.tolist())) == 8 for row in b.keys)  # distinct keys per problem
+    hit = b.keys == b.query[:, None]
+    assert torch.all(hit.sum(1) == 1)
+    assert torch.equal(b.values[hit], b.target)
+    again = key_value_recall(50, generator=torch.Generator().manual_seed(1))
+    assert all(torch.equal(a, c) for a, c in zip(b, again))
+    with pytest.raises(ValueError, match="n_pairs=20 distinct keys cannot be drawn from n_keys=16"):
+        key_value_recall(4, n_pairs=20)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        key_value_recall(0)
+
+
+def test_recall_model_shapes_and_learning():
+    torch.manual_seed(0)
+    model = KeyValueRecallModel(16, 16, d_model=32, d_k=32)
+    g = torch.Generator().manual_seed(0)
+    b = key_value_recall(8, generator=g)
+    logits, w = model(b.keys, b.values, b.query, return_weights=True)
+    assert logits.shape == (8, 16) and w.shape == (8, 9)
+    assert torch.allclose(w.sum(-1), torch.ones(8))
+    with pytest.raises(ValueError, match="expected keys \\(B, p\\)"):
+        model(b.keys, b.values[:, :3], b.query)
+    # A short run learns the task well above chance (1/16).
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        b = key_value_recall(64, generator=g)
+        loss = F.cross_entropy(model(b.keys, b.values, b.query), b.target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    test = key_value_recall(500, generator=g)
+    with torch.no_grad():
+        acc = (model(test.keys, test.values, test.query).argmax(-1) == test.target).float().mean().item()
+    assert acc > 0.5
