@@ -42,6 +42,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    "--disable-dev-shm-usage",  # containers often have a tiny /dev/shm
 ]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 # How long a page may take to settle (MathJax, widgets) on a busy 2-core machine.
@@ -191,13 +192,23 @@ def _is_block_echo(text: str, log: PageLog) -> bool:
 
 
 def settle(page) -> None:
-    """Wait until MathJax has typeset and saved widgets have rendered (where the page has them)."""
+    """Wait until MathJax has typeset and saved widgets have rendered (where the page has them).
+
+    Never fails by itself: if MathJax or the widget manager is missing (say, blocked) or
+    stuck, the tests' own assertions then say what is untypeset, undrawn or blocked.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.wait_for_load_state("load")
-    if page.evaluate("() => !!(window.MathJax && window.MathJax.startup)"):
-        page.wait_for_function("() => window.MathJax.startup.promise !== undefined")
-        page.evaluate("() => window.MathJax.startup.promise")
-    if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
-        page.wait_for_function(WIDGETS_RENDERED_JS, timeout=SETTLE_MS)
+    try:
+        if page.evaluate("() => !!(window.MathJax && window.MathJax.startup)"):
+            page.wait_for_function("() => window.MathJax.startup.promise !== undefined")
+            page.evaluate("() => window.MathJax.startup.promise")
+        has_views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
+        if has_views and page.evaluate("() => typeof window.require === 'function'"):
+            page.wait_for_function(WIDGETS_RENDERED_JS, timeout=SETTLE_MS)
+    except PlaywrightTimeout:
+        pass
 
 
 # Every saved widget view is replaced by a rendered view: html-manager inserts a
