@@ -14,7 +14,7 @@ outputs shuffle the same way), so order has to be injected. Three families:
 
 Conventions: positions index dimension ``-2`` of a ``(..., n, d)`` tensor; biases have
 shape ``(h, n, m)`` and are *added* to the scores (a float mask for
-:func:`selfattn.scaled_dot_product_attention`).
+:func:`~selfattn.attention.scaled_dot_product_attention`).
 """
 from __future__ import annotations
 
@@ -214,7 +214,7 @@ def alibi_bias(
 
     Returns:
         float32 tensor ``(h, n, m)``, a float mask for
-        :func:`selfattn.scaled_dot_product_attention` with scores ``(B, h, n, m)``.
+        :func:`~selfattn.attention.scaled_dot_product_attention` with scores ``(B, h, n, m)``.
     """
     _require_int(num_heads, "num_heads", 1)
     _require_int(n, "n", 1)

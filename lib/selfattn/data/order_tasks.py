@@ -15,6 +15,7 @@ import torch
 
 __all__ = ["IGNORE_INDEX", "shifted_copy_batch", "ShiftedCopyTask"]
 
+#: Target of positions with nothing to predict (torch's ``cross_entropy`` default ``ignore_index``).
 IGNORE_INDEX = -100  # target of positions with nothing to predict (torch's cross_entropy default)
 
 
@@ -59,7 +60,7 @@ class ShiftedCopyTask:
         seed: training batches come from ``Generator(seed)``; test sets from ``seed + 1 + n``.
 
     ``train_batches(batch_size, n)`` returns a function ``step -> (x, y)`` for
-    :func:`selfattn.train_loop` (batch ``step`` is the same on every run);
+    :func:`~selfattn.train.train_loop` (batch ``step`` is the same on every run);
     ``test_set(num, n)`` a fixed ``(x, y)``.
     """
 
@@ -67,12 +68,15 @@ class ShiftedCopyTask:
         self.shift, self.vocab_size, self.seed = shift, vocab_size, seed
 
     def train_batches(self, batch_size: int, n: int):
+        """A function ``step -> (x, y)`` giving training batch ``step`` (``B = batch_size``, length ``n``)."""
+
         def batch(step: int):
             return shifted_copy_batch(batch_size, n, shift=self.shift, vocab_size=self.vocab_size,
                                       seed=self.seed * 1_000_003 + step)
         return batch
 
     def test_set(self, num: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A fixed test set ``(x, y)`` of ``num`` sequences of length ``n``, disjoint seeds from training."""
         return shifted_copy_batch(num, n, shift=self.shift, vocab_size=self.vocab_size,
                                   seed=-(self.seed * 1_000_003 + 1 + n))
 

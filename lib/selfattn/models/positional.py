@@ -9,7 +9,7 @@
 * ``"rope"``: queries and keys rotated by their positions in every layer.
 
 Everything else (embedding, pre-LayerNorm blocks, attention through
-:func:`selfattn.scaled_dot_product_attention`, MLP, readout) is shared, so that a
+:func:`~selfattn.attention.scaled_dot_product_attention`, MLP, readout) is shared, so that a
 comparison under one training budget compares the encodings and nothing else.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ..train import train_loop
 
 __all__ = ["ENCODINGS", "OrderModelConfig", "OrderModel", "token_accuracy", "train_order_model"]
 
+#: The encodings :class:`OrderModel` accepts.
 ENCODINGS = ("none", "sinusoidal", "learned", "alibi", "relative", "rope")
 
 
@@ -80,7 +81,7 @@ class OrderModel(nn.Module):
     """Token ids ``(B, n)`` -> logits ``(B, n, vocab_size)``, with a chosen positional encoding.
 
     Args:
-        vocab_size: number of token ids; encoding: one of :data:`ENCODINGS`.
+        vocab_size: number of token ids; encoding: one of ``ENCODINGS``.
         **kwargs: other fields of :class:`OrderModelConfig`.
     """
 
@@ -157,7 +158,7 @@ def train_order_model(
     """Build an :class:`OrderModel` (weights seeded with ``seed``) and train it on ``task`` at length ``n_train``.
 
     Args:
-        encoding: one of :data:`ENCODINGS`; task: e.g. :class:`selfattn.data.ShiftedCopyTask`.
+        encoding: one of ``ENCODINGS``; task: e.g. :class:`~selfattn.data.order_tasks.ShiftedCopyTask`.
         n_train: training sequence length; steps, batch_size, lr: the budget (Adam).
 
     Returns:

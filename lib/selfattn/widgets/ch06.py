@@ -22,6 +22,7 @@ from ..positional import apply_rope, sinusoidal_encoding
 
 __all__ = ["BASES", "distance_curves", "plot_encodings", "plot_encodings_grid", "explorer"]
 
+#: The bases the explorer's slider offers (10000 is the paper's).
 BASES: tuple[float, ...] = (10.0, 100.0, 1000.0, 10000.0, 100000.0)
 
 
