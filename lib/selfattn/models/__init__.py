@@ -13,5 +13,7 @@ from .single_head import *  # noqa: F401,F403
 from .single_head import __all__ as _single_head_all
 from .tiny_attention import *  # noqa: F401,F403
 from .tiny_attention import __all__ as _tiny_attention_all
+from .transformer import *  # noqa: F401,F403
+from .transformer import __all__ as _transformer_all
 
-__all__: list[str] = [*_heads_all, *_positional_all, *_recurrent_all, *_single_head_all, *_tiny_attention_all]
+__all__: list[str] = [*_heads_all, *_positional_all, *_recurrent_all, *_single_head_all, *_tiny_attention_all, *_transformer_all]
