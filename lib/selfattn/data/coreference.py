@@ -88,7 +88,7 @@ class CorefTask:
     Attributes:
         nouns: the answer classes, animals then places.
         adjectives: animal adjectives then place adjectives.
-        vocab: :class:`~selfattn.data.Vocab` of every word (``<pad>`` is id 0).
+        vocab: ``selfattn.data.Vocab`` of every word (``<pad>`` is id 0).
 
     Example:
         >>> task = CorefTask()

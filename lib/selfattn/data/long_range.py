@@ -25,7 +25,7 @@ class LongRangeTask:
 
     Attributes:
         symbols: the ``n_symbols`` symbol strings, class ``c`` is ``symbols[c]``.
-        vocab: :class:`~selfattn.data.Vocab` with ``<pad>`` (id 0), the symbols, then ``?``.
+        vocab: ``selfattn.data.Vocab`` with ``<pad>`` (id 0), the symbols, then ``?``.
         query_id: id of the closing ``?`` token.
 
     Example:
@@ -86,7 +86,7 @@ class LongRangeTask:
         return ids, classes[:, 0].clone()
 
     def sampler(self, distances: tuple[int, int], batch_size: int, *, seed: int = 0):
-        """A ``step -> (ids, targets)`` function for :func:`selfattn.train_loop`.
+        """A ``step -> (ids, targets)`` function for :func:`selfattn.train.train_loop`.
 
         Each step draws one distance uniformly from ``distances[0]..distances[1]``
         (inclusive) and a batch at that distance; the stream is fixed by ``seed``.

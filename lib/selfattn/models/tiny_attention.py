@@ -1,4 +1,4 @@
-"""Tiny attention models built on the book's :func:`selfattn.scaled_dot_product_attention` (chapters 1-2).
+"""Tiny attention models built on the book's :func:`selfattn.attention.scaled_dot_product_attention` (chapters 1-2).
 
 * :class:`SelfAttention`: learned projections ``Q = X W_Q``, ``K = C W_K``, ``V = C W_V``
   with ``C = X`` (self-attention) or another sequence (cross-attention).

@@ -1,0 +1,62 @@
+"""Chapter 1 and 2 explorers: the views they draw are right, and bad input is refused."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from selfattn.data import CorefTask  # noqa: E402
+from selfattn.gradient_reach import gradient_reach  # noqa: E402
+from selfattn.models import AttentionClassifier  # noqa: E402
+from selfattn.widgets import ch01, ch02  # noqa: E402
+
+
+def test_ch01_profiles_are_gradient_reach_and_shorter_lengths_reuse_the_draw():
+    profiles = ch01.reach_profiles(16, d=4, seed=1)
+    assert set(profiles) == {"RNN (tanh)", "LSTM", "self-attention"}
+    encoders = ch01.random_encoders(4, seed=1)
+    x = torch.randn(ch01.LENGTHS[-1], 4, generator=torch.Generator().manual_seed(2))[:16]
+    np.testing.assert_allclose(profiles["LSTM"], gradient_reach(encoders["LSTM"], x).numpy(), rtol=1e-5)
+    # the RNN's reach at distance 15 is far below its reach at distance 0
+    assert profiles["RNN (tanh)"][0] < 1e-2 * profiles["RNN (tanh)"][-1]
+    with pytest.raises(ValueError, match="n must be an int from 1 to 256, got 0"):
+        ch01.reach_profiles(0)
+
+
+def test_ch01_figures_and_explorer():
+    ax = ch01.plot_reach(8, d=4)
+    assert ax.get_yscale() == "log" and "n = 8" in ax.get_title() and ax.get_xlabel()
+    fig = ch01.plot_reach_grid((8, 16), d=4)
+    assert len(fig.axes) == 2
+    plt.close("all")
+    assert ch01.explorer(n=16, d=4).children
+    with pytest.raises(ValueError, match="n must be one of"):
+        ch01.explorer(n=17)
+    with pytest.raises(ValueError, match="seed must be from 0 to 4"):
+        ch01.explorer(seed=9)
+
+
+def test_ch02_weights_figures_and_explorer():
+    task = CorefTask()
+    torch.manual_seed(0)
+    model = AttentionClassifier(len(task.vocab), task.n_classes, d_model=8, n_layers=2, n_heads=2,
+                                positions="learned", max_len=11)
+    example = task.example(0, "animal", "street", "tired")
+    weights = ch02.sentence_weights(model, task, example)
+    assert len(weights) == 2 and weights[0].shape == (2, 11, 11)
+    np.testing.assert_allclose(weights[1].sum(-1), np.ones((2, 11)), rtol=1e-5)
+    cold = ch02.sentence_weights(model, task, example, temperature=0.01)
+    assert (cold[0].max(-1) >= weights[0].max(-1) - 1e-6).all()  # a cold softmax is sharper
+    assert np.median(cold[0].max(-1)) > 0.99  # and mostly one-hot
+    axes = ch02.plot_sentence(model, task, example, layer=0, head=1)
+    assert "layer 1/2, head 2" in axes[0].get_title()
+    with pytest.raises(ValueError, match="head must be in 0..1, got 2"):
+        ch02.plot_sentence(model, task, example, head=2)
+    fig = ch02.plot_sentences(model, task, [example, task.example(1, "dog", "river", "wet")])
+    assert len(fig.axes) == 2
+    plt.close("all")
+    assert ch02.explorer(model, task, [example]).children
+    with pytest.raises(ValueError, match="at least one example"):
+        ch02.explorer(model, task, [])
