@@ -2,7 +2,6 @@
 
 Every chapter imports it; every public name is tested. Modules, one concept each:
 
-* ``gradient_reach``: how much a model's last output depends on each input (chapter 1)
 * ``attention``: softmax and scaled dot-product attention (chapter 3)
 * ``reference``: the same in NumPy, step by step (chapter 3)
 * ``masks``: boolean masks, True = may attend (chapters 3-4)
@@ -15,7 +14,6 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 from . import efficient, reference
 from .attention import *  # noqa: F401,F403
 from .attention import __all__ as _attention_all
-from .gradient_reach import gradient_reach
 from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .multihead import *  # noqa: F401,F403
@@ -35,7 +33,6 @@ __all__ = [
     *_multihead_all,
     *_positional_all,
     "get_device",
-    "gradient_reach",
     "load_results",
     "plot_attention",
     "record",
