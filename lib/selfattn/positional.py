@@ -89,7 +89,8 @@ def sinusoidal_encoding(
         ``(n, d)`` tensor, added to the token embeddings ``(..., n, d)``.
 
     Raises:
-        TypeError / ValueError: non-integer or non-positive ``n``, odd ``d``, ``base <= 1``.
+        TypeError: non-integer ``n`` or ``offset``.
+        ValueError: ``n < 1``, odd ``d``, ``base <= 1`` or a negative ``offset``.
     """
     _require_int(n, "n", 1)
     _require_even(d)
@@ -402,6 +403,7 @@ class RotaryEmbedding(nn.Module):
         self.base = _require_base(base)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, q_positions=None, k_positions=None):
+        """Rotate ``q`` ``(..., n_q, d_head)`` and ``k`` ``(..., n_k, d_head)``; returns ``(q, k)``, same shapes."""
         for name, t in (("q", q), ("k", k)):
             require_float(t, name)
             if t.dim() < 2 or t.shape[-1] != self.d_head:
