@@ -51,7 +51,16 @@ def test_recall_data_is_consistent_and_deterministic():
         key_value_recall(0)
 
 
-def test_recall_model_shapes_and_learning():
+@pytest.fixture
+def one_thread():
+    # Tiny matrices: a second thread only adds synchronisation, which on a busy machine costs seconds.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_recall_model_shapes_and_learning(one_thread):
     torch.manual_seed(0)
     model = KeyValueRecallModel(16, 16, d_model=32, d_k=32)
     g = torch.Generator().manual_seed(0)
@@ -61,9 +70,9 @@ def test_recall_model_shapes_and_learning():
     assert torch.allclose(w.sum(-1), torch.ones(8))
     with pytest.raises(ValueError, match="expected keys \\(B, p\\)"):
         model(b.keys, b.values[:, :3], b.query)
-    # A short run learns the task well above chance (1/16).
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(150):
+    # A short run learns the task (chance is 1/16).
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(60):
         b = key_value_recall(64, generator=g)
         loss = F.cross_entropy(model(b.keys, b.values, b.query), b.target)
         opt.zero_grad()
@@ -72,4 +81,4 @@ def test_recall_model_shapes_and_learning():
     test = key_value_recall(500, generator=g)
     with torch.no_grad():
         acc = (model(test.keys, test.values, test.query).argmax(-1) == test.target).float().mean().item()
-    assert acc > 0.5
+    assert acc > 0.9
