@@ -27,6 +27,10 @@ __all__ = [
 ]
 
 
+# Score entries computed at once (16 MiB of float32): bounds the working memory of a sliding window.
+_GROUP_ELEMENTS = 1 << 22
+
+
 def _check_int(value, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
@@ -159,7 +163,6 @@ def sliding_window_attention(
     kw = kp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_k) view, no copy
     vw = vp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_v)
 
-    scores = torch.matmul(qb * scale, kw.transpose(-1, -2))  # (B, nb, block, span)
     # In tile coordinates query r of block b is position b*block + r, key c is b*block + c - back.
     r = torch.arange(block, device=q.device)[:, None]
     c = torch.arange(span, device=q.device)[None, :]
@@ -168,10 +171,19 @@ def sliding_window_attention(
     # Keys that are padding: the first `back` padded rows and anything past n.
     key_pos = torch.arange(nb, device=q.device)[:, None] * block + c - back  # (nb, span)
     real_key = (key_pos >= 0) & (key_pos < n)
-    keep = allowed[None, :, :] & real_key[:, None, :]  # (nb, block, span)
-    scores.masked_fill_(~keep, float("-inf"))
-    # Each real query sees at least itself, so no real row is all -inf. Padded query rows may be
-    # (when window = 1): their NaN stays in rows that are cut off below.
-    weights = torch.softmax(scores, dim=-1)
-    out = torch.matmul(weights, vw)  # (B, nb, block, d_v)
+    forbid = ~(allowed[None, :, :] & real_key[:, None, :])  # (nb, block, span)
+
+    out = torch.empty(qb.shape[0], nb, block, d_v, dtype=q.dtype, device=q.device)
+    # Blocks are processed a group at a time, so the working memory (score tiles and the copies
+    # matmul makes of the strided key windows) stays bounded whatever n is; only the output grows.
+    group = max(1, _GROUP_ELEMENTS // (qb.shape[0] * block * span))
+    for g0 in range(0, nb, group):
+        g1 = min(g0 + group, nb)
+        scores = torch.matmul(qb[:, g0:g1] * scale, kw[:, g0:g1].transpose(-1, -2))  # (B, G, block, span)
+        scores.masked_fill_(forbid[g0:g1], float("-inf"))
+        # Softmax in place. Each real query sees at least itself, so no real row is all -inf;
+        # padded query rows may be (window = 1): their NaN stays in rows cut off below.
+        scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+        scores.div_(scores.sum(dim=-1, keepdim=True))
+        torch.matmul(scores, vw[:, g0:g1], out=out[:, g0:g1])
     return out.reshape(-1, nb * block, d_v)[:, :n].reshape(*batch, n, d_v)
