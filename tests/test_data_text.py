@@ -11,6 +11,7 @@ from selfattn.data.text import (
     corpus,
     encode_sentences,
     generate_sentences,
+    is_grammatical,
     mask_tokens,
     word_vocab,
 )
@@ -95,3 +96,11 @@ def test_bad_arguments():
         generate_sentences(0)
     with pytest.raises(ValueError, match="clause_prob"):
         generate_sentences(3, clause_prob=2.0)
+
+
+def test_is_grammatical():
+    assert all(is_grammatical(s) for s in generate_sentences(500, seed=9))
+    for bad in ("the cat chase the mouse .", "the cats chases the mouse .", "the bird chases the ball .",
+                "the cat eats the star .", "the dog finds the key because they are happy .",
+                "the dog finds the key because it is", "the the dog finds the key .", "", "the dog ."):
+        assert not is_grammatical(bad), bad

@@ -17,8 +17,11 @@ from .vocab import Vocab
 
 __all__ = ["SHAPES", "COLORS", "SIZES", "ShapeImages", "make_shapes", "caption_vocab", "patchify", "patch_coverage"]
 
+#: the classes, in label order
 SHAPES: tuple[str, ...] = ("square", "diamond", "triangle", "cross")
+#: the colours (red, green and blue channels)
 COLORS: tuple[str, ...] = ("red", "green", "blue")
+#: the two sizes
 SIZES: tuple[str, ...] = ("small", "big")
 _RGB = torch.tensor([[0.9, 0.1, 0.1], [0.1, 0.8, 0.1], [0.15, 0.25, 0.95]])
 

@@ -32,6 +32,7 @@ __all__ = [
     "ADJECTIVES",
     "MASK",
     "generate_sentences",
+    "is_grammatical",
     "corpus",
     "word_vocab",
     "char_vocab",
@@ -56,6 +57,7 @@ VERB_OBJECTS: dict[tuple[str, str], tuple[str, ...]] = {
     ("follow", "follows"): ("road", "river", "boat"),
     ("find", "finds"): ("ball", "key", "apple"),
 }
+#: adjectives, drawn at random so that no model can predict them (a built-in ceiling)
 ADJECTIVES: tuple[str, ...] = ("small", "big", "red", "old", "quick")
 _STATES = ("hungry", "tired", "happy")
 _FUNCTION_WORDS = ("the", "because", "it", "is", "they", "are", ".")
@@ -98,6 +100,31 @@ def generate_sentences(n: int, *, seed: int = 0, clause_prob: float = 0.5) -> li
         words.append(".")
         out.append(" ".join(words))
     return out
+
+
+def is_grammatical(sentence: str) -> bool:
+    """Whether ``sentence`` (space-separated words) is one the grammar of :func:`generate_sentences` can produce."""
+    w = sentence.split()
+    if len(w) < 6 or w[0] != "the" or w[-1] != ".":
+        return False
+    forms = {form: key for key in VERB_OBJECTS for form in key}
+    i = 2 if w[1] in ADJECTIVES else 1
+    subject = next(((key, w[i] == key[1]) for key in SUBJECT_VERBS if w[i] in key), None)
+    if subject is None or len(w) < i + 4:
+        return False
+    (key, plural), verb = subject, w[i + 1]
+    if verb not in forms or forms[verb][0] not in SUBJECT_VERBS[key] or verb != forms[verb][0 if plural else 1]:
+        return False
+    if w[i + 2] != "the":
+        return False
+    j = i + 4 if w[i + 3] in ADJECTIVES else i + 3
+    if j >= len(w) or w[j] not in VERB_OBJECTS[forms[verb]]:
+        return False
+    rest = w[j + 1 :]
+    if rest == ["."]:
+        return True
+    clause = ["because", "they", "are"] if plural else ["because", "it", "is"]
+    return len(rest) == 5 and rest[:3] == clause and rest[3] in _STATES and rest[4] == "."
 
 
 def corpus(n_sentences: int = 4000, *, seed: int = 0) -> str:

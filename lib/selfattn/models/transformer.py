@@ -2,7 +2,7 @@
 
 Everything here is built from one piece, :class:`TransformerBlock` (pre-LayerNorm, as
 in GPT-2 and ViT: normalise, attend, add; normalise, MLP, add), on top of
-:class:`selfattn.MultiHeadAttention`. The four models differ only in what becomes a
+:class:`~selfattn.multihead.MultiHeadAttention`. The four models differ only in what becomes a
 token and which mask the attention uses:
 
 ===========  ===========================  ================================  ==========================
@@ -79,6 +79,7 @@ class MLP(nn.Module):
         self.proj = nn.Linear(hidden, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(..., d_model)`` -> ``(..., d_model)``."""
         return self.proj(F.gelu(self.fc(x)))
 
 
@@ -123,11 +124,11 @@ class TransformerBlock(nn.Module):
         Args:
             x: ``(B, n, d)``.
             mask: self-attention mask (``None``, ``"causal"``, or bool ``(n, m)`` / ``(B, 1, m)`` /
-                ``(B, n, m)``; ``True`` = may attend), passed to :class:`~selfattn.MultiHeadAttention`.
+                ``(B, n, m)``; ``True`` = may attend), passed to :class:`~selfattn.multihead.MultiHeadAttention`.
             context: ``(B, m, d)`` for the cross-attention sub-layer (required when it exists,
                 unless ``cross_cache`` already holds the context's keys and values).
             context_mask: mask for the cross-attention, e.g. ``(B, 1, m)`` padding.
-            cache, cross_cache: :class:`~selfattn.KVCache` of each attention, for decoding.
+            cache, cross_cache: :class:`~selfattn.multihead.KVCache` of each attention, for decoding.
             return_weights: also return the attention weights.
 
         Returns:
@@ -162,6 +163,7 @@ class Encoder(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
 
     def forward(self, x: torch.Tensor, *, mask=None, return_weights: bool = False):
+        """``x`` ``(B, n, d)`` and an optional self-attention mask -> ``(B, n, d)`` (and the per-layer weights)."""
         weights = []
         for block in self.blocks:
             x, w = block(x, mask=mask, return_weights=True)
@@ -175,7 +177,7 @@ class Decoder(nn.Module):
 
     Position ``i`` sees positions ``0..i`` only, so the whole sequence trains in one pass
     and the model can generate one token at a time. With ``caches`` (one
-    :class:`~selfattn.KVCache` per layer, from :meth:`new_caches`) each call appends its
+    :class:`~selfattn.multihead.KVCache` per layer, from :meth:`new_caches`) each call appends its
     positions' keys and values, so a generation step processes only the new token.
     """
 
@@ -224,6 +226,7 @@ class _TokenEmbedding(nn.Module):
         self.max_len = max_len
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """ids ``(B, n)`` at positions ``start .. start + n - 1`` -> ``(B, n, d)``."""
         _check_ids(ids)
         n = ids.shape[1]
         if start + n > self.max_len:
@@ -377,6 +380,7 @@ class PatchEmbedding(nn.Module):
         self.pos = nn.Parameter(0.02 * torch.randn(1, 1 + self.num_patches, d_model))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images ``(B, C, H, W)`` -> tokens ``(B, 1 + P, d)``, the class token first."""
         expected = (self.channels, self.image_size, self.image_size)
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or tuple(images.shape[1:]) != expected:
             got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
