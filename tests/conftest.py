@@ -6,6 +6,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+# One torch thread per test process: pytest-xdist already runs one process per core, and
+# threads fighting over two cores make the small training tests several times slower.
+torch.set_num_threads(1)
 sys.path.insert(0, str(ROOT / "tools"))
 os.environ.setdefault("SELFATTN_PROGRESS", "0")
 os.environ.setdefault("MPLBACKEND", "Agg")
