@@ -17,15 +17,15 @@ def test_next_and_previous_follow_the_toc(site_url, open_page):
     page, log = open_page(site_url + order[0])
     seen = [_path(page, site_url)]
     while page.locator("a.right-next").count():
-        page.locator("a.right-next").click()
-        page.wait_for_load_state("load")
+        with page.expect_navigation(wait_until="load"):
+            page.locator("a.right-next").click()
         seen.append(_path(page, site_url))
         assert len(seen) <= len(order), f"'next' keeps going past the last page: {seen}"
     assert seen == order, f"'next' visits {seen}, the toc says {order}"
     back = [seen[-1]]
     while page.locator("a.left-prev").count():
-        page.locator("a.left-prev").click()
-        page.wait_for_load_state("load")
+        with page.expect_navigation(wait_until="load"):
+            page.locator("a.left-prev").click()
         back.append(_path(page, site_url))
         assert len(back) <= len(order), f"'previous' keeps going past the first page: {back}"
     assert back == order[::-1], f"'previous' visits {back}"
