@@ -67,22 +67,6 @@ def test_page_renders_offline(entry, site_url, site_page):
     assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
 
 
-def _solution_sources(notebook) -> list[str]:
-    """The code cells between ```{solution-start} and ```{solution-end} markdown cells."""
-    cells = json.loads(notebook.read_text())["cells"]
-    inside, found = False, []
-    for cell in cells:
-        src = "".join(cell["source"])
-        if cell["cell_type"] == "markdown":
-            if "{solution-start}" in src:
-                inside = True
-            if "{solution-end}" in src:
-                inside = False
-        elif inside and src.strip():
-            found.append(src)
-    return found
-
-
 def _count(notebook, directive: str) -> int:
     cells = json.loads(notebook.read_text())["cells"]
     return sum("".join(c["source"]).count("{" + directive + "}") for c in cells if c["cell_type"] == "markdown")
