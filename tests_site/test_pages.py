@@ -43,6 +43,7 @@ def test_page_renders_offline(entry, site_url, site_page):
     )
     if math["total"]:
         assert math["mathjax"], f"{html}: {math['total']} math elements but MathJax did not start (scripts {math['src']})"
+        assert math["mathjax"].startswith("3."), f"{html}: MathJax {math['mathjax']}, expected the site's 3.x"
         assert all(s.startswith(site_url) for s in math["src"]), f"{html}: MathJax not served by the site: {math['src']}"
         assert not math["untypeset"], f"{html}: math left untypeset: {math['untypeset'][:5]}"
         assert not math["errors"], f"{html}: MathJax errors: {math['errors'][:5]}"
@@ -60,9 +61,13 @@ def test_page_renders_offline(entry, site_url, site_page):
         assert views, f"{html}: the notebook saved widget state but the page shows no widget"
     undrawn = [v["model"] for v in views if not v["drawn"]]
     assert not undrawn, f"{html}: saved widgets not drawn (models {undrawn})"
+    scripts = page.evaluate("() => [...document.scripts].map(s => s.src).filter(s => /require|embed-amd/.test(s))")
     if views:
-        scripts = page.evaluate("() => [...document.scripts].map(s => s.src).filter(s => /require|embed-amd/.test(s))")
         assert scripts and all(s.startswith(site_url) for s in scripts), f"{html}: widget JS not served by the site: {scripts}"
+    else:
+        # 3.6 MB of widget code and require.js only where there are widgets (a book-level
+        # _static/ folder with .js files in it would put them on every page: see _config.yml).
+        assert not scripts, f"{html}: widget JavaScript loaded on a page without widgets: {scripts}"
 
     assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
 
