@@ -1,12 +1,12 @@
 """Efficient attention (chapters 7-8): FlashAttention in PyTorch and Triton, sparse and linear attention.
 
-* ``flash``: :func:`flash_attention`, tiled with the online softmax, and the one-query
-  step-by-step :func:`online_softmax_steps`
-* ``triton_flash``: :func:`triton_flash_attention`, the same forward pass as a Triton kernel
+* ``flash``: ``flash_attention``, tiled with the online softmax, and the one-query
+  step-by-step ``online_softmax_steps``
+* ``triton_flash``: ``triton_flash_attention``, the same forward pass as a Triton kernel
   (Triton is imported only when it is called)
 * ``io_model``: slow/fast-memory traffic of standard vs tiled attention
-* ``sparse``: :func:`sliding_window_attention` (band only, O(n w)) and sparse masks
-* ``linear``: :func:`linear_attention` (parallel/chunked), its recurrent form and decoding state
+* ``sparse``: ``sliding_window_attention`` (band only, O(n w)) and sparse masks
+* ``linear``: ``linear_attention`` (parallel/chunked), its recurrent form and decoding state
 """
 from . import io_model
 from .flash import flash_attention, online_softmax_steps

@@ -74,8 +74,8 @@ def flash_attention(
         processed in float32 tiles (as the GPU kernels accumulate in float32).
 
     Raises:
-        TypeError / ValueError: bad tensors (see ``scaled_dot_product_attention``)
-        or block sizes that are not positive ints.
+        TypeError: non-float or mixed-dtype tensors, block sizes that are not ints.
+        ValueError: shapes that do not fit together, block sizes below 1.
     """
     batch = check_qkv(q, k, v)
     block_q = _check_block(block_q, "block_q")
@@ -162,7 +162,7 @@ def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block: int)
         block: keys per step (>= 1).
 
     Returns:
-        A list with one dict per block: ``start, stop, m, l, alpha, acc, out``
+        One dict per block, with keys ``start, stop, m, l, alpha, acc, out``
         (floats and float64 tensors).
     """
     block = _check_block(block, "block")

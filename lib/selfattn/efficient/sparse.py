@@ -135,7 +135,8 @@ def sliding_window_attention(
         ``(..., n, d_v)``.
 
     Raises:
-        TypeError / ValueError: bad tensors, ``window`` not an int >= 1, or q and k of different lengths.
+        TypeError: bad tensors, or ``window`` / ``block_size`` not an int.
+        ValueError: ``window`` below 1, or q and k of different lengths.
     """
     batch = check_qkv(q, k, v)
     _check_int(window, "window", 1)

@@ -1,6 +1,6 @@
 """FlashAttention's forward pass as a Triton kernel (chapter 7).
 
-The same algorithm as :func:`selfattn.efficient.flash_attention`: one program per
+The same algorithm as :func:`~selfattn.efficient.flash.flash_attention`: one program per
 (block of queries, batch x head); it keeps its queries, the running max ``m``, the
 running sum ``l`` and the unnormalised output in registers / SRAM, streams the keys
 and values through in blocks, and writes only the final output. fp16, bf16 and
@@ -141,7 +141,8 @@ def triton_flash_attention(
     Raises:
         ImportError: Triton is not installed.
         RuntimeError: the tensors are on the CPU and ``TRITON_INTERPRET=1`` is not set.
-        TypeError / ValueError: bad tensors, dtypes or block sizes.
+        TypeError: a dtype other than float16, bfloat16, float32, or bad tensors.
+        ValueError: mismatched shapes or devices, head dims over 256, or bad block sizes.
     """
     batch = check_qkv(q, k, v)
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
