@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..attention import scaled_dot_product_attention
+from ..positional import sinusoidal_encoding
 
 __all__ = ["SelfAttention", "AttentionClassifier", "sinusoidal_positions"]
 
@@ -25,16 +26,12 @@ def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
     """The fixed sine/cosine position signal of Vaswani et al. (2017), ``(n, d)`` float32.
 
     Row ``p`` holds ``sin(p w_i), cos(p w_i)`` for ``w_i = 10000^(-2i/d)``. Chapter 6
-    explains it; here it only tells the attention model where each token is.
+    explains it; here it only tells the attention model where each token is. This is
+    :func:`selfattn.positional.sinusoidal_encoding` under the name chapter 1 uses.
     """
     if n < 1 or d < 2 or d % 2:
         raise ValueError(f"sinusoidal_positions needs n >= 1 and an even d >= 2, got n={n}, d={d}")
-    position = torch.arange(n, dtype=torch.float32)[:, None]
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float32) / d)
-    out = torch.zeros(n, d)
-    out[:, 0::2] = torch.sin(position * freq)
-    out[:, 1::2] = torch.cos(position * freq)
-    return out
+    return sinusoidal_encoding(n, d)
 
 
 class SelfAttention(nn.Module):
