@@ -33,7 +33,7 @@ test-notebooks: install
 	@chapters="$$($(PY) tools/book.py chapters)"; \
 	if [ -z "$$chapters" ]; then echo "test-notebooks: no chapter in _toc.yml yet"; exit 0; fi; \
 	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 \
-	  --sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile -q $$chapters
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile -q $$chapters
 
 # The website, warnings as errors.
 test-build: install
