@@ -20,6 +20,7 @@ The student edition (``book_student_edition = True``, set by tools/student_editi
 * from the downloadable notebooks (``_sources/**/*.ipynb``): the cells from
   ``{solution-start}`` to ``{solution-end}`` go, and so do those two directives.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,12 +80,12 @@ def _strip_markdown(src: str, inside: bool) -> tuple[str, bool]:
                 kept.append(src)
                 return "".join(kept), False
             kept.append(src[: m.start()])
-            src, inside = src[m.end():], True
+            src, inside = src[m.end() :], True
         else:
             m = _SOLUTION_END.search(src)
             if not m:
                 return "".join(kept), True
-            src, inside = src[m.end():], False
+            src, inside = src[m.end() :], False
 
 
 def strip_solutions(nb: dict) -> dict:
@@ -103,11 +104,17 @@ def strip_solutions(nb: dict) -> dict:
 
 
 def strip_downloadable_notebooks(app, exception) -> None:
-    if exception is not None or not app.config.book_student_edition or app.builder.format != "html":
+    if (
+        exception is not None
+        or not app.config.book_student_edition
+        or app.builder.format != "html"
+    ):
         return
     for path in Path(app.outdir, "_sources").rglob("*.ipynb"):
         nb = json.loads(path.read_text(encoding="utf-8"))
-        path.write_text(json.dumps(strip_solutions(nb), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        path.write_text(
+            json.dumps(strip_solutions(nb), indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
 
 
 def setup(app):

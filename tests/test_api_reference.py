@@ -10,6 +10,7 @@ covered when api.md has an ``automodule`` with ``:members:`` that autodoc expand
 (autodoc skips members without one) or, for a constant, a ``#:`` comment.
 tests_site/test_api_page.py checks the same names on the built page.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -39,7 +40,9 @@ def public_modules() -> list[types.ModuleType]:
 
     mods = [selfattn]
     for info in pkgutil.walk_packages(selfattn.__path__, "selfattn."):
-        if any(part.startswith("_") for part in info.name.split(".")) or CHAPTER_HELPERS.match(info.name):
+        if any(part.startswith("_") for part in info.name.split(".")) or CHAPTER_HELPERS.match(
+            info.name
+        ):
             continue
         mods.append(importlib.import_module(info.name))
     return mods
@@ -93,10 +96,14 @@ def covered() -> tuple[dict[int, str], set[str]]:
                 continue
             listed = [n.strip() for n in options["members"].split(",") if n.strip()]
             if not listed:
-                listed = list(getattr(mod, "__all__", None) or [
-                    n for n, v in vars(mod).items()
-                    if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
-                ])
+                listed = list(
+                    getattr(mod, "__all__", None)
+                    or [
+                        n
+                        for n, v in vars(mod).items()
+                        if not n.startswith("_") and getattr(v, "__module__", None) == mod.__name__
+                    ]
+                )
             excluded = {n.strip() for n in options.get("exclude-members", "").split(",")}
             for name in listed:
                 if hasattr(mod, name) and name not in excluded:
@@ -117,7 +124,9 @@ def is_documented(qualname: str, obj) -> bool:
     if callable(obj):
         return bool(inspect.getdoc(obj))
     module_name, _, name = qualname.rpartition(".")
-    return any(name in _data_comments(m) for m in public_modules() if getattr(m, name, None) is obj)
+    return any(
+        name in _data_comments(m) for m in public_modules() if getattr(m, name, None) is obj
+    )
 
 
 API = public_api()
@@ -125,7 +134,9 @@ API = public_api()
 
 def test_api_page_exists_and_is_linked_from_the_intro():
     assert API_MD.exists()
-    assert "api.md" in (ROOT / "intro.md").read_text(), "intro.md must link to the API reference (api.md)"
+    assert "api.md" in (ROOT / "intro.md").read_text(), (
+        "intro.md must link to the API reference (api.md)"
+    )
     toc = (ROOT / "_toc.yml").read_text()
     assert re.search(r"^\s*-\s*file:\s*api\s*$", toc, re.M), "_toc.yml must list the API reference"
 
@@ -144,7 +155,9 @@ def test_there_is_a_public_api():
 def test_public_name_is_in_the_api_reference(qualname, obj):
     objects, modules = covered()
     if isinstance(obj, types.ModuleType):
-        assert obj.__name__ in modules, f"{qualname}: add `.. automodule:: {obj.__name__}` with `:members:` to api.md"
+        assert obj.__name__ in modules, (
+            f"{qualname}: add `.. automodule:: {obj.__name__}` with `:members:` to api.md"
+        )
         return
     home = getattr(obj, "__module__", None) or qualname.rpartition(".")[0]
     assert id(obj) in objects, (

@@ -1,14 +1,14 @@
 """scaled_dot_product_attention and softmax against torch's own operators."""
+
 import math
 
 import numpy as np
 import pytest
+import selfattn
 import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
-
-import selfattn
 from selfattn import causal_mask, padding_mask, scaled_dot_product_attention, softmax
 from selfattn.reference import attention_steps
 
@@ -20,6 +20,7 @@ def torch_sdpa(q, k, v, mask=None, scale=None):
 
 
 # ---- softmax ---------------------------------------------------------------
+
 
 def test_softmax_matches_torch_and_is_stable():
     x = torch.randn(4, 7) * 50 + 1000.0  # huge scores: exp would overflow without the max shift
@@ -89,7 +90,8 @@ def test_float_mask_of_minus_inf_matches_bool_mask():
     allowed = torch.rand(4, 6) > 0.5
     additive = torch.zeros(4, 6).masked_fill(~allowed, -math.inf)
     torch.testing.assert_close(
-        scaled_dot_product_attention(q, k, v, allowed), scaled_dot_product_attention(q, k, v, additive)
+        scaled_dot_product_attention(q, k, v, allowed),
+        scaled_dot_product_attention(q, k, v, additive),
     )
 
 
@@ -98,7 +100,9 @@ def test_batch_broadcasting_and_heads():
     k = torch.randn(1, 4, 7, 8)
     v = torch.randn(2, 1, 7, 3)
     mask = padding_mask([7, 3], 7).unsqueeze(1)  # (B, 1, 1, m)
-    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask), torch_sdpa(q, k, v, mask), atol=TOL, rtol=TOL)
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, mask), torch_sdpa(q, k, v, mask), atol=TOL, rtol=TOL
+    )
 
 
 def test_custom_scale_and_weights():
@@ -128,18 +132,30 @@ def test_other_dtypes(dtype):
 
 def test_matches_numpy_reference_steps():
     rng = np.random.default_rng(0)
-    X, Wq, Wk, Wv = rng.normal(size=(5, 6)), rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 3))
+    X, Wq, Wk, Wv = (
+        rng.normal(size=(5, 6)),
+        rng.normal(size=(6, 4)),
+        rng.normal(size=(6, 4)),
+        rng.normal(size=(6, 3)),
+    )
     steps = attention_steps(X, Wq, Wk, Wv, mask=causal_mask(5).numpy())
     t = lambda a: torch.tensor(a)  # noqa: E731
-    out, w = scaled_dot_product_attention(t(X) @ t(Wq), t(X) @ t(Wk), t(X) @ t(Wv), causal_mask(5), return_weights=True)
+    out, w = scaled_dot_product_attention(
+        t(X) @ t(Wq), t(X) @ t(Wk), t(X) @ t(Wv), causal_mask(5), return_weights=True
+    )
     np.testing.assert_allclose(steps.output, out.numpy(), atol=1e-12)
     np.testing.assert_allclose(steps.weights, w.numpy(), atol=1e-12)
-    assert steps.Q.shape == (5, 4) and steps.scores.shape == (5, 5) and steps.output.shape == (5, 3)
-    np.testing.assert_allclose(steps.scaled_scores[np.isfinite(steps.scaled_scores)],
-                               (steps.scores / 2.0)[np.isfinite(steps.scaled_scores)])
+    assert (
+        steps.Q.shape == (5, 4) and steps.scores.shape == (5, 5) and steps.output.shape == (5, 3)
+    )
+    np.testing.assert_allclose(
+        steps.scaled_scores[np.isfinite(steps.scaled_scores)],
+        (steps.scores / 2.0)[np.isfinite(steps.scaled_scores)],
+    )
 
 
 # ---- bad input --------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "q_shape,k_shape,v_shape,match",
@@ -152,14 +168,20 @@ def test_matches_numpy_reference_steps():
 )
 def test_shape_errors_name_the_shapes(q_shape, k_shape, v_shape, match):
     with pytest.raises(ValueError, match=match):
-        scaled_dot_product_attention(torch.randn(q_shape), torch.randn(k_shape), torch.randn(v_shape))
+        scaled_dot_product_attention(
+            torch.randn(q_shape), torch.randn(k_shape), torch.randn(v_shape)
+        )
 
 
 def test_dtype_errors():
     with pytest.raises(TypeError, match="q must be a floating-point tensor.*int64"):
-        scaled_dot_product_attention(torch.ones(2, 3, dtype=torch.long), torch.randn(2, 3), torch.randn(2, 3))
+        scaled_dot_product_attention(
+            torch.ones(2, 3, dtype=torch.long), torch.randn(2, 3), torch.randn(2, 3)
+        )
     with pytest.raises(TypeError, match="share one dtype.*float64"):
-        scaled_dot_product_attention(torch.randn(2, 3), torch.randn(2, 3).double(), torch.randn(2, 3))
+        scaled_dot_product_attention(
+            torch.randn(2, 3), torch.randn(2, 3).double(), torch.randn(2, 3)
+        )
     with pytest.raises(TypeError, match="torch.Tensor.*ndarray"):
         scaled_dot_product_attention(np.ones((2, 3)), torch.randn(2, 3), torch.randn(2, 3))
 

@@ -1,17 +1,19 @@
 """The benchmark harness measures what it says (tiny sizes; no timing is asserted)."""
+
 import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-
 from selfattn import bench
 
 
 def test_plain_attention_is_attention():
     q, k, v = (torch.randn(2, 3, 17, 8) for _ in range(3))
-    torch.testing.assert_close(bench.plain_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+    torch.testing.assert_close(
+        bench.plain_attention(q, k, v), F.scaled_dot_product_attention(q, k, v)
+    )
 
 
 def test_fit_slope_recovers_exponents():
@@ -51,7 +53,12 @@ def test_run_cpu_writes_a_results_file(tmp_path):
     data = json.loads(out.read_text())
     assert data["machine"]["torch"] == torch.__version__
     assert data["torch_threads"] == 1 and data["quick"] is True
-    assert {c["method"] for c in data["cases"]} >= {"plain", "sdpa", "flash_attention", "sliding_window"}
+    assert {c["method"] for c in data["cases"]} >= {
+        "plain",
+        "sdpa",
+        "flash_attention",
+        "sliding_window",
+    }
     assert data["cases"] == json.loads(json.dumps(report["cases"]))
 
 
@@ -67,7 +74,9 @@ def test_targets_are_evaluated_from_the_cases():
         dict(method="plain", n=16384, median_s=8.0, extra_peak_mib=4000.0),
     ]
     t = {x["target"].split(",")[0]: x for x in bench.evaluate_targets(cases)}
-    assert t["flash_attention time / SDPA time"]["met"] and t["flash_attention time / SDPA time"]["value"] == pytest.approx(1.1)
+    assert t["flash_attention time / SDPA time"]["met"] and t["flash_attention time / SDPA time"][
+        "value"
+    ] == pytest.approx(1.1)
     assert t["flash_attention extra peak / plain's"]["value"] == pytest.approx(0.02)
     assert not t["dense masked time / sliding_window time"]["met"]  # 4x < 5x
     assert t["plain time / linear_attention time"]["value"] == pytest.approx(80)

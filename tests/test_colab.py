@@ -7,6 +7,7 @@ link must name a notebook the repository really holds at that path. The browser 
 (tests_site/) check the link on the built pages as well; this file checks the built HTML
 only when a build newer than the sources is at hand.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,7 +50,9 @@ def setup_cell(path) -> str:
 
 def tracked_files() -> set[str] | None:
     try:
-        out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None  # not a git checkout (e.g. an unpacked archive): fall back to the file system
     return set(out.splitlines())
@@ -58,11 +61,19 @@ def tracked_files() -> set[str] | None:
 def test_config_names_a_github_repository_and_colab():
     cfg = config()
     url, branch = repository()
-    assert urlsplit(url).netloc == "github.com", f"Colab opens notebooks from GitHub only; repository.url is {url!r}"
-    assert len(urlsplit(url).path.strip("/").split("/")) == 2, f"repository.url must be https://github.com/<org>/<repo>, got {url!r}"
+    assert urlsplit(url).netloc == "github.com", (
+        f"Colab opens notebooks from GitHub only; repository.url is {url!r}"
+    )
+    assert len(urlsplit(url).path.strip("/").split("/")) == 2, (
+        f"repository.url must be https://github.com/<org>/<repo>, got {url!r}"
+    )
     assert branch, "repository.branch is empty"
-    assert cfg["launch_buttons"].get("colab_url", "").strip("/") == COLAB, "launch_buttons.colab_url must be set for the Colab button"
-    assert cfg["html"].get("use_download_button") is True, "chapters must offer their .ipynb for download"
+    assert cfg["launch_buttons"].get("colab_url", "").strip("/") == COLAB, (
+        "launch_buttons.colab_url must be set for the Colab button"
+    )
+    assert cfg["html"].get("use_download_button") is True, (
+        "chapters must offer their .ipynb for download"
+    )
 
 
 def test_the_library_installs_from_the_repository_root():
@@ -76,7 +87,7 @@ def test_the_library_installs_from_the_repository_root():
 def test_canonical_setup_cell_installs_from_the_configured_repository():
     url, branch = repository()
     m = PIP_LINE.search(setup_cell_source())
-    assert m, "the canonical setup cell has no `%pip install \"selfattn @ git+...\"` line"
+    assert m, 'the canonical setup cell has no `%pip install "selfattn @ git+..."` line'
     assert (m["url"], m["branch"]) == (url, branch)
 
 
@@ -84,7 +95,9 @@ def test_canonical_setup_cell_installs_from_the_configured_repository():
 def test_setup_cell_and_launch_link_agree(path):
     url, branch = repository()
     m = PIP_LINE.search(setup_cell(path))
-    assert m, f"{path.name}: the first code cell does not install selfattn on Colab (python tools/book.py setup-cell)"
+    assert m, (
+        f"{path.name}: the first code cell does not install selfattn on Colab (python tools/book.py setup-cell)"
+    )
     assert m["url"] == url and m["branch"] == branch, (
         f"{path.name}: the setup cell installs from {m['url']}@{m['branch']}, _config.yml says {url}@{branch} "
         "(run `make execute` after changing the repository)"
@@ -107,7 +120,9 @@ def test_launch_link_names_the_notebooks_real_path(path):
     if tracked is None:
         assert (ROOT / in_repo).exists(), f"the Colab link opens {in_repo}, which does not exist"
     else:
-        assert in_repo in tracked, f"the Colab link opens {in_repo}, which git does not track (commit it)"
+        assert in_repo in tracked, (
+            f"the Colab link opens {in_repo}, which git does not track (commit it)"
+        )
 
 
 class _Links(HTMLParser):
@@ -126,7 +141,9 @@ def test_built_page_links_to_colab(path):
     html = ROOT / "_build" / "html" / path.relative_to(ROOT).with_suffix(".html")
     sources = [path, ROOT / "_config.yml"]
     if not html.exists() or html.stat().st_mtime < max(s.stat().st_mtime for s in sources):
-        pytest.skip(f"no build of {path.name} newer than its sources (`make book`; tests_site checks the link too)")
+        pytest.skip(
+            f"no build of {path.name} newer than its sources (`make book`; tests_site checks the link too)"
+        )
     parser = _Links()
     parser.feed(html.read_text())
     assert parser.hrefs == [expected_colab_url(path.relative_to(ROOT).as_posix())], (

@@ -1,7 +1,7 @@
 """The coreference sentences: grammar of the family, answers, the held-out split, errors."""
+
 import pytest
 import torch
-
 from selfattn.data import CorefTask
 
 

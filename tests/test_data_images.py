@@ -1,7 +1,14 @@
 import pytest
 import torch
-
-from selfattn.data.images import COLORS, SHAPES, SIZES, caption_vocab, make_shapes, patch_coverage, patchify
+from selfattn.data.images import (
+    COLORS,
+    SHAPES,
+    SIZES,
+    caption_vocab,
+    make_shapes,
+    patch_coverage,
+    patchify,
+)
 
 
 def test_deterministic_and_consistent():
@@ -11,7 +18,9 @@ def test_deterministic_and_consistent():
     assert a.images.shape == (50, 3, 24, 24) and a.images.dtype == torch.float32
     assert a.masks.shape == (50, 24, 24) and a.masks.any(dim=(1, 2)).all()
     for i in range(50):
-        assert a.captions[i] == f"a {SIZES[a.sizes[i]]} {COLORS[a.colors[i]]} {SHAPES[a.shapes[i]]}"
+        assert (
+            a.captions[i] == f"a {SIZES[a.sizes[i]]} {COLORS[a.colors[i]]} {SHAPES[a.shapes[i]]}"
+        )
         # the shape is drawn in its colour's channel: that channel is brightest on the shape's pixels
         on = a.images[i][:, a.masks[i]].mean(dim=1)
         assert on.argmax().item() == [0, 1, 2][a.colors[i]]

@@ -1,7 +1,7 @@
 """The long-range task: layout of the sequences, answers, determinism, errors."""
+
 import pytest
 import torch
-
 from selfattn.data import LongRangeTask
 
 
@@ -44,12 +44,18 @@ def test_sampler_stream_is_reproducible_and_covers_the_range():
     assert lengths == {2, 3, 4, 5}
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(distance=-1, batch_size=2), "distance must be an int >= 0, got -1"),
-    (dict(distance=2.5, batch_size=2), "distance must be an int >= 0, got 2.5"),
-    (dict(distance=2, batch_size=0), "batch_size must be an int >= 1, got 0"),
-    (dict(distance=2, batch_size=2, seed=1, generator=torch.Generator()), "seed or generator, not both"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(distance=-1, batch_size=2), "distance must be an int >= 0, got -1"),
+        (dict(distance=2.5, batch_size=2), "distance must be an int >= 0, got 2.5"),
+        (dict(distance=2, batch_size=0), "batch_size must be an int >= 1, got 0"),
+        (
+            dict(distance=2, batch_size=2, seed=1, generator=torch.Generator()),
+            "seed or generator, not both",
+        ),
+    ],
+)
 def test_bad_batch_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LongRangeTask(4).batch(**kwargs)

@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from selfattn.data.text import (
     ADJECTIVES,
     MASK,
@@ -53,7 +52,9 @@ def test_vocabularies_cover_the_corpus():
 
 def test_encode_sentences_pads_and_checks():
     v = word_vocab()
-    ids, lengths = encode_sentences(["the cat sees the star .", "the dog finds the key because it is happy ."], v)
+    ids, lengths = encode_sentences(
+        ["the cat sees the star .", "the dog finds the key because it is happy ."], v
+    )
     assert ids.shape == (2, 10) and lengths.tolist() == [6, 10]
     assert (ids[0, 6:] == v.pad_id).all() and (ids[1] != v.pad_id).all()
     ids2, _ = encode_sentences(["the cat sees the star ."], v, max_len=12)
@@ -100,7 +101,15 @@ def test_bad_arguments():
 
 def test_is_grammatical():
     assert all(is_grammatical(s) for s in generate_sentences(500, seed=9))
-    for bad in ("the cat chase the mouse .", "the cats chases the mouse .", "the bird chases the ball .",
-                "the cat eats the star .", "the dog finds the key because they are happy .",
-                "the dog finds the key because it is", "the the dog finds the key .", "", "the dog ."):
+    for bad in (
+        "the cat chase the mouse .",
+        "the cats chases the mouse .",
+        "the bird chases the ball .",
+        "the cat eats the star .",
+        "the dog finds the key because they are happy .",
+        "the dog finds the key because it is",
+        "the the dog finds the key .",
+        "",
+        "the dog .",
+    ):
         assert not is_grammatical(bad), bad

@@ -1,5 +1,4 @@
 import pytest
-
 from selfattn.data import Vocab
 
 

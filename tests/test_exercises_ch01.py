@@ -1,8 +1,8 @@
 """Chapter 1's checkers accept the reference solutions, reject plausible mistakes, and spot the stub."""
+
 import math
 
 import torch
-
 from selfattn.exercises import ch01
 from selfattn.gradient_reach import gradient_reach
 
@@ -20,9 +20,17 @@ def test_dilated_layers():
 
     assert ch01.check_dilated_layers(solution).passed
     assert ch01.check_dilated_layers(ch01.dilated_layers_needed).passed
-    assert ch01.check_dilated_layers(lambda n, k: math.ceil(n / (k - 1))).status == "failed"  # no dilation
-    assert ch01.check_dilated_layers(lambda n, k: math.ceil(math.log(n, k)) if n > 1 else n).status == "failed"  # k^L >= n
-    assert ch01.check_dilated_layers(lambda n, k: int(math.log(n + 1, k)) if n else 0).status == "failed"  # rounded down
+    assert (
+        ch01.check_dilated_layers(lambda n, k: math.ceil(n / (k - 1))).status == "failed"
+    )  # no dilation
+    assert (
+        ch01.check_dilated_layers(lambda n, k: math.ceil(math.log(n, k)) if n > 1 else n).status
+        == "failed"
+    )  # k^L >= n
+    assert (
+        ch01.check_dilated_layers(lambda n, k: int(math.log(n + 1, k)) if n else 0).status
+        == "failed"
+    )  # rounded down
     assert ch01.check_dilated_layers(stub).status == "not attempted"
 
 
@@ -40,7 +48,9 @@ def test_rnn_bound():
     assert ch01.check_rnn_bound(solution).passed
     assert ch01.check_rnn_bound(frobenius).status == "failed"
     assert ch01.check_rnn_bound(one_more_step).status == "failed"
-    assert ch01.check_rnn_bound(lambda rnn, distance: solution(rnn, 1) ** distance).status == "failed"
+    assert (
+        ch01.check_rnn_bound(lambda rnn, distance: solution(rnn, 1) ** distance).status == "failed"
+    )
     assert ch01.check_rnn_bound(stub).status == "not attempted"
 
 
@@ -48,7 +58,10 @@ def test_reach_to_first():
     def solution(encoder, x):
         x = x.clone().requires_grad_(True)
         y_last = encoder(x[None])[0, -1]
-        rows = [torch.autograd.grad(y_last[j], x, retain_graph=True)[0][0] for j in range(y_last.shape[0])]
+        rows = [
+            torch.autograd.grad(y_last[j], x, retain_graph=True)[0][0]
+            for j in range(y_last.shape[0])
+        ]
         return torch.stack(rows).norm()
 
     def summed(encoder, x):  # gradient of the sum of the outputs, not the Jacobian's norm
@@ -68,14 +81,22 @@ def test_reach_to_first():
 
 def test_accuracy_by_distance():
     def solution(predictions, targets, distances):
-        return {int(d): float((predictions == targets)[distances == d].float().mean()) for d in distances.unique()}
+        return {
+            int(d): float((predictions == targets)[distances == d].float().mean())
+            for d in distances.unique()
+        }
 
     def overall(predictions, targets, distances):
         acc = float((predictions == targets).float().mean())
         return {int(d): acc for d in distances.unique()}
 
-    def over_all_examples(predictions, targets, distances):  # divides by N instead of the group size
-        return {int(d): float(((predictions == targets) & (distances == d)).float().mean()) for d in distances.unique()}
+    def over_all_examples(
+        predictions, targets, distances
+    ):  # divides by N instead of the group size
+        return {
+            int(d): float(((predictions == targets) & (distances == d)).float().mean())
+            for d in distances.unique()
+        }
 
     assert ch01.check_accuracy_by_distance(solution).passed
     assert ch01.check_accuracy_by_distance(overall).status == "failed"

@@ -1,8 +1,8 @@
 """Chapter 2's checkers accept the reference solutions, reject plausible mistakes, and spot the stub."""
+
 import math
 
 import torch
-
 from selfattn.exercises import ch02
 
 
@@ -13,15 +13,22 @@ def stub(*args):
 def test_hard_lookup():
     assert ch02.check_hard_lookup(lambda q, k, v: v[(k @ q).argmax()]).passed
     assert ch02.check_hard_lookup(lambda q, k, v: v[(k @ q).argmin()]).status == "failed"
-    assert ch02.check_hard_lookup(lambda q, k, v: k[(k @ q).argmax()]).status == "failed"  # returned the key
+    assert (
+        ch02.check_hard_lookup(lambda q, k, v: k[(k @ q).argmax()]).status == "failed"
+    )  # returned the key
     # nearest key by distance is not the largest dot product when key norms differ
-    assert ch02.check_hard_lookup(lambda q, k, v: v[(k - q).norm(dim=-1).argmin()]).status == "failed"
+    assert (
+        ch02.check_hard_lookup(lambda q, k, v: v[(k - q).norm(dim=-1).argmin()]).status == "failed"
+    )
     assert ch02.check_hard_lookup(stub).status == "not attempted"
 
 
 def test_soft_lookup():
     assert ch02.check_soft_lookup(lambda q, k, v, t: torch.softmax(k @ q / t, -1) @ v).passed
-    assert ch02.check_soft_lookup(lambda q, k, v, t: torch.softmax(k @ q * t, -1) @ v).status == "failed"
+    assert (
+        ch02.check_soft_lookup(lambda q, k, v, t: torch.softmax(k @ q * t, -1) @ v).status
+        == "failed"
+    )
     naive = lambda q, k, v, t: (torch.exp(k @ q / t) / torch.exp(k @ q / t).sum()) @ v  # noqa: E731
     assert ch02.check_soft_lookup(naive).status == "failed"  # overflows on large scores
     no_softmax = lambda q, k, v, t: ((k @ q / t) / (k @ q / t).sum()) @ v  # noqa: E731

@@ -1,12 +1,12 @@
 """Chapter 3's checkers: each accepts the reference solution, rejects plausible wrong answers,
 and reports "not attempted" for the untouched stub. The solutions are those of the chapter."""
+
 import math
 
 import numpy as np
 import pytest
-import torch
-
 import selfattn
+import torch
 from selfattn.exercises.ch03 import (
     check_dot_variance,
     check_five_steps,
@@ -35,7 +35,9 @@ FIVE_STEPS_WRONG = {
     "no scale": lambda *a: attention_np(*a, scale=False),
     "divided by d_k": lambda *a: attention_np(*a, scale_by=lambda d: d),
     "softmax over queries (axis 0)": lambda *a: attention_np(*a, axis=0),
-    "returns the weights": lambda X, W_q, W_k, W_v: selfattn.reference.attention_steps(X, W_q, W_k, W_v).weights,
+    "returns the weights": lambda X, W_q, W_k, W_v: (
+        selfattn.reference.attention_steps(X, W_q, W_k, W_v).weights
+    ),
 }
 
 
@@ -60,9 +62,13 @@ def softmax_solution(x):
 
 SOFTMAX_WRONG = {
     "naive exp / sum (overflows)": lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True),
-    "global max instead of row max": lambda x: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(-1, keepdim=True),
+    "global max instead of row max": lambda x: (
+        torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(-1, keepdim=True)
+    ),
     "row max but nan on fully masked rows": lambda x: torch.softmax(x, dim=-1),
-    "softmax over the first dimension": lambda x: softmax_solution(x.transpose(0, -1)).transpose(0, -1),
+    "softmax over the first dimension": lambda x: softmax_solution(x.transpose(0, -1)).transpose(
+        0, -1
+    ),
     "returns numpy": lambda x: softmax_solution(x).numpy(),
 }
 
@@ -96,7 +102,9 @@ def test_variance_accepts_solution():
     assert check_dot_variance(lambda d_k, sigma: d_k * sigma**4).passed
     # numpy / torch scalars are numbers too
     assert check_dot_variance(lambda d_k, sigma: np.float64(d_k) * sigma**4).passed
-    assert check_dot_variance(lambda d_k, sigma: torch.tensor(float(d_k) * sigma**4, dtype=torch.float64)).passed
+    assert check_dot_variance(
+        lambda d_k, sigma: torch.tensor(float(d_k) * sigma**4, dtype=torch.float64)
+    ).passed
 
 
 @pytest.mark.parametrize("name", VARIANCE_WRONG)
@@ -114,12 +122,18 @@ def test_variance_formula_matches_monte_carlo():
 
 # ---- 3.4 temperature ----------------------------------------------------------------------------
 def temperature_solution(q, k, v, temperature):
-    return selfattn.scaled_dot_product_attention(q, k, v, scale=1.0 / (temperature * math.sqrt(q.shape[-1])))
+    return selfattn.scaled_dot_product_attention(
+        q, k, v, scale=1.0 / (temperature * math.sqrt(q.shape[-1]))
+    )
 
 
 TEMPERATURE_WRONG = {
-    "multiplies by T": lambda q, k, v, t: selfattn.scaled_dot_product_attention(q, k, v, scale=t / math.sqrt(q.shape[-1])),
-    "forgets sqrt(d_k)": lambda q, k, v, t: selfattn.scaled_dot_product_attention(q, k, v, scale=1.0 / t),
+    "multiplies by T": lambda q, k, v, t: selfattn.scaled_dot_product_attention(
+        q, k, v, scale=t / math.sqrt(q.shape[-1])
+    ),
+    "forgets sqrt(d_k)": lambda q, k, v, t: selfattn.scaled_dot_product_attention(
+        q, k, v, scale=1.0 / t
+    ),
     "ignores T": lambda q, k, v, t: selfattn.scaled_dot_product_attention(q, k, v),
 }
 
@@ -128,7 +142,9 @@ def test_temperature_accepts_solution():
     assert check_temperature(temperature_solution).passed
     # written out by hand, with torch's own softmax
     assert check_temperature(
-        lambda q, k, v, t: torch.softmax(q @ k.transpose(-2, -1) / (t * math.sqrt(q.shape[-1])), -1) @ v
+        lambda q, k, v, t: (
+            torch.softmax(q @ k.transpose(-2, -1) / (t * math.sqrt(q.shape[-1])), -1) @ v
+        )
     ).passed
 
 
@@ -162,7 +178,13 @@ def test_jacobian_rejects(name):
 
 
 # ---- every checker: stubs are "not attempted", crashes are reported -----------------------------
-ALL = [check_five_steps, check_stable_softmax, check_dot_variance, check_temperature, check_softmax_jacobian]
+ALL = [
+    check_five_steps,
+    check_stable_softmax,
+    check_dot_variance,
+    check_temperature,
+    check_softmax_jacobian,
+]
 
 
 @pytest.mark.parametrize("check", ALL, ids=lambda c: c.__name__)

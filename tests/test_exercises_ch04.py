@@ -1,7 +1,12 @@
 """Chapter 4's checkers accept the reference solutions, reject plausible wrong answers, and see stubs."""
-import torch
 
-from selfattn.exercises.ch04 import check_decoding_mask, check_masked_softmax, check_padding_mask, check_sliding_window
+import torch
+from selfattn.exercises.ch04 import (
+    check_decoding_mask,
+    check_masked_softmax,
+    check_padding_mask,
+    check_sliding_window,
+)
 
 
 def stub(*args):

@@ -1,5 +1,5 @@
 """Chapter 5's checkers accept the reference solutions, reject plausible wrong answers, and see stubs."""
-import torch
+
 
 from selfattn.exercises.ch05 import (
     check_cache_bytes,
@@ -54,7 +54,11 @@ def test_merge_heads():
 def test_cross_projections():
     def right(x, ctx, w, b):
         d = x.shape[-1]
-        return x @ w[:d].T + b[:d], ctx @ w[d : 2 * d].T + b[d : 2 * d], ctx @ w[2 * d :].T + b[2 * d :]
+        return (
+            x @ w[:d].T + b[:d],
+            ctx @ w[d : 2 * d].T + b[d : 2 * d],
+            ctx @ w[2 * d :].T + b[2 * d :],
+        )
 
     def self_attention(x, ctx, w, b):  # keys and values from x
         return (x @ w.T + b).chunk(3, dim=-1)

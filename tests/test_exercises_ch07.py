@@ -1,9 +1,14 @@
 """Chapter 7's checkers accept the reference solutions, reject plausible wrong answers, and see stubs."""
+
 import math
 
 import torch
-
-from selfattn.exercises.ch07 import check_attention_flops, check_causal_tiles, check_merge_states, check_tiled_reads
+from selfattn.exercises.ch07 import (
+    check_attention_flops,
+    check_causal_tiles,
+    check_merge_states,
+    check_tiled_reads,
+)
 
 
 def stub(*args):
@@ -12,8 +17,12 @@ def stub(*args):
 
 def test_attention_flops():
     assert check_attention_flops(lambda n, m, dk, dv: 2 * n * m * dk + 2 * n * m * dv).passed
-    assert not check_attention_flops(lambda n, m, dk, dv: n * m * dk + n * m * dv)  # multiply-add as 1
-    assert not check_attention_flops(lambda n, m, dk, dv: 4 * n * n * dk)  # assumes n = m, d_k = d_v
+    assert not check_attention_flops(
+        lambda n, m, dk, dv: n * m * dk + n * m * dv
+    )  # multiply-add as 1
+    assert not check_attention_flops(
+        lambda n, m, dk, dv: 4 * n * n * dk
+    )  # assumes n = m, d_k = d_v
     assert check_attention_flops(stub).status == "not attempted"
 
 
@@ -64,6 +73,8 @@ def test_causal_tiles():
 def test_tiled_reads():
     assert check_tiled_reads(lambda n, d, b: n * d + math.ceil(n / b) * 2 * n * d).passed
     assert not check_tiled_reads(lambda n, d, b: 3 * n * d)  # K, V read only once
-    assert not check_tiled_reads(lambda n, d, b: n * d + (n // b) * 2 * n * d)  # floor instead of ceil
+    assert not check_tiled_reads(
+        lambda n, d, b: n * d + (n // b) * 2 * n * d
+    )  # floor instead of ceil
     assert not check_tiled_reads(lambda n, d, b: n * d + n / b * 2 * n * d)  # fractional blocks
     assert check_tiled_reads(stub).status == "not attempted"

@@ -1,8 +1,13 @@
 """Chapter 8's checkers accept the reference solutions, reject plausible wrong answers, and see stubs."""
+
 import torch
 import torch.nn.functional as F
-
-from selfattn.exercises.ch08 import check_linear_attention, check_linear_step, check_receptive_field, check_window_pairs
+from selfattn.exercises.ch08 import (
+    check_linear_attention,
+    check_linear_step,
+    check_receptive_field,
+    check_window_pairs,
+)
 
 
 def stub(*args):

@@ -1,7 +1,7 @@
 """Chapter 9's checkers accept the reference solutions, reject plausible wrong answers, and see stubs."""
+
 import torch
 import torch.nn.functional as F
-
 from selfattn.exercises.ch09 import (
     check_block_forward,
     check_clip_loss,
@@ -127,11 +127,19 @@ def test_greedy_cached():
         caches = model.decoder.new_caches()
         seq = ids
         for _ in range(steps):
-            seq = torch.cat([seq, model(seq[:, -1:] if seq.shape[1] > ids.shape[1] else seq, caches=caches)[:, 0].argmax(-1, keepdim=True)], 1)
+            seq = torch.cat(
+                [
+                    seq,
+                    model(seq[:, -1:] if seq.shape[1] > ids.shape[1] else seq, caches=caches)[
+                        :, 0
+                    ].argmax(-1, keepdim=True),
+                ],
+                1,
+            )
         return seq
 
     def returns_only_new(model, ids, steps):
-        return right(model, ids, steps)[:, ids.shape[1]:]
+        return right(model, ids, steps)[:, ids.shape[1] :]
 
     assert check_greedy_cached(right).passed
     assert not check_greedy_cached(no_cache)

@@ -1,4 +1,5 @@
 """flash_attention (tiled, online softmax) against torch SDPA, the oracle."""
+
 import math
 
 import pytest
@@ -6,7 +7,6 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
-
 from selfattn import scaled_dot_product_attention
 from selfattn.efficient import flash_attention, online_softmax_steps
 
@@ -16,8 +16,14 @@ def sdpa(q, k, v, causal=False, scale=None):
 
 
 @given(
-    n=st.integers(1, 70), m=st.integers(1, 70), d=st.sampled_from([1, 3, 8, 16]), dv=st.sampled_from([1, 5, 8]),
-    bq=st.integers(1, 40), bk=st.integers(1, 40), causal=st.booleans(), seed=st.integers(0, 10_000),
+    n=st.integers(1, 70),
+    m=st.integers(1, 70),
+    d=st.sampled_from([1, 3, 8, 16]),
+    dv=st.sampled_from([1, 5, 8]),
+    bq=st.integers(1, 40),
+    bk=st.integers(1, 40),
+    causal=st.booleans(),
+    seed=st.integers(0, 10_000),
 )
 def test_matches_sdpa_float32_random_shapes_and_blocks(n, m, d, dv, bq, bk, causal, seed):
     g = torch.Generator().manual_seed(seed)
@@ -27,7 +33,9 @@ def test_matches_sdpa_float32_random_shapes_and_blocks(n, m, d, dv, bq, bk, caus
     torch.testing.assert_close(out, sdpa(q, k, v, causal), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("n,bq,bk", [(1, 1, 1), (1, 256, 512), (513, 256, 512), (300, 64, 100), (1000, 128, 96)])
+@pytest.mark.parametrize(
+    "n,bq,bk", [(1, 1, 1), (1, 256, 512), (513, 256, 512), (300, 64, 100), (1000, 128, 96)]
+)
 @pytest.mark.parametrize("causal", [False, True])
 def test_edge_sizes_and_default_blocks(n, bq, bk, causal):
     q, k, v = (torch.randn(1, 4, n, 64) for _ in range(3))
@@ -52,12 +60,16 @@ def test_large_score_jumps_trigger_rescale_and_stay_exact():
     v = torch.randn(1, 2, 100, 8)
     for causal in (False, True):
         out = flash_attention(q, k, v, causal=causal, block_q=16, block_k=8)
-        ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal).float()
+        ref = F.scaled_dot_product_attention(
+            q.double(), k.double(), v.double(), is_causal=causal
+        ).float()
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-3), (torch.bfloat16, 1.6e-2), (torch.float64, 1e-12)])
+@pytest.mark.parametrize(
+    "dtype,tol", [(torch.float16, 2e-3), (torch.bfloat16, 1.6e-2), (torch.float64, 1e-12)]
+)
 def test_low_and_high_precision(dtype, tol):
     q, k, v = (torch.randn(2, 2, 45, 16).to(dtype) for _ in range(3))
     for causal in (False, True):
@@ -96,7 +108,9 @@ def test_online_softmax_steps_end_in_softmax_attention():
     assert steps[-1]["l"] == pytest.approx(float(torch.exp(s.double() - s.max()).sum()))
     for st_ in steps:  # after every block: exact attention over the keys seen so far
         seen = slice(0, st_["stop"])
-        torch.testing.assert_close(st_["out"], torch.softmax(s[seen].double(), 0) @ v[seen].double())
+        torch.testing.assert_close(
+            st_["out"], torch.softmax(s[seen].double(), 0) @ v[seen].double()
+        )
         assert 0 <= st_["alpha"] <= 1
 
 

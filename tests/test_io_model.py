@@ -1,9 +1,14 @@
 """The two-level memory simulation against the paper's formulas."""
+
 import math
 
 import pytest
-
-from selfattn.efficient import TwoLevelMemory, flash_block_sizes, standard_attention_io, tiled_attention_io
+from selfattn.efficient import (
+    TwoLevelMemory,
+    flash_block_sizes,
+    standard_attention_io,
+    tiled_attention_io,
+)
 
 
 def test_standard_with_ample_fast_memory_is_the_formula():

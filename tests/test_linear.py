@@ -1,9 +1,9 @@
 """Linear attention: parallel == chunked == recurrent == the written-out kernel formula."""
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-
 from selfattn.efficient import (
     LinearAttentionState,
     elu_feature_map,
@@ -21,8 +21,14 @@ def oracle(q, k, v, causal, phi=elu_feature_map, eps=1e-6):
     return (a @ v) / (a.sum(-1, keepdim=True) + eps)
 
 
-@given(n=st.integers(1, 40), d=st.sampled_from([1, 4, 8]), dv=st.sampled_from([1, 3, 8]),
-       chunk=st.integers(1, 50), causal=st.booleans(), seed=st.integers(0, 1000))
+@given(
+    n=st.integers(1, 40),
+    d=st.sampled_from([1, 4, 8]),
+    dv=st.sampled_from([1, 3, 8]),
+    chunk=st.integers(1, 50),
+    causal=st.booleans(),
+    seed=st.integers(0, 1000),
+)
 def test_parallel_matches_the_formula(n, d, dv, chunk, causal, seed):
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(2, 2, n, d, generator=g), torch.randn(2, 2, n, d, generator=g)
@@ -34,13 +40,17 @@ def test_parallel_matches_the_formula(n, d, dv, chunk, causal, seed):
 @pytest.mark.parametrize("n", [1, 2, 17, 64])
 def test_recurrent_form_equals_parallel_form(n):
     q, k, v = (torch.randn(3, n, 8, dtype=torch.float64) for _ in range(3))
-    torch.testing.assert_close(linear_attention_recurrent(q, k, v), linear_attention(q, k, v, causal=True, chunk_size=5))
+    torch.testing.assert_close(
+        linear_attention_recurrent(q, k, v), linear_attention(q, k, v, causal=True, chunk_size=5)
+    )
 
 
 def test_cross_attention_lengths_and_custom_feature_map():
     q, k, v = torch.randn(5, 4), torch.randn(9, 4), torch.randn(9, 2)
     phi = torch.nn.functional.softplus
-    torch.testing.assert_close(linear_attention(q, k, v, feature_map=phi), oracle(q, k, v, False, phi))
+    torch.testing.assert_close(
+        linear_attention(q, k, v, feature_map=phi), oracle(q, k, v, False, phi)
+    )
 
 
 def test_step_memory_is_constant_and_matches():
@@ -53,7 +63,9 @@ def test_step_memory_is_constant_and_matches():
         outs.append(o)
         assert state.nbytes() == size
     assert state.steps == 30
-    torch.testing.assert_close(torch.stack(outs, 1), linear_attention(q, k, v, causal=True), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.stack(outs, 1), linear_attention(q, k, v, causal=True), atol=1e-5, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 5e-3), (torch.bfloat16, 3e-2)])
@@ -67,7 +79,9 @@ def test_half_precision(dtype, tol):
 def test_feature_map_is_positive():
     x = torch.linspace(-50, 50, 101)
     assert (elu_feature_map(x) > 0).all()
-    torch.testing.assert_close(elu_feature_map(x.double()), torch.nn.functional.elu(x.double()) + 1)
+    torch.testing.assert_close(
+        elu_feature_map(x.double()), torch.nn.functional.elu(x.double()) + 1
+    )
 
 
 def test_bad_input():

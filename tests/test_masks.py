@@ -1,7 +1,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from selfattn import causal_mask, padding_mask
 
 
@@ -12,7 +11,9 @@ def test_causal_mask_matches_sdpa_is_causal():
 
 
 def test_causal_mask_values_and_alignment():
-    assert torch.equal(causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool))
+    assert torch.equal(
+        causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    )
     bottom = causal_mask(2, 4, align="bottom_right")
     assert torch.equal(bottom, torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool))
     assert causal_mask(1, 1).item() is True
@@ -25,7 +26,11 @@ def test_causal_mask_values_and_alignment():
 def test_padding_mask():
     m = padding_mask([3, 1, 0], 4)
     assert m.shape == (3, 1, 4) and m.dtype == torch.bool
-    assert m[:, 0].tolist() == [[True, True, True, False], [True, False, False, False], [False] * 4]
+    assert m[:, 0].tolist() == [
+        [True, True, True, False],
+        [True, False, False, False],
+        [False] * 4,
+    ]
     with pytest.raises(ValueError, match="0..max_len=4.*5"):
         padding_mask([5], 4)
     with pytest.raises(TypeError, match="integer"):
@@ -70,7 +75,8 @@ def test_sliding_window_matches_sdpa_with_explicit_mask():
     q, k, v = torch.randn(2, 7, 4), torch.randn(2, 7, 4), torch.randn(2, 7, 3)
     mask = sliding_window_mask(7, 3)
     torch.testing.assert_close(
-        scaled_dot_product_attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        scaled_dot_product_attention(q, k, v, mask),
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
     )
 
 
@@ -80,7 +86,9 @@ def test_to_ignore_mask_feeds_nn_multihead_attention():
     x = torch.randn(1, 5, 8)
     causal = causal_mask(5)
     y_right = mha(x, x, x, attn_mask=to_ignore_mask(causal))[0]
-    y_flat = mha(x, x, x, attn_mask=torch.triu(torch.ones(5, 5, dtype=torch.bool), 1))[0]  # the usual torch idiom
+    y_flat = mha(x, x, x, attn_mask=torch.triu(torch.ones(5, 5, dtype=torch.bool), 1))[
+        0
+    ]  # the usual torch idiom
     torch.testing.assert_close(y_right, y_flat)
     # passing our convention unflipped: the last query sees nothing (NaN), query 0 sees the future
     y_wrong = mha(x, x, x, attn_mask=causal)[0]
@@ -100,7 +108,9 @@ def test_to_additive_mask():
     assert torch.equal(softmax(scores + add)[1], torch.zeros(2))  # fully masked row: zeros
     half = to_additive_mask(m, torch.float16, fill=-1e9)
     assert half.dtype == torch.float16 and half[0, 1].item() == -math.inf  # -1e9 overflows float16
-    assert to_additive_mask(m, torch.bfloat16, fill=-1e9)[0, 1].item() > -math.inf  # bfloat16 keeps it finite
+    assert (
+        to_additive_mask(m, torch.bfloat16, fill=-1e9)[0, 1].item() > -math.inf
+    )  # bfloat16 keeps it finite
     with pytest.raises(TypeError, match="floating-point dtype"):
         to_additive_mask(m, torch.int32)
 

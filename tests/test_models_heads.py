@@ -1,7 +1,7 @@
 """The prev/first lookup task and the tiny model whose heads divide the work (chapter 5)."""
+
 import pytest
 import torch
-
 from selfattn import train_loop
 from selfattn.data import IGNORE_INDEX, prev_first_lookup
 from selfattn.models import LookupHeadsModel, lookup_loss
@@ -24,7 +24,14 @@ def test_two_heads_learn_the_two_lookups():
     torch.manual_seed(0)
     model = LookupHeadsModel(num_heads=2)
     g = torch.Generator().manual_seed(1)
-    train_loop(model, lambda step: prev_first_lookup(64, generator=g), lookup_loss, steps=300, lr=3e-3, clip=None)
+    train_loop(
+        model,
+        lambda step: prev_first_lookup(64, generator=g),
+        lookup_loss,
+        steps=300,
+        lr=3e-3,
+        clip=None,
+    )
     test = prev_first_lookup(256, generator=torch.Generator().manual_seed(9))
     with torch.no_grad():
         prev_logits, first_logits, w = model(test.tokens)

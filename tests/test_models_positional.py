@@ -1,7 +1,7 @@
 """OrderModel (chapter 6's experiment model) and the shifted-copy task."""
+
 import pytest
 import torch
-
 from selfattn.data import IGNORE_INDEX, ShiftedCopyTask, shifted_copy_batch
 from selfattn.models import ENCODINGS, OrderModel, token_accuracy, train_order_model
 
@@ -16,6 +16,7 @@ def _one_thread():
 
 
 # ---- the task -----------------------------------------------------------------------
+
 
 def test_shifted_copy_targets_and_determinism():
     x, y = shifted_copy_batch(5, 9, shift=3, vocab_size=10, seed=4)
@@ -32,12 +33,15 @@ def test_shifted_copy_targets_and_determinism():
     assert torch.equal(torch.random.get_rng_state(), state)  # the global generator is untouched
 
 
-@pytest.mark.parametrize("kwargs,exc,msg", [
-    ({"n": 3, "shift": 3}, ValueError, "n must exceed shift"),
-    ({"n": 5, "shift": -1}, ValueError, "shift must be >= 0"),
-    ({"n": 5.0, "shift": 1}, TypeError, "n must be an int, got float"),
-    ({"n": 5, "shift": 1, "vocab_size": 2}, ValueError, "vocab_size must be >= 3"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,msg",
+    [
+        ({"n": 3, "shift": 3}, ValueError, "n must exceed shift"),
+        ({"n": 5, "shift": -1}, ValueError, "shift must be >= 0"),
+        ({"n": 5.0, "shift": 1}, TypeError, "n must be an int, got float"),
+        ({"n": 5, "shift": 1, "vocab_size": 2}, ValueError, "vocab_size must be >= 3"),
+    ],
+)
 def test_shifted_copy_bad_input(kwargs, exc, msg):
     kwargs = {"vocab_size": 8, **kwargs}
     with pytest.raises(exc, match=msg):
@@ -45,6 +49,7 @@ def test_shifted_copy_bad_input(kwargs, exc, msg):
 
 
 # ---- the model ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_every_encoding_gives_logits_and_causal_weights(encoding):
@@ -62,8 +67,14 @@ def test_without_positions_and_mask_the_model_is_permutation_equivariant():
     torch.manual_seed(0)
     tokens = torch.randint(1, 11, (2, 9))
     perm = torch.randperm(9)
-    for encoding, equivariant in [("none", True), ("sinusoidal", False), ("learned", False),
-                                  ("alibi", False), ("relative", False), ("rope", False)]:
+    for encoding, equivariant in [
+        ("none", True),
+        ("sinusoidal", False),
+        ("learned", False),
+        ("alibi", False),
+        ("relative", False),
+        ("rope", False),
+    ]:
         model = OrderModel(11, encoding=encoding, d_model=16, num_heads=2, causal=False)
         if encoding == "relative":
             torch.nn.init.normal_(model.rel.bias.weight)  # it starts at zero, i.e. as "none"
@@ -77,7 +88,9 @@ def test_model_bad_input():
         OrderModel(10, encoding="absolute")
     with pytest.raises(ValueError, match="heads of even size"):
         OrderModel(10, d_model=12, num_heads=4)
-    with pytest.raises(TypeError, match=r"tokens must be a torch.long tensor \(B, n\), got \(4,\)"):
+    with pytest.raises(
+        TypeError, match=r"tokens must be a torch.long tensor \(B, n\), got \(4,\)"
+    ):
         OrderModel(10)(torch.arange(4))
     with pytest.raises(ValueError, match="do not fit the table of max_len=8"):
         OrderModel(10, encoding="learned", max_len=8)(torch.ones(1, 9, dtype=torch.long))
@@ -85,7 +98,9 @@ def test_model_bad_input():
 
 def test_training_learns_the_shift_and_accuracy_counts_only_scored_positions():
     task = ShiftedCopyTask(shift=1, vocab_size=8, seed=0)
-    model, losses = train_order_model("rope", task, n_train=8, steps=150, d_model=16, num_heads=2, lr=1e-2)
+    model, losses = train_order_model(
+        "rope", task, n_train=8, steps=150, d_model=16, num_heads=2, lr=1e-2
+    )
     x, y = task.test_set(200, 8)
     acc = token_accuracy(model, x, y)
     per_position = token_accuracy(model, x, y, per_position=True)

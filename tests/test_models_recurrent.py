@@ -1,7 +1,7 @@
 """The tiny recurrent classifiers and the gradient-reach measurement."""
+
 import pytest
 import torch
-
 from selfattn.gradient_reach import gradient_reach
 from selfattn.models import RecurrentClassifier
 
@@ -30,8 +30,14 @@ def test_lstm_learns_to_remember_the_first_token_at_short_distance():
     torch.set_num_threads(1)  # tiny model: extra threads only add contention
     task = LongRangeTask(4)
     model = RecurrentClassifier(len(task.vocab), 4, d_embed=8, d_hidden=16)
-    train_loop(model, task.sampler((1, 3), 32, seed=0),
-               lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]), steps=300, lr=1e-2, progress=False)
+    train_loop(
+        model,
+        task.sampler((1, 3), 32, seed=0),
+        lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
+        steps=300,
+        lr=1e-2,
+        progress=False,
+    )
     ids, y = task.batch(3, 200, seed=9)
     assert (model(ids).argmax(-1) == y).float().mean() > 0.95
 
@@ -41,7 +47,9 @@ def test_errors():
         RecurrentClassifier(5, 2, cell="gru")
     with pytest.raises(ValueError, match="d_hidden must be a positive int, got 0"):
         RecurrentClassifier(5, 2, d_hidden=0)
-    with pytest.raises(TypeError, match=r"long tensor of shape \(B, n\), got Tensor torch.float32 \(2, 3\)"):
+    with pytest.raises(
+        TypeError, match=r"long tensor of shape \(B, n\), got Tensor torch.float32 \(2, 3\)"
+    ):
         RecurrentClassifier(5, 2)(torch.zeros(2, 3))
 
 
@@ -60,6 +68,10 @@ def test_gradient_reach_matches_the_jacobian():
 
 def test_gradient_reach_of_an_identity_and_errors():
     x = torch.randn(4, 2)
-    torch.testing.assert_close(gradient_reach(lambda t: t, x), torch.tensor([0.0, 0.0, 0.0, 2 ** 0.5]))
-    with pytest.raises(ValueError, match=r"float tensor of shape \(n, d_in\), got Tensor torch.int64 \(4,\)"):
+    torch.testing.assert_close(
+        gradient_reach(lambda t: t, x), torch.tensor([0.0, 0.0, 0.0, 2**0.5])
+    )
+    with pytest.raises(
+        ValueError, match=r"float tensor of shape \(n, d_in\), got Tensor torch.int64 \(4,\)"
+    ):
         gradient_reach(lambda t: t, torch.arange(4))

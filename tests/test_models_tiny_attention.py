@@ -1,9 +1,9 @@
 """The tiny attention models against the formula and torch's own attention."""
+
 import math
 
 import pytest
 import torch
-
 from selfattn.models import AttentionClassifier, SelfAttention, sinusoidal_positions
 
 
@@ -27,8 +27,9 @@ def test_heads_agree_with_torch_sdpa_and_cross_attention_shapes(n_heads):
     out, w = layer(x, ctx, return_weights=True)
     assert out.shape == (3, 5, 8) and w.shape == (3, n_heads, 5, 9)
     split = lambda t: t.view(3, -1, n_heads, 8 // n_heads).transpose(1, 2)  # noqa: E731
-    ref = torch.nn.functional.scaled_dot_product_attention(split(layer.w_q(x)), split(layer.w_k(ctx)),
-                                                           split(layer.w_v(ctx)))
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        split(layer.w_q(x)), split(layer.w_k(ctx)), split(layer.w_v(ctx))
+    )
     torch.testing.assert_close(out, ref.transpose(1, 2).reshape(3, 5, 8), atol=1e-5, rtol=1e-5)
 
 
@@ -51,20 +52,26 @@ def test_mask_and_n_equals_one():
     x = torch.randn(1, 3, 4)
     mask = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
     out, w = layer(x, mask=mask, return_weights=True)
-    assert w[0, 0, 1].abs().sum() == 0 and out[0, 1].abs().sum() == 0  # fully masked row: zeros, no NaN
+    assert (
+        w[0, 0, 1].abs().sum() == 0 and out[0, 1].abs().sum() == 0
+    )  # fully masked row: zeros, no NaN
     assert w[0, 0, 0, 0] == 1
 
 
 def test_sinusoidal_positions_formula():
     p = sinusoidal_positions(5, 4)
     assert p.shape == (5, 4)
-    torch.testing.assert_close(p[3], torch.tensor([math.sin(3), math.cos(3), math.sin(3 / 100), math.cos(3 / 100)]))
+    torch.testing.assert_close(
+        p[3], torch.tensor([math.sin(3), math.cos(3), math.sin(3 / 100), math.cos(3 / 100)])
+    )
 
 
 def test_classifier_shapes_weights_and_query_position():
     torch.manual_seed(0)
     for positions in ("sinusoidal", "learned", None):
-        model = AttentionClassifier(10, 3, d_model=8, n_layers=2, n_heads=2, positions=positions, max_len=6, mlp=True)
+        model = AttentionClassifier(
+            10, 3, d_model=8, n_layers=2, n_heads=2, positions=positions, max_len=6, mlp=True
+        )
         ids = torch.randint(1, 10, (4, 6))
         logits, weights = model(ids, return_weights=True)
         assert logits.shape == (4, 3) and len(weights) == 2 and weights[0].shape == (4, 2, 6, 6)
@@ -89,8 +96,14 @@ def test_classifier_learns_the_long_range_task():
     torch.set_num_threads(1)  # tiny model: extra threads only add contention
     task = LongRangeTask(4)
     model = AttentionClassifier(len(task.vocab), 4, d_model=16)
-    train_loop(model, task.sampler((1, 20), 32, seed=0),
-               lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]), steps=300, lr=3e-3, progress=False)
+    train_loop(
+        model,
+        task.sampler((1, 20), 32, seed=0),
+        lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
+        steps=300,
+        lr=3e-3,
+        progress=False,
+    )
     ids, y = task.batch(15, 200, seed=5)
     assert (model(ids).argmax(-1) == y).float().mean() > 0.95
 
@@ -105,7 +118,9 @@ def test_errors():
     with pytest.raises(ValueError, match="positions must be"):
         AttentionClassifier(5, 2, positions="rotary")
     with pytest.raises(ValueError, match="sequence length 7 exceeds max_len=6"):
-        AttentionClassifier(5, 2, positions="learned", max_len=6)(torch.ones(1, 7, dtype=torch.long))
+        AttentionClassifier(5, 2, positions="learned", max_len=6)(
+            torch.ones(1, 7, dtype=torch.long)
+        )
     with pytest.raises(ValueError, match="query_position must be"):
         AttentionClassifier(5, 2)(torch.ones(2, 3, dtype=torch.long), torch.tensor([0, 3]))
     with pytest.raises(TypeError, match="ids must be a long tensor"):

@@ -1,10 +1,10 @@
 """The miniature Transformers of chapter 9, against direct formulas and invariances."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-
 from selfattn.models import (
     Decoder,
     Encoder,
@@ -66,7 +66,9 @@ def test_gpt_output_i_independent_of_later_tokens():
     for i in (0, 5, 10):
         changed = ids.clone()
         changed[:, i + 1 :] = torch.randint(0, 11, (3, 11 - i))
-        torch.testing.assert_close(gpt(changed)[:, : i + 1], logits[:, : i + 1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            gpt(changed)[:, : i + 1], logits[:, : i + 1], atol=1e-5, rtol=1e-5
+        )
 
 
 @pytest.mark.parametrize("prompt_len", [1, 5])
@@ -96,7 +98,9 @@ def test_cross_attention_decoder_cache():
     caches = dec.new_caches()
     steps = [dec(x[:, :3], context=ctx, caches=caches)]
     for t in range(3, 6):
-        steps.append(dec(x[:, t : t + 1], context=None, caches=caches))  # cross keys come from the cache
+        steps.append(
+            dec(x[:, t : t + 1], context=None, caches=caches)
+        )  # cross keys come from the cache
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="context"):
         dec(x)
@@ -154,7 +158,9 @@ def test_vit_shapes_and_class_token_attention():
 
 def test_clip_embeddings_similarity_and_cross_attention():
     torch.manual_seed(6)
-    clip = MiniCLIP(10, image_size=24, patch=6, d_model=D, num_heads=H, num_layers=1, embed_dim=8).eval()
+    clip = MiniCLIP(
+        10, image_size=24, patch=6, d_model=D, num_heads=H, num_layers=1, embed_dim=8
+    ).eval()
     images = torch.randn(4, 3, 24, 24)
     ids = torch.tensor([[1, 2, 3, 0], [1, 4, 5, 6], [2, 2, 0, 0], [7, 8, 9, 1]])
     img, txt = clip.encode_image(images), clip.encode_text(ids)

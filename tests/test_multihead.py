@@ -1,13 +1,11 @@
 """MultiHeadAttention against torch.nn.MultiheadAttention (same weights), and the KV cache against recomputation."""
-import math
+
 
 import pytest
+import selfattn
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from torch import nn
-
-import selfattn
 from selfattn import (
     KVCache,
     MultiHeadAttention,
@@ -21,6 +19,7 @@ from selfattn import (
     padding_mask,
     split_heads,
 )
+from torch import nn
 
 TOL = 1e-5  # float32 agreement with nn.MultiheadAttention promised by the library
 
@@ -37,7 +36,15 @@ def torch_mha(mha, x, ctx=None, mask=None, key_padding=None):
     ctx = x if ctx is None else ctx
     attn_mask = None if mask is None else ~mask
     kpm = None if key_padding is None else ~key_padding
-    return mha(x, ctx, ctx, attn_mask=attn_mask, key_padding_mask=kpm, need_weights=True, average_attn_weights=False)
+    return mha(
+        x,
+        ctx,
+        ctx,
+        attn_mask=attn_mask,
+        key_padding_mask=kpm,
+        need_weights=True,
+        average_attn_weights=False,
+    )
 
 
 def assert_close(a, b, tol=TOL):
@@ -46,6 +53,7 @@ def assert_close(a, b, tol=TOL):
 
 
 # ---- against nn.MultiheadAttention ----------------------------------------------
+
 
 @given(
     st.integers(1, 3),  # B
@@ -60,7 +68,9 @@ def test_self_attention_matches_torch(B, n, dh, mask_kind, bias, seed):
     ours, theirs = pair(d, h, bias, seed)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(B, n, d, generator=g)
-    lengths = torch.randint(1, n + 1, (B,), generator=g)  # >= 1 so no row is fully masked (torch gives NaN)
+    lengths = torch.randint(
+        1, n + 1, (B,), generator=g
+    )  # >= 1 so no row is fully masked (torch gives NaN)
     mask, key_padding, float_mask = None, None, None
     if mask_kind in ("causal", "both"):
         mask = causal_mask(n)
@@ -83,14 +93,27 @@ def test_self_attention_matches_torch(B, n, dh, mask_kind, bias, seed):
     assert_close(w, w_ref)
 
 
-@given(st.integers(1, 3), st.integers(1, 7), st.integers(1, 9), st.booleans(), st.integers(0, 2**31 - 1))
+@given(
+    st.integers(1, 3),
+    st.integers(1, 7),
+    st.integers(1, 9),
+    st.booleans(),
+    st.integers(0, 2**31 - 1),
+)
 def test_cross_attention_matches_torch(B, n, m, with_mask, seed):
     ours, theirs = pair(16, 4, True, seed)
     g = torch.Generator().manual_seed(seed)
     x, ctx = torch.randn(B, n, 16, generator=g), torch.randn(B, m, 16, generator=g)
-    key_padding = padding_mask(torch.randint(1, m + 1, (B,), generator=g), m)[:, 0] if with_mask else None
+    key_padding = (
+        padding_mask(torch.randint(1, m + 1, (B,), generator=g), m)[:, 0] if with_mask else None
+    )
     y_ref, w_ref = torch_mha(theirs, x, ctx, key_padding=key_padding)
-    y, w = ours(x, context=ctx, mask=None if key_padding is None else key_padding[:, None, :], return_weights=True)
+    y, w = ours(
+        x,
+        context=ctx,
+        mask=None if key_padding is None else key_padding[:, None, :],
+        return_weights=True,
+    )
     assert y.shape == (B, n, 16) and w.shape == (B, 4, n, m)
     assert_close(y, y_ref)
     assert_close(w, w_ref)
@@ -202,6 +225,7 @@ def test_3d_mask_never_broadcasts_over_heads():
 
 # ---- KV cache ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("prompt_len", [1, 3])
 def test_cache_decoding_equals_recomputation(prompt_len):
     torch.manual_seed(0)
@@ -211,7 +235,9 @@ def test_cache_decoding_equals_recomputation(prompt_len):
     cache = KVCache()
     parts = [layer(seq[:, :prompt_len], mask="causal", cache=cache)]
     for t in range(prompt_len, seq.shape[1]):
-        parts.append(layer(seq[:, t : t + 1], cache=cache))  # n = 1 sees every cached key: no mask needed
+        parts.append(
+            layer(seq[:, t : t + 1], cache=cache)
+        )  # n = 1 sees every cached key: no mask needed
     assert len(cache) == seq.shape[1]
     assert_close(torch.cat(parts, dim=1), full)
 
@@ -238,7 +264,9 @@ def test_cross_attention_cache_reuses_context():
     x, ctx = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     full = layer(x, context=ctx)
     cache = KVCache()
-    steps = [layer(x[:, :1], context=ctx, cache=cache)] + [layer(x[:, t : t + 1], cache=cache) for t in range(1, 5)]
+    steps = [layer(x[:, :1], context=ctx, cache=cache)] + [
+        layer(x[:, t : t + 1], cache=cache) for t in range(1, 5)
+    ]
     assert len(cache) == 7 and cache.cross
     assert_close(torch.cat(steps, 1), full)
     with pytest.raises(ValueError, match="needs context"):
@@ -253,7 +281,9 @@ def test_cache_errors_and_size():
     assert len(cache) == 0 and cache.nbytes == 0
     layer(torch.randn(2, 3, 16), cache=cache)
     assert cache.k.shape == (2, 4, 3, 4)
-    assert cache.nbytes == kv_cache_bytes(1, 4, 4, 3, torch.float32, batch=2) == 2 * 4 * 4 * 3 * 4 * 2
+    assert (
+        cache.nbytes == kv_cache_bytes(1, 4, 4, 3, torch.float32, batch=2) == 2 * 4 * 4 * 3 * 4 * 2
+    )
     with pytest.raises(ValueError, match="batch size 2"):
         layer(torch.randn(3, 1, 16), cache=cache)
     with pytest.raises(ValueError, match="number of keys m=4"):
@@ -273,7 +303,9 @@ def test_generate_with_and_without_cache_agree():
     fast = generate(layers, prompt, 12, use_cache=True)
     slow = generate(layers, prompt, 12, use_cache=False)
     assert fast.shape == (2, 12, 16)
-    assert_close(fast, slow, tol=1e-4)  # 12 autoregressive steps through 2 layers compound rounding
+    assert_close(
+        fast, slow, tol=1e-4
+    )  # 12 autoregressive steps through 2 layers compound rounding
     assert torch.equal(attention_stack(2, 16, 4, seed=3)[0].qkv.weight, layers[0].qkv.weight)
     with pytest.raises(ValueError, match="steps"):
         generate(layers, prompt, 0)
@@ -282,6 +314,7 @@ def test_generate_with_and_without_cache_agree():
 
 
 # ---- cost formulas ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("d,h", [(8, 1), (64, 8), (96, 12)])
 def test_param_count_formula(d, h):
@@ -301,7 +334,9 @@ def test_exported():
         assert hasattr(selfattn, name)
 
 
-@pytest.mark.parametrize("dtype,tol", [(torch.float16, 1e-2), (torch.bfloat16, 5e-2), (torch.float64, 1e-12)])
+@pytest.mark.parametrize(
+    "dtype,tol", [(torch.float16, 1e-2), (torch.bfloat16, 5e-2), (torch.float64, 1e-12)]
+)
 def test_low_and_high_precision_against_float64(dtype, tol):
     # The same layer in float64 is the oracle; half precision must stay close and never give NaN,
     # including a fully masked sequence (the mask fills with -inf, which float16 represents).

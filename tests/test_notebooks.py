@@ -2,6 +2,7 @@
 
 Strict nbval (``make test-notebooks``) then checks that the outputs reproduce.
 """
+
 import json
 import re
 
@@ -27,14 +28,23 @@ def markdown(nb):
 def test_every_toc_entry_exists():
     for f in toc_files():
         candidates = [ROOT / f"{f}{ext}" for ext in (".md", ".ipynb", ".rst")] + [ROOT / f]
-        assert any(c.exists() for c in candidates), f"_toc.yml lists {f!r}, but no such file exists"
+        assert any(c.exists() for c in candidates), (
+            f"_toc.yml lists {f!r}, but no such file exists"
+        )
 
 
 def test_chapter_names_follow_the_book_numbering():
     allowed = {
-        "01_why_self_attention", "02_queries_keys_values", "03_scaled_dot_product", "04_masking",
-        "05_multi_head", "06_positional_encoding", "07_cost_and_flashattention", "08_sparse_and_linear",
-        "09_transformers_everywhere", "10_summary",
+        "01_why_self_attention",
+        "02_queries_keys_values",
+        "03_scaled_dot_product",
+        "04_masking",
+        "05_multi_head",
+        "06_positional_encoding",
+        "07_cost_and_flashattention",
+        "08_sparse_and_linear",
+        "09_transformers_everywhere",
+        "10_summary",
     }
     for path in (ROOT / "chapters").glob("*.ipynb"):
         assert path.stem in allowed, f"{path.name} is not one of the book's chapter names"
@@ -51,7 +61,9 @@ def test_setup_cell_is_canonical(path):
 @pytest.mark.parametrize("path", CHAPTERS, ids=IDS)
 def test_executed_in_order_in_one_run(path):
     counts = [c.get("execution_count") for c in code_cells(load(path))]
-    assert counts == list(range(1, len(counts) + 1)), f"{path.name}: run `make execute` (counts {counts})"
+    assert counts == list(range(1, len(counts) + 1)), (
+        f"{path.name}: run `make execute` (counts {counts})"
+    )
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=IDS)
@@ -68,14 +80,18 @@ def test_no_error_outputs_and_no_stderr(path):
 def test_anatomy(path):
     nb = load(path)
     text = markdown(nb)
-    assert nb["cells"][0]["cell_type"] == "markdown" and "".join(nb["cells"][0]["source"]).startswith("# "), (
-        f"{path.name}: must open with a markdown title"
-    )
+    assert nb["cells"][0]["cell_type"] == "markdown" and "".join(
+        nb["cells"][0]["source"]
+    ).startswith("# "), f"{path.name}: must open with a markdown title"
     if path.stem != "10_summary":
         exercises = re.findall(r"```\{exercise-start\}", text)
         solutions = re.findall(r"```\{solution-start\}", text)
-        assert len(exercises) >= 4, f"{path.name}: needs at least 4 exercises, has {len(exercises)}"
-        assert len(solutions) == len(exercises), f"{path.name}: {len(exercises)} exercises but {len(solutions)} solutions"
+        assert len(exercises) >= 4, (
+            f"{path.name}: needs at least 4 exercises, has {len(exercises)}"
+        )
+        assert len(solutions) == len(exercises), (
+            f"{path.name}: {len(exercises)} exercises but {len(solutions)} solutions"
+        )
         assert text.count("```{exercise-end}") == len(exercises)
         assert text.count("```{solution-end}") == len(solutions)
         assert ":class: dropdown" in text, f"{path.name}: solutions should be dropdowns"
@@ -87,5 +103,11 @@ def test_widgets_have_saved_state(path):
     nb = load(path)
     sources = "\n".join("".join(c["source"]) for c in code_cells(nb))
     if "widgets" in sources or "explorer" in sources:
-        state = nb.get("metadata", {}).get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
-        assert state.get("state"), f"{path.name}: uses widgets but saved no widget state (run `make execute`)"
+        state = (
+            nb.get("metadata", {})
+            .get("widgets", {})
+            .get("application/vnd.jupyter.widget-state+json", {})
+        )
+        assert state.get("state"), (
+            f"{path.name}: uses widgets but saved no widget state (run `make execute`)"
+        )

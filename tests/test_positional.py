@@ -1,12 +1,12 @@
 """Positional encodings against their formulas, the papers' reference code, and their defining properties."""
+
 import math
 
 import pytest
+import selfattn
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-
-import selfattn
 from selfattn.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
@@ -26,7 +26,10 @@ TOL = 1e-5
 
 # ---- sinusoidal ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("n,d,base", [(1, 2, 10000.0), (7, 6, 10000.0), (50, 64, 10000.0), (9, 10, 100.0)])
+
+@pytest.mark.parametrize(
+    "n,d,base", [(1, 2, 10000.0), (7, 6, 10000.0), (50, 64, 10000.0), (9, 10, 100.0)]
+)
 def test_sinusoidal_matches_the_formula_entry_by_entry(n, d, base):
     pe = sinusoidal_encoding(n, d, base=base)
     assert pe.shape == (n, d) and pe.dtype == torch.float32
@@ -67,17 +70,22 @@ def test_sinusoidal_dot_product_depends_only_on_distance():
     pe = sinusoidal_encoding(60, 32, dtype=torch.float64)
     for k in (0, 1, 5, 20):
         dots = (pe[: 60 - k] * pe[k:]).sum(-1)
-        expected = torch.cos(k * torch.tensor([10000.0 ** (-2 * i / 32) for i in range(16)], dtype=torch.float64)).sum()
+        expected = torch.cos(
+            k * torch.tensor([10000.0 ** (-2 * i / 32) for i in range(16)], dtype=torch.float64)
+        ).sum()
         assert torch.allclose(dots, expected.expand_as(dots), atol=1e-10)
 
 
-@pytest.mark.parametrize("args,kwargs,exc,msg", [
-    ((5, 7), {}, ValueError, "d must be even"),
-    ((0, 8), {}, ValueError, "n must be >= 1"),
-    ((5.0, 8), {}, TypeError, "n must be an int, got float"),
-    ((5, 8), {"base": 1.0}, ValueError, "base must be a number > 1"),
-    ((5, 8), {"offset": -1}, ValueError, "offset must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "args,kwargs,exc,msg",
+    [
+        ((5, 7), {}, ValueError, "d must be even"),
+        ((0, 8), {}, ValueError, "n must be >= 1"),
+        ((5.0, 8), {}, TypeError, "n must be an int, got float"),
+        ((5, 8), {"base": 1.0}, ValueError, "base must be a number > 1"),
+        ((5, 8), {"offset": -1}, ValueError, "offset must be >= 0"),
+    ],
+)
 def test_sinusoidal_bad_input(args, kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
         sinusoidal_encoding(*args, **kwargs)
@@ -91,6 +99,7 @@ def test_shift_matrix_bad_input():
 
 
 # ---- learned ------------------------------------------------------------------------
+
 
 def test_learned_embedding_adds_its_rows_and_refuses_positions_beyond_the_table():
     emb = LearnedPositionalEmbedding(10, 4)
@@ -115,28 +124,36 @@ def test_learned_embedding_rows_never_used_get_no_gradient():
 
 # ---- ALiBi --------------------------------------------------------------------------
 
+
 def _paper_slopes(n):
     """ALiBi's reference code (ofirpress/attention_with_linear_biases, get_slopes), verbatim in logic."""
+
     def get_slopes_power_of_2(n):
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))
         ratio = start
-        return [start * ratio ** i for i in range(n)]
+        return [start * ratio**i for i in range(n)]
 
     if math.log2(n).is_integer():
         return get_slopes_power_of_2(n)
     closest_power_of_2 = 2 ** math.floor(math.log2(n))
-    return (get_slopes_power_of_2(closest_power_of_2)
-            + _paper_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2])
+    return (
+        get_slopes_power_of_2(closest_power_of_2)
+        + _paper_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    )
 
 
 @pytest.mark.parametrize("h", list(range(1, 17)) + [24, 32, 48, 64])
 def test_alibi_slopes_match_the_papers_code(h):
-    assert torch.allclose(alibi_slopes(h), torch.tensor(_paper_slopes(h), dtype=torch.float32), rtol=1e-6, atol=0)
+    assert torch.allclose(
+        alibi_slopes(h), torch.tensor(_paper_slopes(h), dtype=torch.float32), rtol=1e-6, atol=0
+    )
 
 
 def test_alibi_slopes_power_of_two_are_the_geometric_sequence():
     assert torch.allclose(alibi_slopes(8), torch.tensor([2.0 ** -(i + 1) for i in range(8)]))
-    assert torch.allclose(alibi_slopes(16), torch.tensor([2.0 ** (-(i + 1) / 2) for i in range(16)]))
+    assert torch.allclose(
+        alibi_slopes(16), torch.tensor([2.0 ** (-(i + 1) / 2) for i in range(16)])
+    )
     # 12 heads (not a power of two): the 8-head slopes, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5
     expected = [2.0 ** -(i + 1) for i in range(8)] + [2.0 ** -(i + 0.5) for i in range(4)]
     assert torch.allclose(alibi_slopes(12), torch.tensor(expected))
@@ -152,7 +169,9 @@ def test_alibi_bias_values_causal_and_cache_alignment():
             assert torch.allclose(bias[:, i, j], -slopes * abs(i - j))
     causal = alibi_bias(h, n, causal=True)
     future = torch.ones(n, n, dtype=torch.bool).triu(1)
-    assert torch.isinf(causal[:, future]).all() and torch.equal(causal[:, ~future], bias[:, ~future])
+    assert torch.isinf(causal[:, future]).all() and torch.equal(
+        causal[:, ~future], bias[:, ~future]
+    )
     # 2 new queries against 6 keys: they are positions 4 and 5
     assert torch.equal(alibi_bias(h, 2, 6), alibi_bias(h, 6)[:, 4:])
     # as a float mask it plugs straight into attention: heads as a batch dimension
@@ -173,6 +192,7 @@ def test_alibi_bad_input():
 
 # ---- T5 relative buckets ------------------------------------------------------------
 
+
 def _t5_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128):
     """T5's _relative_position_bucket (mesh-tensorflow / HF transformers) for one integer."""
     ret = 0
@@ -186,7 +206,9 @@ def _t5_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128):
     max_exact = num_buckets // 2
     if n < max_exact:
         return ret + n
-    val = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact))
+    val = max_exact + int(
+        math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    )
     return ret + min(val, num_buckets - 1)
 
 
@@ -194,7 +216,9 @@ def _t5_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128):
 @pytest.mark.parametrize("num_buckets,max_distance", [(32, 128), (8, 20)])
 def test_relative_buckets_match_t5(bidirectional, num_buckets, max_distance):
     rel = torch.arange(-300, 301)
-    got = relative_position_bucket(rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance)
+    got = relative_position_bucket(
+        rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
     expected = [_t5_bucket(r, bidirectional, num_buckets, max_distance) for r in rel.tolist()]
     assert got.tolist() == expected
     assert got.min() >= 0 and got.max() < num_buckets
@@ -220,6 +244,7 @@ def test_relative_position_bias_is_toeplitz_and_trainable():
 
 # ---- RoPE ---------------------------------------------------------------------------
 
+
 def _rope_by_matrices(x, positions, base=10000.0):
     """The oracle: build the block-diagonal rotation matrix R_p for every position, multiply."""
     n, d = x.shape
@@ -228,7 +253,9 @@ def _rope_by_matrices(x, positions, base=10000.0):
         R = torch.zeros(d, d, dtype=torch.float64)
         for i in range(d // 2):
             a = p * base ** (-2 * i / d)
-            R[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+            R[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor(
+                [[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]]
+            )
         out[row] = R @ x[row].double()
     return out
 
@@ -241,8 +268,13 @@ def test_rope_matches_explicit_rotation_matrices_and_complex_form():
     assert torch.equal(apply_rope(x, torch.zeros(7)), x)  # position 0: identity
 
 
-@given(m=st.integers(0, 500), n=st.integers(0, 500), shift=st.integers(-300, 300), seed=st.integers(0, 2**16),
-       d=st.sampled_from([2, 8, 64]))
+@given(
+    m=st.integers(0, 500),
+    n=st.integers(0, 500),
+    shift=st.integers(-300, 300),
+    seed=st.integers(0, 2**16),
+    d=st.sampled_from([2, 8, 64]),
+)
 def test_rope_scores_depend_only_on_the_offset(m, n, shift, seed, d):
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(2, 1, d, generator=g, dtype=torch.float64)
@@ -265,7 +297,9 @@ def test_rope_preserves_norms_in_float32(seed, d):
 
 def test_rope_batched_positions_half_precision_and_module():
     x = torch.randn(2, 3, 5, 8)
-    pos = torch.stack([torch.arange(5), torch.arange(5) + 7])[:, None, :]  # (2, 1, 5): per-batch offsets
+    pos = torch.stack([torch.arange(5), torch.arange(5) + 7])[
+        :, None, :
+    ]  # (2, 1, 5): per-batch offsets
     out = apply_rope(x, pos)
     assert torch.allclose(out[1], apply_rope(x[1], torch.arange(5) + 7), atol=1e-6)
     for dtype in (torch.float16, torch.bfloat16):
@@ -283,7 +317,9 @@ def test_rope_batched_positions_half_precision_and_module():
 def test_rope_bad_input():
     with pytest.raises(ValueError, match=r"x.s last dimension d must be even .*got 5"):
         apply_rope(torch.randn(3, 5), torch.arange(3))
-    with pytest.raises(ValueError, match=r"positions must have shape \(n,\) or \(\.\.\., n\) with n=3.*got \(4,\)"):
+    with pytest.raises(
+        ValueError, match=r"positions must have shape \(n,\) or \(\.\.\., n\) with n=3.*got \(4,\)"
+    ):
         apply_rope(torch.randn(3, 4), torch.arange(4))
     with pytest.raises(TypeError, match="got the int 3"):
         apply_rope(torch.randn(3, 4), 3)
@@ -298,6 +334,7 @@ def test_rope_bad_input():
 
 
 # ---- the chapter's explorer ---------------------------------------------------------
+
 
 def test_explorer_curves_and_plots():
     import matplotlib

@@ -1,10 +1,10 @@
 """SingleHeadSelfAttention and KeyValueRecallModel (chapter 3), and the key-value recall data."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-
 from selfattn.data import key_value_recall
 from selfattn.models import KeyValueRecallModel, SingleHeadSelfAttention
 
@@ -30,14 +30,18 @@ def test_single_head_mask_and_bad_input():
     causal = torch.ones(3, 3, dtype=torch.bool).tril()
     _, w = att(x, causal, return_weights=True)
     assert torch.all(w[:, 0, 1:] == 0)
-    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., n, d_model=4\), got \(2, 3, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"x must have shape \(\.\.\., n, d_model=4\), got \(2, 3, 5\)"
+    ):
         att(torch.randn(2, 3, 5))
     with pytest.raises(ValueError, match="d_k must be a positive int, got 0"):
         SingleHeadSelfAttention(4, 0)
 
 
 def test_recall_data_is_consistent_and_deterministic():
-    b = key_value_recall(50, n_pairs=8, n_keys=16, n_values=16, generator=torch.Generator().manual_seed(1))
+    b = key_value_recall(
+        50, n_pairs=8, n_keys=16, n_values=16, generator=torch.Generator().manual_seed(1)
+    )
     assert b.keys.shape == b.values.shape == (50, 8) and b.query.shape == b.target.shape == (50,)
     assert all(len(set(row.tolist())) == 8 for row in b.keys)  # distinct keys per problem
     hit = b.keys == b.query[:, None]
@@ -45,7 +49,9 @@ def test_recall_data_is_consistent_and_deterministic():
     assert torch.equal(b.values[hit], b.target)
     again = key_value_recall(50, generator=torch.Generator().manual_seed(1))
     assert all(torch.equal(a, c) for a, c in zip(b, again))
-    with pytest.raises(ValueError, match="n_pairs=20 distinct keys cannot be drawn from n_keys=16"):
+    with pytest.raises(
+        ValueError, match="n_pairs=20 distinct keys cannot be drawn from n_keys=16"
+    ):
         key_value_recall(4, n_pairs=20)
     with pytest.raises(ValueError, match="must be >= 1"):
         key_value_recall(0)
@@ -80,5 +86,10 @@ def test_recall_model_shapes_and_learning(one_thread):
         opt.step()
     test = key_value_recall(500, generator=g)
     with torch.no_grad():
-        acc = (model(test.keys, test.values, test.query).argmax(-1) == test.target).float().mean().item()
+        acc = (
+            (model(test.keys, test.values, test.query).argmax(-1) == test.target)
+            .float()
+            .mean()
+            .item()
+        )
     assert acc > 0.9

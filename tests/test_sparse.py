@@ -1,21 +1,33 @@
 """Sliding-window attention (band only) against dense attention with the band mask; the sparse masks."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
-
-from selfattn.efficient import block_sparse_mask, receptive_field, sliding_window_attention, strided_mask
+from selfattn.efficient import (
+    block_sparse_mask,
+    receptive_field,
+    sliding_window_attention,
+    strided_mask,
+)
 from selfattn.masks import sliding_window_mask
 
 
-@given(n=st.integers(1, 60), w=st.integers(1, 70), causal=st.booleans(),
-       block=st.one_of(st.none(), st.integers(1, 20)), seed=st.integers(0, 1000))
+@given(
+    n=st.integers(1, 60),
+    w=st.integers(1, 70),
+    causal=st.booleans(),
+    block=st.one_of(st.none(), st.integers(1, 20)),
+    seed=st.integers(0, 1000),
+)
 def test_equals_dense_masked_attention(n, w, causal, block, seed):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 3, n, 8, generator=g) for _ in range(3))
     out = sliding_window_attention(q, k, v, w, causal=causal, block_size=block)
-    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=sliding_window_mask(n, w, causal=causal))
+    ref = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=sliding_window_mask(n, w, causal=causal)
+    )
     assert not torch.isnan(out).any()
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
@@ -31,8 +43,12 @@ def test_half_precision(dtype, tol):
 def test_window_one_is_identity_on_values_and_huge_window_is_causal_attention():
     q, k, v = (torch.randn(1, 30, 4) for _ in range(3))
     torch.testing.assert_close(sliding_window_attention(q, k, v, 1), v)
-    torch.testing.assert_close(sliding_window_attention(q, k, v, 100),
-                               F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        sliding_window_attention(q, k, v, 100),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        atol=1e-6,
+        rtol=1e-5,
+    )
 
 
 def test_work_is_linear_in_n(monkeypatch):
@@ -81,7 +97,11 @@ def test_receptive_field_grows_by_window_minus_one_per_layer():
         (lambda q: sliding_window_attention(q, q, q, 2.0), TypeError, "window"),
         (lambda q: sliding_window_attention(q, q[:3], q[:3], 2), ValueError, "same length"),
         (lambda q: sliding_window_attention(q, q, q, 2, block_size=0), ValueError, "block_size"),
-        (lambda q: block_sparse_mask(5, 2, torch.ones(2, 2, dtype=torch.bool)), ValueError, r"\(3, 3\)"),
+        (
+            lambda q: block_sparse_mask(5, 2, torch.ones(2, 2, dtype=torch.bool)),
+            ValueError,
+            r"\(3, 3\)",
+        ),
         (lambda q: block_sparse_mask(5, 2, torch.ones(3, 3)), TypeError, "bool"),
         (lambda q: receptive_field(torch.ones(3, 4, dtype=torch.bool), 2), ValueError, "square"),
         (lambda q: strided_mask(5, 0), ValueError, "stride"),

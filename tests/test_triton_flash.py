@@ -1,7 +1,10 @@
 """The Triton kernel, run in Triton's interpreter on the CPU, against torch SDPA (small sizes: it is slow)."""
+
 import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported (selfattn imports it only when called)
+os.environ["TRITON_INTERPRET"] = (
+    "1"  # before Triton is imported (selfattn imports it only when called)
+)
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -9,7 +12,6 @@ import sys  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
 from selfattn.efficient import triton_available, triton_flash_attention  # noqa: E402
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="Triton is not installed")
@@ -21,7 +23,13 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(
     "n,m,dk,dv,causal",
-    [(1, 1, 8, 8, False), (1, 1, 8, 8, True), (37, 37, 24, 40, True), (20, 45, 16, 16, False), (33, 33, 64, 64, True)],
+    [
+        (1, 1, 8, 8, False),
+        (1, 1, 8, 8, True),
+        (37, 37, 24, 40, True),
+        (20, 45, 16, 16, False),
+        (33, 33, 64, 64, True),
+    ],
 )
 def test_matches_sdpa_in_the_interpreter(dtype, n, m, dk, dv, causal):
     g = torch.Generator().manual_seed(n + m)
@@ -76,6 +84,8 @@ def test_import_selfattn_without_triton():
         "    print('ok', e)\n"
     )
     env = dict(os.environ, TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok") and "pip install triton" in out.stdout

@@ -1,4 +1,5 @@
 """Chapter 1 and 2 explorers: the views they draw are right, and bad input is refused."""
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -6,7 +7,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
 from selfattn.data import CorefTask  # noqa: E402
 from selfattn.gradient_reach import gradient_reach  # noqa: E402
 from selfattn.models import AttentionClassifier  # noqa: E402
@@ -18,7 +18,9 @@ def test_ch01_profiles_are_gradient_reach_and_shorter_lengths_reuse_the_draw():
     assert set(profiles) == {"RNN (tanh)", "LSTM", "self-attention"}
     encoders = ch01.random_encoders(4, seed=1)
     x = torch.randn(ch01.LENGTHS[-1], 4, generator=torch.Generator().manual_seed(2))[:16]
-    np.testing.assert_allclose(profiles["LSTM"], gradient_reach(encoders["LSTM"], x).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(
+        profiles["LSTM"], gradient_reach(encoders["LSTM"], x).numpy(), rtol=1e-5
+    )
     # the RNN's reach at distance 15 is far below its reach at distance 0
     assert profiles["RNN (tanh)"][0] < 1e-2 * profiles["RNN (tanh)"][-1]
     with pytest.raises(ValueError, match="n must be an int from 1 to 256, got 0"):
@@ -41,8 +43,15 @@ def test_ch01_figures_and_explorer():
 def test_ch02_weights_figures_and_explorer():
     task = CorefTask()
     torch.manual_seed(0)
-    model = AttentionClassifier(len(task.vocab), task.n_classes, d_model=8, n_layers=2, n_heads=2,
-                                positions="learned", max_len=11)
+    model = AttentionClassifier(
+        len(task.vocab),
+        task.n_classes,
+        d_model=8,
+        n_layers=2,
+        n_heads=2,
+        positions="learned",
+        max_len=11,
+    )
     example = task.example(0, "animal", "street", "tired")
     weights = ch02.sentence_weights(model, task, example)
     assert len(weights) == 2 and weights[0].shape == (2, 11, 11)

@@ -1,11 +1,11 @@
 """Chapter 3's explorer and its static figure."""
+
 import math
 
 import matplotlib
 import numpy as np
 import pytest
 import torch
-
 from selfattn.widgets import ch03
 
 matplotlib.use("Agg")
@@ -18,7 +18,9 @@ def test_query_weights_match_a_direct_computation():
         r = ch03.query_weights(d_k, scaled, n_keys=7, seed=5)
         s = (k[:, :d_k] @ q[:d_k]).double() / (math.sqrt(d_k) if scaled else 1.0)
         assert np.allclose(r.weights, torch.softmax(s, 0).numpy(), atol=1e-12)
-        assert math.isclose(r.weights.sum(), 1.0, rel_tol=1e-12) and r.max_weight == r.weights.max()
+        assert (
+            math.isclose(r.weights.sum(), 1.0, rel_tol=1e-12) and r.max_weight == r.weights.max()
+        )
 
 
 def test_entropy_bounds_and_saturation():

@@ -1,11 +1,11 @@
 """Chapter 4 and 5 explorers: the views they draw are right, and bad input is refused."""
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
 from selfattn import causal_mask, sliding_window_mask  # noqa: E402
 from selfattn.widgets import ch04, ch05  # noqa: E402
 

@@ -1,9 +1,9 @@
 """Chapter 9's explorer and its static figure: image patches with attention laid over them."""
+
 import matplotlib
 import numpy as np
 import pytest
 import torch
-
 from selfattn.widgets import ch09
 
 matplotlib.use("Agg")

@@ -11,6 +11,7 @@ Environment: ``SITE_HTML`` (default ``_build/html``), ``STUDENT_HTML`` (default
 ``_build/student/html``), ``CHROMIUM`` (default ``/usr/bin/chromium``), ``SCREENSHOTS``
 (default ``screenshots/``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,7 +28,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-sys.path.append(str(ROOT / "tests"))  # for test_colab.expected_colab_url and test_api_reference.public_api
+sys.path.append(
+    str(ROOT / "tests")
+)  # for test_colab.expected_colab_url and test_api_reference.public_api
 from book import toc_files  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
@@ -71,7 +74,10 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 def _serve(folder: Path):
     if not (folder / "index.html").exists():
-        pytest.fail(f"no built site at {folder} (build it first: `make book` / `make book-student`)", pytrace=False)
+        pytest.fail(
+            f"no built site at {folder} (build it first: `make book` / `make book-student`)",
+            pytrace=False,
+        )
     handler = functools.partial(_QuietHandler, directory=str(folder))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -138,10 +144,27 @@ def _opener(browser, contexts: list):
 
         context.route("**/*", route)
         page = context.new_page()
-        page.on("console", lambda m: m.type == "error" and not _is_block_echo(m.text, log) and log.console_errors.append(m.text))
+        page.on(
+            "console",
+            lambda m: (
+                m.type == "error"
+                and not _is_block_echo(m.text, log)
+                and log.console_errors.append(m.text)
+            ),
+        )
         page.on("pageerror", lambda e: log.page_errors.append(str(e)))
-        page.on("requestfailed", lambda r: _local(r.url) and log.failed.append(f"{r.url} ({r.failure})"))
-        page.on("response", lambda r: _local(r.url) and r.status >= 400 and log.failed.append(f"{r.url} (HTTP {r.status})"))
+        page.on(
+            "requestfailed",
+            lambda r: _local(r.url) and log.failed.append(f"{r.url} ({r.failure})"),
+        )
+        page.on(
+            "response",
+            lambda r: (
+                _local(r.url)
+                and r.status >= 400
+                and log.failed.append(f"{r.url} (HTTP {r.status})")
+            ),
+        )
         page.set_default_timeout(SETTLE_MS)
         page.goto(url, wait_until=wait_until)
         return page, log
@@ -224,4 +247,8 @@ WIDGETS_RENDERED_JS = """() => {
 
 def widget_state(notebook: Path) -> dict:
     nb = json.loads(notebook.read_text())
-    return nb.get("metadata", {}).get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return (
+        nb.get("metadata", {})
+        .get("widgets", {})
+        .get("application/vnd.jupyter.widget-state+json", {})
+    )

@@ -1,4 +1,5 @@
 """The built API reference page documents every public name of selfattn (tests/test_api_reference.py lists them)."""
+
 from __future__ import annotations
 
 import importlib
@@ -30,7 +31,9 @@ def resolve(target: str):
 @pytest.fixture(scope="module")
 def documented():
     html = (SITE_HTML / "api.html").read_text()
-    objects = {id(resolve(i)) for i in re.findall(r'<dt class="sig sig-object py" id="([\w.]+)"', html)}
+    objects = {
+        id(resolve(i)) for i in re.findall(r'<dt class="sig sig-object py" id="([\w.]+)"', html)
+    }
     modules = set(re.findall(r'id="module-([\w.]+)"', html))
     return objects, modules
 
@@ -42,12 +45,18 @@ API = public_api()
 def test_public_name_is_on_the_built_api_page(qualname, obj, documented):
     objects, modules = documented
     if isinstance(obj, types.ModuleType):
-        assert obj.__name__ in modules, f"{qualname}: no section for module {obj.__name__} on api.html"
+        assert obj.__name__ in modules, (
+            f"{qualname}: no section for module {obj.__name__} on api.html"
+        )
     else:
-        assert id(obj) in objects, f"{qualname} is not documented on api.html (see tests/test_api_reference.py)"
+        assert id(obj) in objects, (
+            f"{qualname} is not documented on api.html (see tests/test_api_reference.py)"
+        )
 
 
 def test_api_page_is_rendered_in_the_browser(site_page):
     page, log = site_page("api.html")
-    assert page.locator("dl.py.function, dl.py.class").count() >= 5, "api.html shows hardly any functions or classes"
+    assert page.locator("dl.py.function, dl.py.class").count() >= 5, (
+        "api.html shows hardly any functions or classes"
+    )
     assert not log.problems(), "\n  ".join(log.problems())

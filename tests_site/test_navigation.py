@@ -1,4 +1,5 @@
 """Previous/next links walk the book in table-of-contents order; search finds every page."""
+
 from __future__ import annotations
 
 import re
@@ -49,10 +50,14 @@ def test_search_finds_the_page_by_its_title(entry, site_url, site_page, open_pag
     page.wait_for_function(
         "() => { const s = document.querySelector('#search-results .search-summary'); return s && s.textContent.trim().length > 0; }"
     )
-    hits = page.evaluate("() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)")
+    hits = page.evaluate(
+        "() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)"
+    )
     targets = {urlsplit(h).path.removeprefix(urlsplit(site_url).path) for h in hits}
     assert html in targets, f"searching {query!r} did not find {html}; found {sorted(targets)}"
-    assert not log.problems() and not log2.problems(), "\n  ".join(log.problems() + log2.problems())
+    assert not log.problems() and not log2.problems(), "\n  ".join(
+        log.problems() + log2.problems()
+    )
 
 
 def test_search_box_submits_to_the_search_page(site_url, open_page):
@@ -66,5 +71,7 @@ def test_search_box_submits_to_the_search_page(site_url, open_page):
     page.wait_for_function(
         "() => { const s = document.querySelector('#search-results .search-summary'); return s && s.textContent.trim().length > 0; }"
     )
-    assert page.locator("#search-results ul.search li").count() > 0, "searching 'attention' found nothing"
+    assert page.locator("#search-results ul.search li").count() > 0, (
+        "searching 'attention' found nothing"
+    )
     assert not log.problems(), "\n  ".join(log.problems())

@@ -1,4 +1,5 @@
 """Every page of the table of contents, opened in Chromium as a reader would, with the internet blocked."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,10 @@ def test_page_renders_offline(entry, site_url, site_page):
     # Screenshot as a reader first sees it (solutions closed), for review: whole chapters;
     # the first screen of other pages (the API page's full length takes long to encode).
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{page_id(entry)}.png"), full_page=toc_entry.startswith("chapters/"))
+    page.screenshot(
+        path=str(SCREENSHOTS / f"{page_id(entry)}.png"),
+        full_page=toc_entry.startswith("chapters/"),
+    )
 
     broken = page.evaluate(
         "() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.currentSrc || i.src)"
@@ -43,9 +47,15 @@ def test_page_renders_offline(entry, site_url, site_page):
         }"""
     )
     if math["total"]:
-        assert math["mathjax"], f"{html}: {math['total']} math elements but MathJax did not start (scripts {math['src']})"
-        assert math["mathjax"].startswith("3."), f"{html}: MathJax {math['mathjax']}, expected the site's 3.x"
-        assert all(s.startswith(site_url) for s in math["src"]), f"{html}: MathJax not served by the site: {math['src']}"
+        assert math["mathjax"], (
+            f"{html}: {math['total']} math elements but MathJax did not start (scripts {math['src']})"
+        )
+        assert math["mathjax"].startswith("3."), (
+            f"{html}: MathJax {math['mathjax']}, expected the site's 3.x"
+        )
+        assert all(s.startswith(site_url) for s in math["src"]), (
+            f"{html}: MathJax not served by the site: {math['src']}"
+        )
         assert not math["untypeset"], f"{html}: math left untypeset: {math['untypeset'][:5]}"
         assert not math["errors"], f"{html}: MathJax errors: {math['errors'][:5]}"
 
@@ -62,20 +72,30 @@ def test_page_renders_offline(entry, site_url, site_page):
         assert views, f"{html}: the notebook saved widget state but the page shows no widget"
     undrawn = [v["model"] for v in views if not v["drawn"]]
     assert not undrawn, f"{html}: saved widgets not drawn (models {undrawn})"
-    scripts = page.evaluate("() => [...document.scripts].map(s => s.src).filter(s => /require|embed-amd/.test(s))")
+    scripts = page.evaluate(
+        "() => [...document.scripts].map(s => s.src).filter(s => /require|embed-amd/.test(s))"
+    )
     if views:
-        assert scripts and all(s.startswith(site_url) for s in scripts), f"{html}: widget JS not served by the site: {scripts}"
+        assert scripts and all(s.startswith(site_url) for s in scripts), (
+            f"{html}: widget JS not served by the site: {scripts}"
+        )
     else:
         # 3.6 MB of widget code and require.js only where there are widgets (a book-level
         # _static/ folder with .js files in it would put them on every page: see _config.yml).
-        assert not scripts, f"{html}: widget JavaScript loaded on a page without widgets: {scripts}"
+        assert not scripts, (
+            f"{html}: widget JavaScript loaded on a page without widgets: {scripts}"
+        )
 
     assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
 
 
 def _count(notebook, directive: str) -> int:
     cells = json.loads(notebook.read_text())["cells"]
-    return sum("".join(c["source"]).count("{" + directive + "}") for c in cells if c["cell_type"] == "markdown")
+    return sum(
+        "".join(c["source"]).count("{" + directive + "}")
+        for c in cells
+        if c["cell_type"] == "markdown"
+    )
 
 
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
@@ -86,12 +106,16 @@ def test_solutions_hidden_until_clicked(entry, site_page):
     expected = _count(nb, "solution-start")
     page, log = site_page(html)
     solutions = page.locator("div.solution")
-    assert solutions.count() == expected, f"{html}: {expected} solutions in the notebook, {solutions.count()} on the page"
+    assert solutions.count() == expected, (
+        f"{html}: {expected} solutions in the notebook, {solutions.count()} on the page"
+    )
     for i in range(solutions.count()):
         sol = solutions.nth(i)
         body = sol.locator(":scope > :not(.admonition-title)")
         assert body.count(), f"{html}: solution {i + 1} is empty"
-        assert not any(body.nth(j).is_visible() for j in range(body.count())), f"{html}: solution {i + 1} is open on load"
+        assert not any(body.nth(j).is_visible() for j in range(body.count())), (
+            f"{html}: solution {i + 1} is open on load"
+        )
         # The title holds a link to the exercise; the toggle button (or the title's own text) opens it.
         sol.locator(":scope > .admonition-title button.toggle-button").click()
         body.first.wait_for(state="visible", timeout=5_000)
@@ -108,7 +132,9 @@ def test_launch_download_and_copy_buttons(entry, site_page):
     page, log = site_page(html)
 
     colab = page.locator('a[href^="https://colab.research.google.com/"]')
-    assert colab.count() == 1, f"{html}: expected one 'launch in Colab' link, found {colab.count()}"
+    assert colab.count() == 1, (
+        f"{html}: expected one 'launch in Colab' link, found {colab.count()}"
+    )
     assert colab.get_attribute("href") == expected_colab_url(f"{toc_entry}.ipynb")
 
     download = page.locator('a.btn-download-source-button[href$=".ipynb"]')
@@ -127,14 +153,18 @@ def test_launch_download_and_copy_buttons(entry, site_page):
     missing = page.evaluate(
         "() => [...document.querySelectorAll('div.cell_input div.highlight')].filter(b => !b.querySelector('button.copybtn')).length"
     )
-    assert missing == 0, f"{html}: {missing} of {code_blocks.count()} code cells have no copy button"
+    assert missing == 0, (
+        f"{html}: {missing} of {code_blocks.count()} code cells have no copy button"
+    )
     # The copy button copies the cell's source (the setup cell, the first code cell).
     first = code_blocks.first
     first.hover()
     first.locator("button.copybtn").click()
     copied = page.evaluate("() => navigator.clipboard.readText()")
     first_code = next(c for c in source["cells"] if c["cell_type"] == "code")
-    assert copied.strip() == "".join(first_code["source"]).strip(), f"{html}: the copy button copied {copied[:120]!r}"
+    assert copied.strip() == "".join(first_code["source"]).strip(), (
+        f"{html}: the copy button copied {copied[:120]!r}"
+    )
     assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
 
 

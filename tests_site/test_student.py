@@ -3,6 +3,7 @@
 A solution's code is recognised by its lines that appear in no other cell of the notebook
 (the stub and the checker call are shared with the exercise, so they do not count).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,11 +42,17 @@ def solution_only_lines(cells: list[dict]) -> list[str]:
 
 
 def _count(cells, directive: str) -> int:
-    return sum("".join(c["source"]).count("{" + directive + "}") for c in cells if c["cell_type"] == "markdown")
+    return sum(
+        "".join(c["source"]).count("{" + directive + "}")
+        for c in cells
+        if c["cell_type"] == "markdown"
+    )
 
 
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
-def test_student_edition_has_the_exercises_but_no_solutions(entry, site_page, student_url, open_page):
+def test_student_edition_has_the_exercises_but_no_solutions(
+    entry, site_page, student_url, open_page
+):
     toc_entry, html = entry
     cells = _cells(toc_entry)
     exercises, lines = _count(cells, "exercise-start"), solution_only_lines(cells)
@@ -58,15 +65,24 @@ def test_student_edition_has_the_exercises_but_no_solutions(entry, site_page, st
 
     page, log = open_page(student_url + html)
     settle(page)
-    assert page.locator("div.solution").count() == 0, f"{html}: the student edition shows solutions"
-    assert page.locator("div.exercise").count() == exercises, f"{html}: the student edition lost exercises"
+    assert page.locator("div.solution").count() == 0, (
+        f"{html}: the student edition shows solutions"
+    )
+    assert page.locator("div.exercise").count() == exercises, (
+        f"{html}: the student edition lost exercises"
+    )
     code = code_lines(page)
     leaked = [line for line in lines if line in code]
     assert not leaked, f"{html}: solution code on the student page: {leaked[:5]}"
-    assert "student edition" in page.title(), f"{html}: title {page.title()!r} does not say 'student edition'"
+    assert "student edition" in page.title(), (
+        f"{html}: title {page.title()!r} does not say 'student edition'"
+    )
 
     # The downloadable notebook has the exercises but no solution cells either.
-    href = page.evaluate("a => a.href", page.locator('a.btn-download-source-button[href$=".ipynb"]').element_handle())
+    href = page.evaluate(
+        "a => a.href",
+        page.locator('a.btn-download-source-button[href$=".ipynb"]').element_handle(),
+    )
     nb = json.loads(page.request.get(href).body())
     text = "\n".join("".join(c["source"]) for c in nb["cells"])
     assert "{solution-start}" not in text and "{solution-end}" not in text

@@ -1,8 +1,9 @@
 """Facts about the book that the Makefile, the tools and the tests share.
 
-    python tools/book.py chapters     # the chapter notebooks listed in _toc.yml, one per line
-    python tools/book.py setup-cell   # the canonical setup cell every chapter opens with
+python tools/book.py chapters     # the chapter notebooks listed in _toc.yml, one per line
+python tools/book.py setup-cell   # the canonical setup cell every chapter opens with
 """
+
 from __future__ import annotations
 
 import sys

@@ -6,6 +6,7 @@
 Outputs are written back into the notebooks, which are committed: the website
 is built from them, and strict nbval checks that they reproduce.
 """
+
 from __future__ import annotations
 
 import os

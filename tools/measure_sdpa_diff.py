@@ -6,11 +6,11 @@ The tests (tests/test_attention.py) allow 1e-5; this prints what is observed ove
 batch shapes, n, m, d_k, d_v in 1..64 and masks of every kind (none, random bool that may
 mask whole rows, float, causal).
 """
+
 import sys
 
 import torch
 import torch.nn.functional as F
-
 from selfattn import causal_mask, scaled_dot_product_attention
 
 
@@ -25,12 +25,19 @@ def main(cases: int = 2000) -> None:
         q = torch.randn(*batch, n, d_k, generator=g)
         k = torch.randn(*batch, m, d_k, generator=g)
         v = torch.randn(*batch, m, d_v, generator=g)
-        masks = [None, torch.rand(*batch, n, m, generator=g) > 0.4, torch.randn(n, m, generator=g), causal_mask(n, m)]
+        masks = [
+            None,
+            torch.rand(*batch, n, m, generator=g) > 0.4,
+            torch.randn(n, m, generator=g),
+            causal_mask(n, m),
+        ]
         mask = masks[trial % 4]
         ours = scaled_dot_product_attention(q, k, v, mask)
         theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         worst = max(worst, (ours - theirs).abs().max().item())
-    print(f"{cases} random cases (n, m, d_k, d_v in 1..64; masks none/bool/float/causal): max |diff| = {worst:.2e}")
+    print(
+        f"{cases} random cases (n, m, d_k, d_v in 1..64; masks none/bool/float/causal): max |diff| = {worst:.2e}"
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ cells included, and from the downloadable notebooks; sphinx-exercise's own
 marked, and the folders the configuration names made absolute, since this file lives
 outside the book's root.
 """
+
 from __future__ import annotations
 
 import sys
@@ -28,7 +29,9 @@ def student_config() -> dict:
     sphinx.setdefault("config", {})["book_student_edition"] = True
     # Relative to the configuration file in Jupyter Book 1; this one is elsewhere.
     local = sphinx.get("local_extensions") or {}
-    sphinx["local_extensions"] = {name: str((ROOT / path).resolve()) for name, path in local.items()}
+    sphinx["local_extensions"] = {
+        name: str((ROOT / path).resolve()) for name, path in local.items()
+    }
     return cfg
 
 

@@ -1,0 +1,43 @@
+"""selfattn: the shared library of *Self-Attention, Executed*.
+
+Every chapter imports it; every public name is tested. Modules, one concept each:
+
+* ``attention``: softmax and scaled dot-product attention (chapter 3)
+* ``reference``: the same in NumPy, step by step (chapter 3)
+* ``masks``: boolean masks, True = may attend (chapters 3-4)
+* ``multihead``: MultiHeadAttention, KVCache, cross-attention (chapter 5)
+* ``efficient``: FlashAttention (PyTorch, Triton), sliding-window and linear attention (chapters 7-8);
+  ``bench``: the ``make bench`` harness (imported on demand)
+* ``viz``: the shared plots; ``runtime``: ``setup()``; ``results``: glued figures
+* ``train``: the training loop; ``exercises``: the checkers
+"""
+from . import efficient, reference
+from .attention import *  # noqa: F401,F403
+from .attention import __all__ as _attention_all
+from .masks import *  # noqa: F401,F403
+from .masks import __all__ as _masks_all
+from .multihead import *  # noqa: F401,F403
+from .multihead import __all__ as _multihead_all
+from .positional import *  # noqa: F401,F403
+from .positional import __all__ as _positional_all
+from .results import load_results, record
+from .runtime import get_device, setup
+from .train import train_loop
+from .viz import plot_attention
+
+__version__ = "0.1.0"
+
+__all__ = [
+    *_attention_all,
+    *_masks_all,
+    *_multihead_all,
+    *_positional_all,
+    "get_device",
+    "load_results",
+    "plot_attention",
+    "record",
+    "efficient",
+    "reference",
+    "setup",
+    "train_loop",
+]

@@ -1,0 +1,465 @@
+"""The benchmark harness behind ``make bench`` (chapters 7 and 8). Benchmarks are not tests.
+
+    python -m selfattn.bench                  # CPU table -> chapters/results/bench_cpu.json
+    python -m selfattn.bench --quick          # tiny sizes, seconds (smoke test of the harness)
+    python -m selfattn.bench --gpu            # GPU table: Triton kernel vs SDPA flash, bf16
+    python -m selfattn.bench --threads 2      # torch threads for every case (default 1)
+
+How it measures:
+
+* **time**: each case runs once to warm up, then ``repeats`` times; the table reports the
+  median wall-clock time (and the median CPU time of the process, which is less
+  disturbed when other programs share the machine). Every case uses the same torch
+  thread count, so SDPA and the library's functions are compared on equal terms.
+* **memory**: each case runs again in a **fresh subprocess**: build the inputs, run the
+  case once (warm-up), reset the kernel's peak-RSS counter (``/proc/self/clear_refs``),
+  read the resident size, run the case, and read the peak resident size (``VmHWM``, the
+  OS's max-RSS). *Extra peak memory* is the difference: what the computation needed on
+  top of its inputs.
+* The inputs: float32, batch 1 x 4 heads x n x d = 64, seeded.
+
+The results file holds the machine (CPU model, cores), the date, the torch version, the
+thread count, every case and the targets of issue 6 with whether each was met.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "plain_attention",
+    "METHODS",
+    "make_inputs",
+    "time_case",
+    "memory_case",
+    "run_cpu",
+    "run_gpu",
+    "fit_slope",
+    "main",
+]
+
+HEADS, D_HEAD = 4, 64
+WINDOW = 256
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "chapters" / "results" / "bench_cpu.json"
+DEFAULT_GPU_OUT = DEFAULT_OUT.with_name("bench_gpu.json")
+
+
+def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Textbook attention that materialises the n x m score matrix once (softmax done in place).
+
+    The leanest honest baseline: one ``(..., n, m)`` float matrix, no copies of it.
+    Shapes: q ``(..., n, d)``, k ``(..., m, d)``, v ``(..., m, d_v)`` -> ``(..., n, d_v)``.
+    """
+    s = q @ k.transpose(-2, -1)
+    s.mul_(1.0 / math.sqrt(q.shape[-1]))
+    s.sub_(s.amax(dim=-1, keepdim=True)).exp_()
+    s.div_(s.sum(dim=-1, keepdim=True))
+    return s @ v
+
+
+def _methods() -> dict[str, Callable]:
+    from .efficient import flash_attention, linear_attention, sliding_window_attention
+
+    return {
+        "plain": lambda x: plain_attention(x["q"], x["k"], x["v"]),
+        "sdpa": lambda x: F.scaled_dot_product_attention(x["q"], x["k"], x["v"]),
+        "flash_attention": lambda x: flash_attention(x["q"], x["k"], x["v"]),
+        "dense_masked_sdpa": lambda x: F.scaled_dot_product_attention(x["q"], x["k"], x["v"], attn_mask=x["mask"]),
+        "sliding_window": lambda x: sliding_window_attention(x["q"], x["k"], x["v"], WINDOW, causal=True),
+        "linear_attention": lambda x: linear_attention(x["q"], x["k"], x["v"]),
+        "kv_cache_decode": lambda x: _generate(x, use_cache=True),
+        "no_cache_decode": lambda x: _generate(x, use_cache=False),
+    }
+
+
+#: The cases the harness knows, by name (see ``DESCRIPTIONS``).
+METHODS = (
+    "plain", "sdpa", "flash_attention", "dense_masked_sdpa", "sliding_window", "linear_attention",
+    "kv_cache_decode", "no_cache_decode",
+)
+DESCRIPTIONS = {
+    "plain": "plain attention, n x n matrix materialised (bench.plain_attention)",
+    "sdpa": "torch SDPA (CPU: its fused flash kernel)",
+    "flash_attention": "selfattn.efficient.flash_attention (block_q=256, block_k=512)",
+    "dense_masked_sdpa": f"torch SDPA with a dense bool band mask (causal window {WINDOW})",
+    "sliding_window": f"selfattn.efficient.sliding_window_attention (causal window {WINDOW}, band only)",
+    "linear_attention": "selfattn.efficient.linear_attention (non-causal, elu+1)",
+    "kv_cache_decode": "selfattn.multihead.generate with KV cache (4 layers, d_model 256, 4 heads)",
+    "no_cache_decode": "selfattn.multihead.generate recomputing the prefix each step",
+}
+
+
+def _generate(x, *, use_cache: bool):
+    from .multihead import generate
+
+    return generate(x["layers"], x["prompt"], x["steps"], use_cache=use_cache)
+
+
+def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
+    """Inputs for one case: q, k, v of shape ``(1, 4, n, 64)`` float32 (plus a mask or a model).
+
+    For the decoding cases ``n`` is the number of generated tokens (prompt of 16).
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    g = torch.Generator().manual_seed(seed)
+    if method in ("kv_cache_decode", "no_cache_decode"):
+        from .multihead import attention_stack
+
+        return {
+            "layers": attention_stack(num_layers=4, d_model=HEADS * D_HEAD, num_heads=HEADS, seed=seed),
+            "prompt": torch.randn(1, 16, HEADS * D_HEAD, generator=g),
+            "steps": n,
+        }
+    x = {name: torch.randn(1, HEADS, n, D_HEAD, generator=g) for name in ("q", "k", "v")}
+    if method == "dense_masked_sdpa":
+        from .masks import sliding_window_mask
+
+        x["mask"] = sliding_window_mask(n, WINDOW, causal=True)
+    return x
+
+
+def time_case(method: str, n: int, *, repeats: int = 5, warmup: int = 1, budget_s: float = 20.0) -> dict:
+    """Warm up, then time ``repeats`` runs; fewer repeats (at least 3) when one run is slow.
+
+    Returns:
+        ``{"median_s", "cpu_median_s", "times_s", "cpu_times_s"}``.
+    """
+    fn = _methods()[method]
+    x = make_inputs(method, n)
+    with torch.no_grad():
+        for _ in range(warmup):
+            t0 = time.perf_counter()
+            fn(x)
+            first = time.perf_counter() - t0
+        if warmup and first * repeats > budget_s:
+            repeats = max(3, int(budget_s / max(first, 1e-9)))
+        wall, cpu = [], []
+        for _ in range(repeats):
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn(x)
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+    return {
+        "median_s": statistics.median(wall),
+        "cpu_median_s": statistics.median(cpu),
+        "times_s": [round(t, 5) for t in wall],
+        "cpu_times_s": [round(t, 5) for t in cpu],
+    }
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS
+        return True
+    except OSError:
+        return False
+
+
+def _memory_child(method: str, n: int, threads: int) -> dict:
+    """Runs inside the fresh subprocess: the case's extra peak RSS over its inputs."""
+    import gc
+    import resource
+
+    torch.set_num_threads(threads)
+    fn = _methods()[method]
+    x = make_inputs(method, n)
+    with torch.no_grad():
+        fn(x)  # warm-up: one-off allocations (thread pools, kernels) are not the method's cost
+        gc.collect()
+        reset = _reset_peak()
+        base = _status_kib("VmRSS") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out = fn(x)
+        peak = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    del out
+    return {"base_rss_mib": base / 1024, "peak_rss_mib": peak / 1024, "extra_peak_mib": (peak - base) / 1024,
+            "peak_reset": reset}
+
+
+def memory_case(method: str, n: int, *, threads: int = 1, timeout: float = 600) -> dict:
+    """Extra peak memory of one case, measured in a fresh ``python`` subprocess (see module doc)."""
+    env = dict(os.environ)
+    lib = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = [sys.executable, "-m", "selfattn.bench", "--child", method, str(n), str(threads)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory subprocess for {method} n={n} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def fit_slope(ns, values) -> float:
+    """Least-squares slope of log(values) against log(ns): the exponent p in value ~ n^p."""
+    xs = [math.log(a) for a in ns]
+    ys = [math.log(max(b, 1e-12)) for b in values]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+
+
+def _plan(quick: bool) -> list[tuple[str, int]]:
+    """(method, n) pairs, in the order they are measured."""
+    if quick:
+        sweep, big, mid, steps = [64], 256, 128, 4
+    else:
+        sweep, big, mid, steps = [1024, 2048, 4096, 8192], 16384, 8192, 256
+    plan = []
+    for n in sweep:
+        plan += [(m, n) for m in ("plain", "sdpa", "flash_attention", "sliding_window", "linear_attention")]
+    plan += [("dense_masked_sdpa", mid), ("dense_masked_sdpa", big)]
+    plan += [("plain", big), ("sdpa", big), ("flash_attention", big), ("sliding_window", big), ("linear_attention", big)]
+    if _have_multihead():
+        plan += [("kv_cache_decode", steps), ("no_cache_decode", steps)]
+    return plan
+
+
+def _have_multihead() -> bool:
+    try:
+        from .multihead import attention_stack, generate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def machine_info() -> dict:
+    """CPU model, logical cores, OS, python and torch versions."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": model,
+        "logical_cores": os.cpu_count(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+def _case(results: list[dict], method: str, n: int) -> dict | None:
+    return next((r for r in results if r["method"] == method and r["n"] == n), None)
+
+
+def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
+    """The targets of issue 6, each with the measured value and whether it is met."""
+    mid, big, steps = (128, 256, 4) if quick else (8192, 16384, 256)
+    targets = []
+
+    def add(name, value, target, met, detail, value_cpu=None):
+        row = {"target": name, "value": value, "goal": target, "met": bool(met), "detail": detail}
+        if value_cpu is not None:  # the same ratio from process CPU times (less disturbed by other load)
+            row["value_cpu_time"] = value_cpu
+        targets.append(row)
+
+    def cpu_ratio(a, b):
+        if a.get("cpu_median_s") and b.get("cpu_median_s"):
+            return a["cpu_median_s"] / b["cpu_median_s"]
+        return None
+
+    flash, sdpa, plain = _case(results, "flash_attention", mid), _case(results, "sdpa", mid), _case(results, "plain", mid)
+    if flash and sdpa:
+        r = flash["median_s"] / sdpa["median_s"]
+        add(f"flash_attention time / SDPA time, n={mid}", r, "<= 1.25", r <= 1.25,
+            f"{flash['median_s']:.3f} s vs {sdpa['median_s']:.3f} s", cpu_ratio(flash, sdpa))
+    if flash and plain and plain.get("extra_peak_mib", 0) > 0:
+        r = flash["extra_peak_mib"] / plain["extra_peak_mib"]
+        add(f"flash_attention extra peak / plain's, n={mid}", r, "<= 0.05", r <= 0.05,
+            f"{flash['extra_peak_mib']:.1f} MiB vs {plain['extra_peak_mib']:.1f} MiB")
+    win, dense = _case(results, "sliding_window", big), _case(results, "dense_masked_sdpa", big)
+    if win and dense:
+        r = dense["median_s"] / win["median_s"]
+        add(f"dense masked time / sliding_window time, n={big}", r, ">= 5", r >= 5,
+            f"{dense['median_s']:.3f} s vs {win['median_s']:.3f} s", cpu_ratio(dense, win))
+    wins = sorted((r["n"], r["extra_peak_mib"]) for r in results if r["method"] == "sliding_window")
+    wins = [w for w in wins if w[0] >= big // 4]
+    if len(wins) >= 2:
+        p = fit_slope([a for a, _ in wins], [b for _, b in wins])
+        add(f"sliding_window extra-memory slope in n (log-log, n >= {big // 4})", p, "<= 1.2 (at most linear)", p <= 1.2,
+            ", ".join(f"n={a}: {b:.1f} MiB" for a, b in wins))
+    lin, plain_big = _case(results, "linear_attention", big), _case(results, "plain", big)
+    if lin and plain_big:
+        r = plain_big["median_s"] / lin["median_s"]
+        add(f"plain time / linear_attention time, n={big}", r, ">= 10", r >= 10,
+            f"{plain_big['median_s']:.3f} s vs {lin['median_s']:.3f} s", cpu_ratio(plain_big, lin))
+    fast, slow = _case(results, "kv_cache_decode", steps), _case(results, "no_cache_decode", steps)
+    if fast and slow:
+        r = slow["median_s"] / fast["median_s"]
+        add(f"KV-cache decoding speed-up, {steps} tokens", r, "(reported, no target)", True,
+            f"{slow['median_s']:.3f} s vs {fast['median_s']:.3f} s", cpu_ratio(slow, fast))
+    return targets
+
+
+def run_cpu(*, quick: bool = False, threads: int = 1, repeats: int = 5, out: Path | str | None = DEFAULT_OUT,
+            memory: bool = True, log=print) -> dict:
+    """Measure every case of the CPU plan and write the results file (``out=None``: do not write)."""
+    torch.set_num_threads(threads)
+    started = _dt.datetime.now(_dt.timezone.utc)
+    results = []
+    for method, n in _plan(quick):
+        row = {"method": method, "n": n, "description": DESCRIPTIONS[method]}
+        row.update(time_case(method, n, repeats=repeats))
+        if memory:
+            row.update(memory_case(method, n, threads=threads))
+        results.append(row)
+        log(f"{method:>18} n={n:>6}: median {row['median_s']:.4f} s (cpu {row['cpu_median_s']:.4f} s)"
+            + (f", extra peak {row['extra_peak_mib']:.1f} MiB" if memory else ""))
+    report = {
+        "kind": "cpu",
+        "date": started.isoformat(timespec="seconds"),
+        "seconds": round((_dt.datetime.now(_dt.timezone.utc) - started).total_seconds(), 1),
+        "machine": machine_info(),
+        "torch_threads": threads,
+        "dtype": "float32",
+        "shape": f"batch 1 x {HEADS} heads x n x d={D_HEAD}",
+        "window": WINDOW,
+        "quick": quick,
+        "method": "median of repeats after 1 warm-up (wall and process CPU time); extra peak RSS over the inputs "
+                  "in a fresh subprocess (VmHWM after /proc/self/clear_refs)",
+        "kv_cache_case": "included" if _have_multihead() else "left out: selfattn.multihead not available",
+        "cases": results,
+    }
+    if memory:
+        report["targets"] = evaluate_targets(results, quick=quick)
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")
+        log(f"wrote {out}")
+    return report
+
+
+def format_targets(report: dict) -> str:
+    """The targets as a plain-text table."""
+    lines = [f"{'target':<62} {'value':>9} {'(cpu time)':>10} {'goal':>14}  met"]
+    for t in report.get("targets", []):
+        cpu = f"{t['value_cpu_time']:.3g}" if t.get("value_cpu_time") is not None else "-"
+        lines.append(f"{t['target']:<62} {t['value']:>9.3g} {cpu:>10} {t['goal']:>14}  {'yes' if t['met'] else 'NO'}"
+                     f"  ({t['detail']})")
+    return "\n".join(lines)
+
+
+# -- GPU: the Triton kernel against SDPA's flash backend --------------------------------
+
+def run_gpu(*, out: Path | str | None = DEFAULT_GPU_OUT, ns=(1024, 2048, 4096, 8192, 16384), heads: int = 16,
+            tokens: int = 16384, repeats: int = 20, log=print) -> dict:
+    """bf16 forward: ``triton_flash_attention`` vs torch SDPA (flash backend), d = 64, batch = tokens // n.
+
+    Times with CUDA events (median of ``repeats`` after warm-up, autotuning included in
+    the warm-up) and reports TFLOP/s = 4 B h n^2 d / t (halved for causal).
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("run_gpu needs a CUDA GPU; this machine has none")
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from .efficient import triton_flash_attention
+
+    dev = torch.device("cuda")
+    rows = []
+    for causal in (False, True):
+        for n in ns:
+            b = max(1, tokens // n)
+            q, k, v = (torch.randn(b, heads, n, D_HEAD, device=dev, dtype=torch.bfloat16) for _ in range(3))
+
+            def sdpa():
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+            def tri():
+                return triton_flash_attention(q, k, v, causal=causal)
+
+            err = (tri().float() - sdpa().float()).abs().max().item()
+            row = {"n": n, "batch": b, "heads": heads, "d": D_HEAD, "causal": causal, "max_abs_diff": err}
+            for name, fn in (("sdpa_flash", sdpa), ("triton", tri)):
+                for _ in range(5):
+                    fn()
+                torch.cuda.synchronize()
+                times = []
+                for _ in range(repeats):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn()
+                    end.record()
+                    torch.cuda.synchronize()
+                    times.append(start.elapsed_time(end) / 1e3)
+                t = statistics.median(times)
+                flops = 4 * b * heads * n * n * D_HEAD / (2 if causal else 1)
+                row[f"{name}_s"] = t
+                row[f"{name}_tflops"] = flops / t / 1e12
+            row["triton_over_sdpa_throughput"] = row["triton_tflops"] / row["sdpa_flash_tflops"]
+            rows.append(row)
+            log(f"n={n:>6} causal={causal!s:>5}: SDPA flash {row['sdpa_flash_tflops']:.1f} TFLOP/s, "
+                f"Triton {row['triton_tflops']:.1f} TFLOP/s ({row['triton_over_sdpa_throughput']:.2f} x), "
+                f"max |diff| {err:.2e}")
+            del q, k, v
+            torch.cuda.empty_cache()
+    report = {
+        "kind": "gpu",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "dtype": "bfloat16",
+        "target": "triton throughput >= 0.7 x SDPA flash",
+        "rows": rows,
+    }
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(report, indent=1) + "\n")
+        log(f"wrote {out}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Command line: ``python -m selfattn.bench [--quick] [--gpu] [--threads N] [--repeats R] [--out FILE]``.
+
+    Returns:
+        The report written (``None`` in the internal ``--child`` mode).
+    """
+    parser = argparse.ArgumentParser(prog="python -m selfattn.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (seconds): checks the harness")
+    parser.add_argument("--gpu", action="store_true", help="the GPU table (Triton vs SDPA flash, bf16)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for every case (default 1)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=None, help="results file (default chapters/results/bench_*.json)")
+    parser.add_argument("--child", nargs=3, metavar=("METHOD", "N", "THREADS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        method, n, threads = args.child
+        print(json.dumps(_memory_child(method, int(n), int(threads))))
+        return None
+    if args.gpu:
+        return run_gpu(out=args.out or DEFAULT_GPU_OUT)
+    report = run_cpu(quick=args.quick, threads=args.threads, repeats=args.repeats, out=args.out or DEFAULT_OUT)
+    print(format_targets(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Efficient attention (chapters 7-8): FlashAttention in PyTorch and Triton, sparse and linear attention.
+
+* ``flash``: ``flash_attention``, tiled with the online softmax, and the one-query
+  step-by-step ``online_softmax_steps``
+* ``triton_flash``: ``triton_flash_attention``, the same forward pass as a Triton kernel
+  (Triton is imported only when it is called)
+* ``io_model``: slow/fast-memory traffic of standard vs tiled attention
+* ``sparse``: ``sliding_window_attention`` (band only, O(n w)) and sparse masks
+* ``linear``: ``linear_attention`` (parallel/chunked), its recurrent form and decoding state
+"""
+from . import io_model
+from .flash import flash_attention, online_softmax_steps
+from .io_model import TwoLevelMemory, flash_block_sizes, standard_attention_io, tiled_attention_io
+from .linear import (
+    LinearAttentionState,
+    elu_feature_map,
+    linear_attention,
+    linear_attention_recurrent,
+    linear_attention_step,
+)
+from .sparse import block_sparse_mask, receptive_field, sliding_window_attention, strided_mask
+from .triton_flash import triton_available, triton_flash_attention
+
+__all__ = [
+    "flash_attention",
+    "online_softmax_steps",
+    "triton_flash_attention",
+    "triton_available",
+    "TwoLevelMemory",
+    "standard_attention_io",
+    "tiled_attention_io",
+    "flash_block_sizes",
+    "sliding_window_attention",
+    "strided_mask",
+    "block_sparse_mask",
+    "receptive_field",
+    "elu_feature_map",
+    "linear_attention",
+    "linear_attention_recurrent",
+    "linear_attention_step",
+    "LinearAttentionState",
+    "io_model",
+]

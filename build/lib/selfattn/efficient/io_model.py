@@ -1,0 +1,187 @@
+r"""An IO model of attention: how many elements move between slow and fast memory (chapter 7).
+
+FlashAttention's argument (Dao et al. 2022, Theorem 2) is about memory traffic, not
+FLOPs: with a fast memory (GPU SRAM) of ``M`` elements, standard attention reads and
+writes ``Theta(N d + N^2)`` elements of slow memory (HBM), tiled attention
+``Theta(N^2 d^2 / M)``. This module *simulates* both algorithms on a two-level machine:
+:class:`TwoLevelMemory` counts every element loaded or stored, and checks that what
+an algorithm holds in fast memory at once never exceeds ``M``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["TwoLevelMemory", "standard_attention_io", "tiled_attention_io", "flash_block_sizes"]
+
+
+@dataclass
+class TwoLevelMemory:
+    """Slow memory of unlimited size, fast memory of ``capacity`` elements; counts the traffic.
+
+    Attributes:
+        capacity: ``M``, elements the fast memory holds (``math.inf`` = unbounded).
+        reads: elements loaded from slow memory; writes: elements stored to it.
+        peak: the most elements held in fast memory at once.
+    """
+
+    capacity: float
+    reads: int = 0
+    writes: int = 0
+    held: int = 0
+    peak: int = 0
+    log: list = field(default_factory=list, repr=False)
+
+    def load(self, elements: int, what: str = "") -> None:
+        """Bring ``elements`` into fast memory (counted as reads)."""
+        self.reads += elements
+        self.allocate(elements, what)
+
+    def allocate(self, elements: int, what: str = "") -> None:
+        """Hold ``elements`` of scratch in fast memory (no traffic); fails if over capacity."""
+        self.held += elements
+        self.peak = max(self.peak, self.held)
+        if self.held > self.capacity:
+            raise MemoryError(f"fast memory overflow: holding {self.held} elements > M = {self.capacity} ({what})")
+
+    def store(self, elements: int) -> None:
+        """Write ``elements`` back to slow memory (counted as writes); they stay held until freed."""
+        self.writes += elements
+
+    def free(self, elements: int) -> None:
+        """Drop ``elements`` from fast memory."""
+        self.held -= elements
+
+    @property
+    def total(self) -> int:
+        """reads + writes."""
+        return self.reads + self.writes
+
+
+def standard_attention_io(n: int, d: int, m: float = math.inf, *, block: int | None = None) -> TwoLevelMemory:
+    """Standard attention (the paper's Algorithm 0) on the two-level machine.
+
+    Three passes, each streaming its operands block by block through fast memory:
+    ``S = Q K^T`` (read Q, K; write S), ``P = softmax(S)`` (read S; write P), ``O = P V``
+    (read P, V; write O). The n x n matrices S and P each go to slow memory and back:
+    ``Theta(n d + n^2)`` traffic whatever M is.
+
+    Args:
+        n: sequence length; d: head dimension; m: fast-memory size in elements.
+        block: rows per block (default: the most that fit in M, at most n).
+
+    Returns:
+        The :class:`TwoLevelMemory` after the run (``reads``, ``writes``, ``total``, ``peak``).
+    """
+    _check(n, d, m)
+    mem = TwoLevelMemory(m)
+    # Rows per block: a block of Q rows, a block of K rows and a block of S (b x b) must fit together.
+    b = block or _largest(lambda b: 2 * b * d + b * b <= m, n)
+    for i in range(0, n, b):  # 1) S = Q K^T, tile by tile
+        bi = min(b, n - i)
+        mem.load(bi * d, "Q block")
+        for j in range(0, n, b):
+            bj = min(b, n - j)
+            mem.load(bj * d, "K block")
+            mem.allocate(bi * bj, "S tile")
+            mem.store(bi * bj)
+            mem.free(bi * bj + bj * d)
+        mem.free(bi * d)
+    # 2) P = softmax(S), row by row. If a row of S and of P fit together, one read and one write;
+    # otherwise stream the row in chunks twice (max and sum online, then normalise): two reads.
+    if 2 * n <= m:
+        rows = _largest(lambda r: 2 * r * n <= m, n)
+        for i in range(0, n, rows):
+            r = min(rows, n - i)
+            mem.load(r * n, "S rows")
+            mem.allocate(r * n, "P rows")
+            mem.store(r * n)
+            mem.free(2 * r * n)
+    else:
+        chunk = max(1, int(m // 2) - 1)
+        for _ in range(n):
+            for _pass in range(2):
+                for j in range(0, n, chunk):
+                    c = min(chunk, n - j)
+                    mem.load(c, "S chunk")
+                    mem.allocate(2, "row max and sum")
+                    if _pass == 1:
+                        mem.store(c)
+                    mem.free(c + 2)
+    for i in range(0, n, b):  # 3) O = P V
+        bi = min(b, n - i)
+        mem.allocate(bi * d, "O block")
+        for j in range(0, n, b):
+            bj = min(b, n - j)
+            mem.load(bi * bj, "P tile")
+            mem.load(bj * d, "V block")
+            mem.free(bi * bj + bj * d)
+        mem.store(bi * d)
+        mem.free(bi * d)
+    return mem
+
+
+def flash_block_sizes(d: int, m: float, n: int) -> tuple[int, int]:
+    """Block sizes ``(B_r, B_c)`` for tiled attention with fast memory ``m`` (elements).
+
+    Square blocks ``B_r = B_c = B``, the largest whose working set fits: Q_i, O_i, K_j, V_j
+    (``B d`` each), the tile S_ij (``B^2``) and the row statistics m, l (``2 B``); capped at n.
+    ``B ~ M / (4 d)`` while ``M << 16 d^2``. (The paper takes ``B_c = M / 4d``,
+    ``B_r = min(B_c, d)``; the square choice keeps ``B_r`` growing with M and gives the same Theta.)
+    """
+    _check(n, d, m)
+    size = _largest(lambda b: 4 * b * d + b * b + 2 * b <= m, n)
+    return size, size
+
+
+def tiled_attention_io(n: int, d: int, m: float, *, blocks: tuple[int, int] | None = None) -> TwoLevelMemory:
+    """Tiled (FlashAttention-2 order) attention on the two-level machine.
+
+    Outer loop over query blocks: load Q_i once, stream every K_j, V_j block through fast
+    memory, keep S_ij, m, l and O_i on chip, write O_i (and the row log-sum-exp) once.
+    Reads: ``n d`` for Q plus ``2 n d`` per query block, i.e. ``n d + 2 n^2 d / B_r``
+    with ``B_r = Theta(M / d)``: ``Theta(n^2 d^2 / M)``.
+
+    Args:
+        n, d: sizes; m: fast-memory size in elements.
+        blocks: ``(B_r, B_c)``; default :func:`flash_block_sizes`.
+
+    Returns:
+        The :class:`TwoLevelMemory` after the run.
+    """
+    br, bc = blocks or flash_block_sizes(d, m, n)
+    mem = TwoLevelMemory(m)
+    for i in range(0, n, br):
+        r = min(br, n - i)
+        mem.load(r * d, "Q_i")
+        mem.allocate(r * d + 2 * r, "O_i, m_i, l_i")
+        for j in range(0, n, bc):
+            c = min(bc, n - j)
+            mem.load(2 * c * d, "K_j, V_j")
+            mem.allocate(r * c, "S_ij")
+            mem.free(r * c + 2 * c * d)
+        mem.store(r * d + r)  # O_i and the log-sum-exp (kept for the backward pass)
+        mem.free(2 * r * d + 2 * r)
+    return mem
+
+
+def _largest(ok, upper: int) -> int:
+    best = 0
+    lo, hi = 1, upper
+    while lo <= hi:  # ok() is monotone: binary search the largest size that fits
+        mid = (lo + hi) // 2
+        if ok(mid):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    if best == 0:
+        raise MemoryError("fast memory too small for even one row")
+    return best
+
+
+def _check(n, d, m) -> None:
+    for name, x in (("n", n), ("d", d)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name} must be a positive int, got {x!r}")
+    if not (isinstance(m, (int, float)) and m > 0):
+        raise ValueError(f"m (fast-memory elements) must be a positive number, got {m!r}")

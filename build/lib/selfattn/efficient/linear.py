@@ -1,0 +1,199 @@
+r"""Linear attention (Katharopoulos et al. 2020): softmax replaced by a kernel, O(n) instead of O(n^2) (chapter 8).
+
+Replace ``exp(q . k)`` by ``phi(q) . phi(k)`` with a positive feature map
+``phi(x) = elu(x) + 1``. Then
+
+    out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j))
+
+and the two sums over j are computed once (``d x d_v`` and ``d``), not per query.
+Causal: the sums run over ``j <= i`` and become a state updated token by token, which
+makes the model an RNN with constant memory per decoding step.
+
+Three forms, equal up to rounding (the tests check it):
+
+* parallel / chunked (:func:`linear_attention`): non-causal in one pass; causal in chunks,
+  quadratic within a chunk, the state carried between chunks (``chunk_size >= n`` is the
+  fully parallel masked form);
+* recurrent (:func:`linear_attention_recurrent`): one token at a time, the RNN form;
+* one decoding step (:func:`linear_attention_step` on a :class:`LinearAttentionState`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .._checks import check_qkv
+
+__all__ = [
+    "elu_feature_map",
+    "linear_attention",
+    "linear_attention_recurrent",
+    "LinearAttentionState",
+    "linear_attention_step",
+]
+
+FeatureMap = Callable[[torch.Tensor], torch.Tensor]
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """phi(x) = elu(x) + 1, positive everywhere (Katharopoulos et al. 2020). Shape preserved.
+
+    Computed as ``x + 1`` for ``x > 0`` and ``exp(x)`` otherwise (the same function): writing
+    ``elu(x) + 1`` literally cancels to exactly 0 in float32 below x ~ -17.
+    """
+    return torch.where(x > 0, x + 1.0, torch.exp(torch.clamp(x, max=0.0)))
+
+
+def _features(q, k, feature_map):
+    phi = elu_feature_map if feature_map is None else feature_map
+    if not callable(phi):
+        raise TypeError(f"feature_map must be callable (tensor -> tensor) or None, got {type(phi).__name__}")
+    return phi(q), phi(k)
+
+
+def linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    feature_map: FeatureMap | None = None,
+    eps: float = 1e-6,
+    chunk_size: int = 128,
+) -> torch.Tensor:
+    r"""Linear attention, parallel form: ``phi(Q) (phi(K)^T V)`` normalised by ``phi(Q) phi(K)^T 1``.
+
+    Args:
+        q: ``(..., n, d)``; k: ``(..., m, d)``; v: ``(..., m, d_v)`` (batch dims broadcast).
+        causal: position ``i`` sums over ``j <= i`` only (needs ``n == m``).
+        feature_map: ``phi``, applied to q and k; default ``elu(x) + 1``. Must give
+            non-negative features, or the normaliser can vanish.
+        eps: added to the normaliser.
+        chunk_size: causal only: tokens per chunk. Within a chunk the masked
+            ``phi(Q) phi(K)^T`` is used; across chunks a running state
+            ``S = sum phi(k) v^T``, ``z = sum phi(k)``. Cost ``O(n (chunk_size + d) d)``.
+
+    Returns:
+        ``(..., n, d_v)``.
+    """
+    batch = check_qkv(q, k, v)
+    n, m = q.shape[-2], k.shape[-2]
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    fq, fk = _features(q, k, feature_map)
+    if not causal:
+        kv = fk.transpose(-2, -1) @ v  # (..., d, d_v): every key and value, summarised once
+        z = fk.sum(dim=-2)  # (..., d)
+        num = fq @ kv
+        den = (fq * z.unsqueeze(-2)).sum(-1, keepdim=True)
+        return num / (den + eps)
+    if n != m:
+        raise ValueError(f"causal linear attention needs q and k of the same length, got n={n}, m={m}")
+    d, d_v = fq.shape[-1], v.shape[-1]
+    fq = fq.expand(*batch, n, d)
+    fk = fk.expand(*batch, n, d)
+    v = v.expand(*batch, n, d_v)
+    state = fq.new_zeros(*batch, d, d_v)  # S = sum_{j < chunk start} phi(k_j) v_j^T
+    z = fq.new_zeros(*batch, d)  # z = sum_{j < chunk start} phi(k_j)
+    outs = []
+    for s in range(0, n, chunk_size):
+        e = min(s + chunk_size, n)
+        qc, kc, vc = fq[..., s:e, :], fk[..., s:e, :], v[..., s:e, :]
+        a = (qc @ kc.transpose(-2, -1)).tril()  # (..., c, c): within-chunk, j <= i
+        num = a @ vc + qc @ state
+        den = a.sum(-1, keepdim=True) + (qc * z.unsqueeze(-2)).sum(-1, keepdim=True)
+        outs.append(num / (den + eps))
+        state = state + kc.transpose(-2, -1) @ vc
+        z = z + kc.sum(dim=-2)
+    return torch.cat(outs, dim=-2)
+
+
+@dataclass
+class LinearAttentionState:
+    """The whole memory of causal linear attention after t tokens: independent of t.
+
+    Attributes:
+        s: ``(..., d, d_v)`` the sum of ``phi(k_j) v_j^T`` so far.
+        z: ``(..., d)`` the sum of ``phi(k_j)`` so far.
+        steps: tokens absorbed.
+    """
+
+    s: torch.Tensor
+    z: torch.Tensor
+    steps: int = 0
+
+    @classmethod
+    def empty(cls, batch_shape: tuple[int, ...], d: int, d_v: int, *, dtype=torch.float32, device=None):
+        """A state with nothing absorbed: zeros of shapes ``(*batch_shape, d, d_v)`` and ``(*batch_shape, d)``."""
+        return cls(torch.zeros(*batch_shape, d, d_v, dtype=dtype, device=device),
+                   torch.zeros(*batch_shape, d, dtype=dtype, device=device))
+
+    def nbytes(self) -> int:
+        """Bytes held: the same after 1 token or 1 million."""
+        return self.s.numel() * self.s.element_size() + self.z.numel() * self.z.element_size()
+
+
+def linear_attention_step(
+    state: LinearAttentionState,
+    q_t: torch.Tensor,
+    k_t: torch.Tensor,
+    v_t: torch.Tensor,
+    *,
+    feature_map: FeatureMap | None = None,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, LinearAttentionState]:
+    """One causal decoding step: absorb token t into the state, then read its output.
+
+    Args:
+        state: from :meth:`LinearAttentionState.empty` or a previous step.
+        q_t, k_t: ``(..., d)``; v_t: ``(..., d_v)``: the new token's query, key, value.
+
+    Returns:
+        ``(out_t, new_state)`` with ``out_t`` of shape ``(..., d_v)``. Memory and time per
+        step are O(d d_v), whatever the number of tokens before.
+    """
+    for name, t in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {type(t).__name__}")
+    if q_t.shape[-1] != state.s.shape[-2] or v_t.shape[-1] != state.s.shape[-1] or k_t.shape != q_t.shape:
+        raise ValueError(
+            f"step shapes do not match the state: q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)}, "
+            f"v_t {tuple(v_t.shape)}, state s {tuple(state.s.shape)} (..., d, d_v)"
+        )
+    fq, fk = _features(q_t, k_t, feature_map)
+    s = state.s + fk.unsqueeze(-1) * v_t.unsqueeze(-2)  # + phi(k_t) v_t^T
+    z = state.z + fk
+    out = (fq.unsqueeze(-2) @ s).squeeze(-2) / ((fq * z).sum(-1, keepdim=True) + eps)
+    return out, LinearAttentionState(s, z, state.steps + 1)
+
+
+def linear_attention_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    feature_map: FeatureMap | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Causal linear attention as an RNN: a loop over tokens with :func:`linear_attention_step`.
+
+    Args:
+        q, k: ``(..., n, d)``; v: ``(..., n, d_v)``.
+
+    Returns:
+        ``(..., n, d_v)``, equal to ``linear_attention(q, k, v, causal=True)`` up to rounding.
+    """
+    batch = check_qkv(q, k, v)
+    n = q.shape[-2]
+    if k.shape[-2] != n:
+        raise ValueError(f"the recurrent form is causal self-attention: n={n} queries but m={k.shape[-2]} keys")
+    state = LinearAttentionState.empty(batch, q.shape[-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    outs = []
+    for t in range(n):
+        out, state = linear_attention_step(
+            state, q[..., t, :], k[..., t, :], v[..., t, :], feature_map=feature_map, eps=eps
+        )
+        outs.append(out.expand(*batch, v.shape[-1]))
+    return torch.stack(outs, dim=-2)

@@ -1,0 +1,33 @@
+"""Self-checking exercises: one checker per exercise, one module per chapter.
+
+A checker takes the reader's function or value, runs it on several cases
+(edge cases included) and prints exactly one line:
+
+* ``✅ Exercise 3.1 (...): passed``
+* ``⏳ Exercise 3.1 (...): not attempted yet``, when the answer is ``None`` or the
+  stub raises ``NotImplementedError`` / returns ``None``;
+* ``❌ Exercise 3.1 (...): <which case, expected vs got>``.
+
+Checkers never raise, so a notebook whose exercises are untouched still runs
+clean. They return a :class:`CheckResult` (used by the tests) that displays
+nothing by itself, so the line is not printed twice.
+
+Writing a checker::
+
+    @checker("3.2", "stable softmax")
+    def check_softmax(answer):
+        for name, x in cases:
+            expect_close(answer(x.clone()), reference(x), case=name)
+"""
+from ._core import CheckResult, Mismatch, NotAttempted, call_answer, checker, expect_close, expect_shape, expect_true
+
+__all__ = [
+    "CheckResult",
+    "Mismatch",
+    "NotAttempted",
+    "call_answer",
+    "checker",
+    "expect_close",
+    "expect_shape",
+    "expect_true",
+]

@@ -1,0 +1,167 @@
+"""Boolean attention masks: ``True`` means "may attend" (torch SDPA's convention).
+
+Chapter 4 builds each of them; :func:`to_ignore_mask` and :func:`to_additive_mask`
+translate them into the other conventions readers meet, and :func:`dependency_matrix`
+checks what a masked layer can see, from its Jacobian.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+__all__ = [
+    "causal_mask",
+    "padding_mask",
+    "sliding_window_mask",
+    "to_ignore_mask",
+    "to_additive_mask",
+    "dependency_matrix",
+]
+
+
+def causal_mask(n: int, m: int | None = None, *, align: str = "top_left", device=None) -> torch.Tensor:
+    """Mask letting query ``i`` attend to keys ``j <= i`` (plus an offset when n != m).
+
+    Args:
+        n: number of queries.
+        m: number of keys (defaults to ``n``).
+        align: ``"top_left"`` (query i sees keys 0..i, as ``is_causal=True`` in torch SDPA)
+            or ``"bottom_right"`` (the last query sees every key: query i sees keys
+            0..i + m - n, the alignment for decoding new tokens against a cache).
+        device: where to create the mask.
+
+    Returns:
+        Bool tensor ``(n, m)``.
+    """
+    m = n if m is None else m
+    if n < 1 or m < 1:
+        raise ValueError(f"causal_mask needs n >= 1 and m >= 1, got n={n}, m={m}")
+    if align == "top_left":
+        offset = 0
+    elif align == "bottom_right":
+        offset = m - n
+    else:
+        raise ValueError(f"align must be 'top_left' or 'bottom_right', got {align!r}")
+    return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=offset)
+
+
+def padding_mask(lengths, max_len: int, *, device=None) -> torch.Tensor:
+    """Key-padding mask for a batch of sequences padded to ``max_len``.
+
+    Args:
+        lengths: ``(B,)`` true lengths (ints, each in ``0..max_len``).
+        max_len: padded length ``m``.
+
+    Returns:
+        Bool tensor ``(B, 1, max_len)``: ``True`` for real tokens. It broadcasts
+        against scores ``(B, n, max_len)``; for heads ``(B, h, n, m)`` use
+        ``mask.unsqueeze(1)``.
+    """
+    lengths = torch.as_tensor(lengths, device=device)
+    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be a 1-D integer sequence (B,), got shape {tuple(lengths.shape)} dtype {lengths.dtype}")
+    if (lengths < 0).any() or (lengths > max_len).any():
+        raise ValueError(f"every length must lie in 0..max_len={max_len}, got {lengths.tolist()}")
+    positions = torch.arange(max_len, device=lengths.device)
+    return (positions[None, :] < lengths[:, None]).unsqueeze(1)
+
+
+def sliding_window_mask(n: int, window: int, *, causal: bool = True, device=None) -> torch.Tensor:
+    """Local attention: each query sees only the ``window`` nearest positions (a preview of chapter 8).
+
+    Args:
+        n: sequence length (queries = keys = ``n``).
+        window: how many positions a query sees looking back, itself included:
+            ``causal=True`` allows keys ``i - window + 1 .. i``; ``causal=False``
+            allows ``|i - j| < window`` (the same reach in both directions).
+        causal: forbid the future as well.
+        device: where to create the mask.
+
+    Returns:
+        Bool tensor ``(n, n)``, ``True`` = may attend. With ``window >= n`` (causal) it
+        equals :func:`causal_mask`; every row keeps its diagonal, so no row is empty.
+
+    Raises:
+        ValueError: ``n < 1`` or ``window < 1``.
+    """
+    for name, value in (("n", n), ("window", window)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if n < 1 or window < 1:
+        raise ValueError(f"sliding_window_mask needs n >= 1 and window >= 1, got n={n}, window={window}")
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    near = (i - j).abs() < window
+    return near & (j <= i) if causal else near
+
+
+def _require_bool(mask, name: str = "mask") -> torch.Tensor:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+    return mask
+
+
+def to_ignore_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Flip a "may attend" mask into ``nn.MultiheadAttention``'s convention (``True`` = ignore).
+
+    ``nn.MultiheadAttention``'s ``attn_mask`` ``(n, m)`` and ``key_padding_mask`` ``(B, m)``
+    both read ``True`` as "do not attend", the opposite of torch SDPA and of this book.
+    Passing one convention where the other is expected is a silent bug: the model attends
+    to exactly the positions it should not (chapter 4 reproduces it).
+
+    Args:
+        mask: bool, any shape, ``True`` = may attend.
+
+    Returns:
+        ``~mask`` (same shape), ``True`` = ignore.
+    """
+    return ~_require_bool(mask)
+
+
+def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32, *, fill: float | None = None) -> torch.Tensor:
+    """A bool mask as a float mask to add to the scores: 0 where allowed, ``fill`` where not.
+
+    Args:
+        mask: bool, any shape, ``True`` = may attend.
+        dtype: the scores' dtype.
+        fill: the value for forbidden positions; defaults to ``-inf``, which this library's
+            softmax and torch SDPA both turn into a weight of exactly 0 (fully masked rows
+            included). A large finite fill such as ``-1e9`` overflows to ``-inf`` in float16
+            and gives a fully masked row *uniform* weights instead of zeros.
+
+    Returns:
+        Float tensor of ``mask``'s shape and ``dtype``.
+    """
+    _require_bool(mask)
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+    fill = float("-inf") if fill is None else float(fill)
+    # Fill in float32 and round once to ``dtype``: that is what happens to a mask built in
+    # float32 and added to half-precision scores (``masked_fill`` on a float16 tensor would
+    # refuse -1e9 with "value cannot be converted ... without overflow" instead).
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill(~mask, fill)
+    return out.to(dtype)
+
+
+def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """How much output ``i`` depends on input ``j``: the norm of each Jacobian block.
+
+    Args:
+        fn: maps ``(n, d)`` to ``(n', d')`` (a layer applied to one sequence).
+        x: the input ``(n, d)`` at which to differentiate.
+
+    Returns:
+        ``(n', n)`` tensor, entry ``[i, j] = || d fn(x)[i] / d x[j] ||_F``. A causal layer
+        gives exact zeros above the diagonal: output ``i`` does not move when a later
+        input ``j > i`` changes.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
+        got = f"{tuple(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be a floating-point tensor of shape (n, d), got {got}")
+    jac = torch.autograd.functional.jacobian(fn, x)  # (n', d', n, d)
+    if jac.dim() != 4:
+        raise ValueError(f"fn must map (n, d) to (n', d'), its Jacobian has shape {tuple(jac.shape)}")
+    return jac.pow(2).sum(dim=(1, 3)).sqrt()

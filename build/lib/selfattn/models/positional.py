@@ -1,0 +1,176 @@
+"""A tiny Transformer whose only variable part is the positional encoding (chapter 6).
+
+``OrderModel(vocab_size, encoding=...)`` with ``encoding`` one of:
+
+* ``"none"``: no position information at all (beyond the causal mask);
+* ``"sinusoidal"`` / ``"learned"``: an absolute vector added to each token embedding;
+* ``"alibi"`` / ``"relative"``: a bias on the attention scores (ALiBi's fixed slopes,
+  or T5's learned buckets);
+* ``"rope"``: queries and keys rotated by their positions in every layer.
+
+Everything else (embedding, pre-LayerNorm blocks, attention through
+:func:`~selfattn.attention.scaled_dot_product_attention`, MLP, readout) is shared, so that a
+comparison under one training budget compares the encodings and nothing else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import scaled_dot_product_attention
+from ..data.order_tasks import IGNORE_INDEX
+from ..positional import (
+    LearnedPositionalEmbedding,
+    RelativePositionBias,
+    RotaryEmbedding,
+    alibi_bias,
+    sinusoidal_encoding,
+)
+from ..train import train_loop
+
+__all__ = ["ENCODINGS", "OrderModelConfig", "OrderModel", "token_accuracy", "train_order_model"]
+
+#: The encodings :class:`OrderModel` accepts.
+ENCODINGS = ("none", "sinusoidal", "learned", "alibi", "relative", "rope")
+
+
+@dataclass
+class OrderModelConfig:
+    """Sizes of :class:`OrderModel` (the defaults train in seconds on one CPU thread).
+
+    ``max_len`` only bounds the learned table; the other encodings take any length.
+    """
+
+    vocab_size: int = 16
+    encoding: str = "rope"
+    d_model: int = 32
+    num_heads: int = 4
+    num_layers: int = 2
+    max_len: int = 64
+    causal: bool = True
+    rope_base: float = 10000.0
+
+
+class _Block(nn.Module):
+    """Pre-LayerNorm Transformer block: x + attention(LN x), then x + MLP(LN x)."""
+
+    def __init__(self, cfg: OrderModelConfig):
+        super().__init__()
+        self.h, self.d_head = cfg.num_heads, cfg.d_model // cfg.num_heads
+        self.ln1, self.ln2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model))
+        self.rope = RotaryEmbedding(self.d_head, base=cfg.rope_base) if cfg.encoding == "rope" else None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_weights: bool = False):
+        B, n, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(B, n, 3, self.h, self.d_head).permute(2, 0, 3, 1, 4)  # 3 x (B, h, n, dh)
+        if self.rope is not None:
+            q, k = self.rope(q, k)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+        x = x + self.proj(out.transpose(1, 2).reshape(B, n, d))
+        x = x + self.mlp(self.ln2(x))
+        return (x, weights) if return_weights else x
+
+
+class OrderModel(nn.Module):
+    """Token ids ``(B, n)`` -> logits ``(B, n, vocab_size)``, with a chosen positional encoding.
+
+    Args:
+        vocab_size: number of token ids; encoding: one of ``ENCODINGS``.
+        **kwargs: other fields of :class:`OrderModelConfig`.
+    """
+
+    def __init__(self, vocab_size: int = 16, *, encoding: str = "rope", **kwargs):
+        super().__init__()
+        if encoding not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+        cfg = self.cfg = OrderModelConfig(vocab_size=vocab_size, encoding=encoding, **kwargs)
+        if cfg.d_model % cfg.num_heads or (cfg.d_model // cfg.num_heads) % 2:
+            raise ValueError(f"d_model={cfg.d_model} must split into num_heads={cfg.num_heads} heads of even size")
+        self.embed = nn.Embedding(vocab_size, cfg.d_model)
+        self.pos = LearnedPositionalEmbedding(cfg.max_len, cfg.d_model) if encoding == "learned" else None
+        self.rel = RelativePositionBias(cfg.num_heads, num_buckets=32, max_distance=128,
+                                        bidirectional=not cfg.causal) if encoding == "relative" else None
+        self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.num_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, vocab_size)
+
+    def _mask(self, n: int, device) -> torch.Tensor | None:
+        """The float (or bool) mask every layer adds to its scores ``(B, h, n, n)``."""
+        cfg = self.cfg
+        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril() if cfg.causal else None
+        if cfg.encoding == "alibi":
+            return alibi_bias(cfg.num_heads, n, causal=cfg.causal, device=device)
+        if cfg.encoding == "relative":
+            bias = self.rel(n)
+            return bias.masked_fill(~causal, float("-inf")) if causal is not None else bias
+        return causal
+
+    def forward(self, tokens: torch.Tensor, *, return_weights: bool = False):
+        """``tokens`` long ``(B, n)`` -> logits ``(B, n, vocab_size)`` (and each layer's ``(B, h, n, n)`` weights)."""
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
+            got = f"{tuple(tokens.shape)} {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise TypeError(f"tokens must be a torch.long tensor (B, n), got {got}")
+        n = tokens.shape[1]
+        x = self.embed(tokens)
+        if self.cfg.encoding == "sinusoidal":
+            x = x + sinusoidal_encoding(n, self.cfg.d_model, device=x.device)
+        elif self.pos is not None:
+            x = self.pos(x)
+        mask = self._mask(n, tokens.device)
+        weights = []
+        for block in self.blocks:
+            x, w = block(x, mask, return_weights=True)
+            weights.append(w)
+        logits = self.head(self.ln_f(x))
+        return (logits, weights) if return_weights else logits
+
+
+@torch.no_grad()
+def token_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, per_position: bool = False):
+    """Share of scored positions (``y != IGNORE_INDEX``) where ``argmax`` of the logits equals ``y``.
+
+    Args:
+        x, y: long ``(B, n)``.
+        per_position: return the accuracy at each position ``(n,)`` (NaN where nothing is scored).
+
+    Returns:
+        A float, or a float tensor ``(n,)``.
+    """
+    model.eval()
+    pred = model(x).argmax(-1)
+    scored = y != IGNORE_INDEX
+    correct = (pred == y) & scored
+    if per_position:
+        return correct.sum(0).float() / scored.sum(0).float()
+    return correct.sum().item() / max(1, scored.sum().item())
+
+
+def train_order_model(
+    encoding: str, task, *, n_train: int, steps: int, batch_size: int = 32, lr: float = 3e-3, seed: int = 0,
+    **model_kwargs,
+) -> tuple[OrderModel, list[float]]:
+    """Build an :class:`OrderModel` (weights seeded with ``seed``) and train it on ``task`` at length ``n_train``.
+
+    Args:
+        encoding: one of ``ENCODINGS``; task: e.g. :class:`~selfattn.data.order_tasks.ShiftedCopyTask`.
+        n_train: training sequence length; steps, batch_size, lr: the budget (Adam).
+
+    Returns:
+        ``(model, losses)``; the model is in eval mode.
+    """
+    torch.manual_seed(seed)
+    model = OrderModel(task.vocab_size, encoding=encoding, **model_kwargs)
+
+    def loss_fn(m, batch):
+        x, y = batch
+        return F.cross_entropy(m(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX)
+
+    losses = train_loop(model, task.train_batches(batch_size, n_train), loss_fn, steps=steps, lr=lr,
+                        desc=f"{encoding}")
+    return model, losses

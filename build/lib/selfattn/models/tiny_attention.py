@@ -1,0 +1,176 @@
+"""Tiny attention models built on the book's :func:`selfattn.attention.scaled_dot_product_attention` (chapters 1-2).
+
+* :class:`SelfAttention`: learned projections ``Q = X W_Q``, ``K = C W_K``, ``V = C W_V``
+  with ``C = X`` (self-attention) or another sequence (cross-attention).
+* :class:`AttentionClassifier`: embeddings + positions, a few residual attention layers,
+  and a linear read-out at one chosen position (the ``?`` of the long-range task, the
+  ``it`` of the coreference task).
+
+Multi-head attention proper (with its output projection and KV cache) is chapter 5's
+:mod:`selfattn.multihead`; here heads are only a reshape, enough to look at them.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..attention import scaled_dot_product_attention
+from ..positional import sinusoidal_encoding
+
+__all__ = ["SelfAttention", "AttentionClassifier", "sinusoidal_positions"]
+
+
+def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
+    """The fixed sine/cosine position signal of Vaswani et al. (2017), ``(n, d)`` float32.
+
+    Row ``p`` holds ``sin(p w_i), cos(p w_i)`` for ``w_i = 10000^(-2i/d)``. Chapter 6
+    explains it; here it only tells the attention model where each token is. This is
+    :func:`selfattn.positional.sinusoidal_encoding` under the name chapter 1 uses.
+    """
+    if n < 1 or d < 2 or d % 2:
+        raise ValueError(f"sinusoidal_positions needs n >= 1 and an even d >= 2, got n={n}, d={d}")
+    return sinusoidal_encoding(n, d)
+
+
+class SelfAttention(nn.Module):
+    """One attention layer with learned query, key and value projections.
+
+    Args:
+        d_model: width of the input vectors ``d``.
+        d_k: width of queries and keys (default ``d_model``); split over ``n_heads``.
+        d_v: width of values and of the output (default ``d_model``); split over ``n_heads``.
+        n_heads: number of heads (``d_k`` and ``d_v`` must be divisible by it).
+        bias: give the projections a bias.
+
+    Shapes:
+        ``forward(x, context=None)``: x ``(B, n, d_model)``; context ``(B, m, d_model)``
+        (default ``x``). Returns ``(B, n, d_v)``, plus weights ``(B, n_heads, n, m)`` with
+        ``return_weights=True``.
+    """
+
+    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None, *, n_heads: int = 1,
+                 bias: bool = False):
+        super().__init__()
+        d_k = d_model if d_k is None else d_k
+        d_v = d_model if d_v is None else d_v
+        if d_k % n_heads or d_v % n_heads:
+            raise ValueError(f"d_k={d_k} and d_v={d_v} must be divisible by n_heads={n_heads}")
+        self.d_model, self.d_k, self.d_v, self.n_heads = d_model, d_k, d_v, n_heads
+        self.w_q = nn.Linear(d_model, d_k, bias=bias)
+        self.w_k = nn.Linear(d_model, d_k, bias=bias)
+        self.w_v = nn.Linear(d_model, d_v, bias=bias)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        b, n, d = t.shape
+        return t.view(b, n, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, h, n, d/h)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, *, mask: torch.Tensor | None = None,
+                temperature: float = 1.0, return_weights: bool = False):
+        """Attend from ``x`` to ``context`` (itself by default).
+
+        Args:
+            x: queries come from here, ``(B, n, d_model)``.
+            context: keys and values come from here, ``(B, m, d_model)``; ``None`` = ``x``.
+            mask: bool, broadcastable to ``(B, n_heads, n, m)``, ``True`` = may attend.
+            temperature: divides the scaled scores: below 1 sharpens the weights, above 1
+                flattens them (the trained model uses 1).
+            return_weights: also return the weights ``(B, n_heads, n, m)``.
+        """
+        context = x if context is None else context
+        for name, t in (("x", x), ("context", context)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != self.d_model:
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must have shape (B, n, d_model={self.d_model}), got {shape}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        q, k, v = self._heads(self.w_q(x)), self._heads(self.w_k(context)), self._heads(self.w_v(context))
+        scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, scale=scale, return_weights=True)
+        b, _, n, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, n, self.d_v)  # heads side by side again
+        return (out, weights) if return_weights else out
+
+
+class AttentionClassifier(nn.Module):
+    """Token + position embeddings, ``n_layers`` residual attention layers, a read-out at one position.
+
+    Each layer is ``x = x + W_O attention(LayerNorm(x))``, followed (when ``mlp``) by
+    ``x = x + MLP(LayerNorm(x))``. The class logits come from the final vector at the
+    read-out position, after a LayerNorm.
+
+    Args:
+        vocab_size: number of token ids.
+        n_classes: number of answer classes.
+        d_model: width of every vector.
+        n_layers: number of attention layers.
+        n_heads: heads per layer.
+        positions: ``"sinusoidal"`` (fixed, no parameters, any length), ``"learned"``
+            (a table of ``max_len`` rows) or ``None`` (the model cannot tell positions apart).
+        max_len: longest sequence for ``positions="learned"``.
+        mlp: add a two-layer MLP (width ``2 d_model``) after each attention layer.
+
+    Shapes:
+        ``forward(ids, query_position=None)``: ids ``(B, n)`` long; query_position ``(B,)``
+        long (default: the last position). Returns logits ``(B, n_classes)``, plus a list of
+        ``n_layers`` weight tensors ``(B, n_heads, n, n)`` with ``return_weights=True``.
+    """
+
+    def __init__(self, vocab_size: int, n_classes: int, *, d_model: int = 32, n_layers: int = 1, n_heads: int = 1,
+                 positions: str | None = "sinusoidal", max_len: int = 64, mlp: bool = False):
+        super().__init__()
+        if positions not in ("sinusoidal", "learned", None):
+            raise ValueError(f"positions must be 'sinusoidal', 'learned' or None, got {positions!r}")
+        if n_layers < 1:
+            raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+        self.d_model, self.positions, self.max_len = d_model, positions, max_len
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos_table = nn.Parameter(0.02 * torch.randn(max_len, d_model)) if positions == "learned" else None
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
+        self.attn = nn.ModuleList(SelfAttention(d_model, n_heads=n_heads) for _ in range(n_layers))
+        self.out_proj = nn.ModuleList(nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers))
+        self.mlps = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 2 * d_model), nn.GELU(),
+                          nn.Linear(2 * d_model, d_model))
+            for _ in range(n_layers)
+        ) if mlp else None
+        self.final_norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, n_classes)
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token plus position vectors ``(B, n, d_model)`` for ids ``(B, n)``."""
+        if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 2:
+            got = f"{type(ids).__name__} {getattr(ids, 'dtype', '')} {tuple(getattr(ids, 'shape', ()))}"
+            raise TypeError(f"ids must be a long tensor of shape (B, n), got {got}")
+        n = ids.shape[1]
+        x = self.embed(ids)
+        if self.positions == "sinusoidal":
+            x = x + sinusoidal_positions(n, self.d_model).to(x.device)
+        elif self.positions == "learned":
+            if n > self.max_len:
+                raise ValueError(f"sequence length {n} exceeds max_len={self.max_len} of the learned positions")
+            x = x + self.pos_table[:n]
+        return x
+
+    def forward(self, ids: torch.Tensor, query_position: torch.Tensor | None = None, *, temperature: float = 1.0,
+                return_weights: bool = False):
+        """Logits at ``query_position`` (default: last token); weights per layer on request.
+
+        ``temperature`` is passed to every layer (see :meth:`SelfAttention.forward`).
+        """
+        x = self.embed_tokens(ids)
+        all_weights = []
+        for i, (norm, attn, proj) in enumerate(zip(self.norms, self.attn, self.out_proj)):
+            out, weights = attn(norm(x), temperature=temperature, return_weights=True)
+            x = x + proj(out)
+            if self.mlps is not None:
+                x = x + self.mlps[i](x)
+            all_weights.append(weights)
+        b, n = ids.shape
+        if query_position is None:
+            query_position = torch.full((b,), n - 1, dtype=torch.long, device=ids.device)
+        if query_position.shape != (b,) or ((query_position < 0) | (query_position >= n)).any():
+            raise ValueError(f"query_position must be (B,)=({b},) indices in 0..{n - 1}, got {query_position.tolist()}")
+        logits = self.head(self.final_norm(x[torch.arange(b, device=ids.device), query_position]))
+        return (logits, all_weights) if return_weights else logits

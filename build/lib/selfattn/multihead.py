@@ -1,0 +1,465 @@
+"""Multi-head attention with a fused QKV projection, cross-attention and a KV cache (chapter 5).
+
+The pieces, and how they fit:
+
+* :class:`MultiHeadAttention` projects the inputs to queries, keys and values with
+  **one** ``nn.Linear(d_model, 3 * d_model)`` (``qkv``; rows ordered q, k, v, the
+  layout of ``nn.MultiheadAttention.in_proj_weight``), splits ``d_model`` into
+  ``num_heads`` heads of ``d_head = d_model // num_heads``, runs scaled dot-product
+  attention in every head at once (heads are a batch dimension ``(B, h, n, d_head)``),
+  concatenates the heads and applies the output projection ``out``.
+* Passing ``context`` makes it **cross-attention**: queries come from ``x``, keys and
+  values from ``context``, through the q-rows and the k/v-rows of the same ``qkv``.
+* :class:`KVCache` keeps the keys and values of past positions so that decoding a new
+  token costs one projection of that token, not of the whole sequence.
+
+**Masks for heads.**
+Scores have shape ``(B, h, n, m)``: batch, head, query, key. A mask is bool
+(``True`` = may attend, torch SDPA's convention; ``nn.MultiheadAttention`` uses the
+opposite) or float (added to the scores), and is read by its number of dimensions:
+
+* 2-D ``(n, m)``: the same mask for every sequence and head (a causal mask);
+* 3-D ``(B, n, m)`` or ``(B, 1, m)``: one mask per sequence, shared by the heads
+  (``selfattn.padding_mask`` returns ``(B, 1, m)``); a head axis is inserted at dim 1;
+* 4-D ``(B or 1, h or 1, n or 1, m)``: used as given.
+
+Anything else, or a shape that does not broadcast to ``(B, h, n, m)``, raises ``ValueError``
+(a 3-D mask is never silently broadcast against the head axis). The string ``"causal"``
+builds a causal mask aligned **bottom-right**: query ``i`` of the ``n`` new queries sees
+keys ``0 .. i + m - n``, which is ordinary causal masking without a cache and the right
+alignment with one. A query whose keys are all masked gets zero weights (its head output
+is zero, the layer returns the ``out`` bias), never NaN.
+
+**Decoding with the cache.**
+One :class:`KVCache` per layer. Each call appends the new positions' keys and values
+(shape ``(B, h, n_new, d_head)``) along the sequence axis and attends over all cached
+positions, so the keys seen by the ``n`` new queries number ``m = len(cache)`` after the
+append. Feed the prompt once with ``mask="causal"`` (prefill), then one token at a time
+(``n = 1`` sees every cached key, so no mask is needed; ``"causal"`` is also correct)::
+
+    cache = KVCache()
+    y = mha(prompt, mask="causal", cache=cache)     # (B, p, d), cache holds p positions
+    y_t = mha(x_t, mask="causal", cache=cache)      # x_t (B, 1, d), cache holds p + 1
+
+An explicit mask passed with a cache must cover every key, old and new: shape
+``(..., n, len(cache) + n)``, aligned bottom-right (the new queries are the last rows of
+the full causal mask: ``causal_mask(n, m, align="bottom_right")``). For cross-attention
+the cache stores the context's keys and values on the first call and reuses them after.
+
+**Benchmark helper.**
+:func:`attention_stack` builds a stack of layers and :func:`generate` decodes
+``steps`` vectors through it autoregressively, with the cache or by recomputing the
+whole prefix every step; both give the same vectors (tested), so timing the two is a
+fair measure of the cache's speed-up::
+
+    layers = attention_stack(num_layers=4, d_model=256, num_heads=8, seed=0)
+    prompt = torch.randn(1, 16, 256)
+    fast = generate(layers, prompt, 256, use_cache=True)    # (1, 256, 256)
+    slow = generate(layers, prompt, 256, use_cache=False)   # same values, O(T^2) projections
+
+:func:`mha_param_count`, :func:`mha_flops` and :func:`kv_cache_bytes` are the cost
+formulas of chapter 5.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._checks import check_mask, require_float, require_tensor
+from .attention import softmax
+from .masks import causal_mask
+
+__all__ = [
+    "MultiHeadAttention",
+    "KVCache",
+    "split_heads",
+    "merge_heads",
+    "attention_stack",
+    "generate",
+    "mha_param_count",
+    "mha_flops",
+    "kv_cache_bytes",
+]
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``(B, n, d_model)`` -> ``(B, h, n, d_head)``: reshape the features into heads, then move heads forward.
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``num_heads``.
+    """
+    *batch, n, d = x.shape
+    if d % num_heads:
+        raise ValueError(f"d_model={d} (last dim of {tuple(x.shape)}) is not divisible by num_heads={num_heads}")
+    return x.reshape(*batch, n, num_heads, d // num_heads).transpose(-3, -2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``(B, h, n, d_head)`` -> ``(B, n, h * d_head)``: the inverse of :func:`split_heads` (concatenates the heads)."""
+    *batch, h, n, dh = x.shape
+    return x.transpose(-3, -2).reshape(*batch, n, h * dh)
+
+
+class KVCache:
+    """The keys and values of the positions a layer has already seen (one cache per layer).
+
+    Attributes:
+        k: cached keys ``(B, h, t, d_head)`` after the first append, else ``None``.
+        v: cached values ``(B, h, t, d_head)``, like ``k``.
+        cross: ``True`` when a cross-attention layer filled it (its keys/values are the
+            context's and are reused, not appended to, on later calls).
+
+    ``len(cache)`` is ``t``, the number of cached positions; :attr:`nbytes` is the memory
+    the cached tensors hold, ``2 * B * h * t * d_head * element_size`` (per layer).
+    Appending concatenates along the sequence axis (simple, and what a dynamic-length
+    cache does); a production cache would preallocate ``max_len`` positions instead.
+    """
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.cross = False  # set when a cross-attention layer filled it from its context
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def __repr__(self) -> str:
+        shape = None if self.k is None else tuple(self.k.shape)
+        return f"KVCache(positions={len(self)}, k/v shape={shape})"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by ``k`` and ``v`` together (0 when empty)."""
+        if self.k is None:
+            return 0
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+
+    def reset(self) -> None:
+        """Forget every cached position."""
+        self.k = self.v = None
+        self.cross = False
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add new positions and return all cached keys and values.
+
+        Args:
+            k: new keys ``(B, h, n_new, d_head)``.
+            v: new values ``(B, h, n_new, d_head)``.
+
+        Returns:
+            ``(k_all, v_all)``, each ``(B, h, t + n_new, d_head)``.
+
+        Raises:
+            ValueError: shapes that disagree with each other or with what is cached.
+        """
+        if k.shape != v.shape or k.dim() != 4:
+            raise ValueError(f"KVCache.append needs k and v of one shape (B, h, n_new, d_head), got {tuple(k.shape)} and {tuple(v.shape)}")
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            if self.k.shape[:2] != k.shape[:2] or self.k.shape[-1] != k.shape[-1] or self.k.dtype != k.dtype:
+                raise ValueError(
+                    f"the cache holds k of shape {tuple(self.k.shape)} {self.k.dtype} (B, h, t, d_head); "
+                    f"cannot append {tuple(k.shape)} {k.dtype}"
+                )
+            self.k = torch.cat([self.k, k], dim=-2)
+            self.v = torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head (self- or cross-) attention with one fused QKV projection.
+
+    Args:
+        d_model: model width ``d``; must be divisible by ``num_heads``.
+        num_heads: number of heads ``h``; each works in ``d_head = d_model // num_heads`` dims.
+        bias: whether ``qkv`` and ``out`` have biases.
+        dropout: dropout probability on the attention weights (training mode only).
+
+    Attributes:
+        qkv: ``nn.Linear(d_model, 3 * d_model)``; weight rows ``[0:d]`` make queries,
+            ``[d:2d]`` keys, ``[2d:3d]`` values (``nn.MultiheadAttention.in_proj_weight``'s layout).
+        out: ``nn.Linear(d_model, d_model)``, the output projection ``W_O``.
+
+    See the module docstring for how masks are shaped for heads and how the cache is used.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
+        self.dropout = dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, num_heads={self.num_heads}, d_head={self.d_head}, dropout={self.dropout}"
+
+    # -- interop with torch ------------------------------------------------------
+    @classmethod
+    def from_torch(cls, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """A copy of ``nn.MultiheadAttention``'s weights (it must use one ``in_proj_weight``, i.e. kdim = vdim = d)."""
+        if not isinstance(mha, nn.MultiheadAttention):
+            raise TypeError(f"expected an nn.MultiheadAttention, got {type(mha).__name__}")
+        if mha.in_proj_weight is None or mha.bias_k is not None or mha.add_zero_attn:
+            raise ValueError("only nn.MultiheadAttention with a packed in_proj_weight, no bias_k/bias_v and no add_zero_attn")
+        bias = mha.in_proj_bias is not None
+        new = cls(mha.embed_dim, mha.num_heads, bias=bias, dropout=mha.dropout)
+        with torch.no_grad():
+            new.qkv.weight.copy_(mha.in_proj_weight)
+            new.out.weight.copy_(mha.out_proj.weight)
+            if bias:
+                new.qkv.bias.copy_(mha.in_proj_bias)
+                new.out.bias.copy_(mha.out_proj.bias)
+        return new.to(mha.in_proj_weight.device, mha.in_proj_weight.dtype)
+
+    def to_torch(self) -> nn.MultiheadAttention:
+        """An ``nn.MultiheadAttention(batch_first=True)`` holding the same weights."""
+        bias = self.qkv.bias is not None
+        mha = nn.MultiheadAttention(self.d_model, self.num_heads, dropout=self.dropout, bias=bias, batch_first=True)
+        mha = mha.to(self.qkv.weight.device, self.qkv.weight.dtype)
+        with torch.no_grad():
+            mha.in_proj_weight.copy_(self.qkv.weight)
+            mha.out_proj.weight.copy_(self.out.weight)
+            if bias:
+                mha.in_proj_bias.copy_(self.qkv.bias)
+                mha.out_proj.bias.copy_(self.out.bias)
+        return mha
+
+    # -- forward -----------------------------------------------------------------
+    def _project(self, x: torch.Tensor, context: torch.Tensor | None, need_kv: bool):
+        d = self.d_model
+        if context is None:
+            # Self-attention: one matmul makes q, k and v together (the fused-QKV tip).
+            q, k, v = self.qkv(x).split(d, dim=-1)
+            return q, k, v
+        w, b = self.qkv.weight, self.qkv.bias
+        q = F.linear(x, w[:d], None if b is None else b[:d])
+        if not need_kv:
+            return q, None, None
+        k, v = F.linear(context, w[d:], None if b is None else b[d:]).split(d, dim=-1)
+        return q, k, v
+
+    def _heads_mask(self, mask, batch: int, n: int, m: int, cross: bool, device) -> torch.Tensor | None:
+        if mask is None:
+            return None
+        if isinstance(mask, str):
+            if mask != "causal":
+                raise ValueError(f"mask must be a tensor, None or the string 'causal', got {mask!r}")
+            if cross:
+                raise ValueError("mask='causal' is for self-attention; cross-attention has no order between x and context")
+            return causal_mask(n, m, align="bottom_right", device=device)
+        require_tensor(mask, "mask")
+        if mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, n|1, m) -> (B, 1, n|1, m): one mask per sequence, shared by the heads
+        elif mask.dim() not in (2, 4):
+            raise ValueError(
+                f"mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, h, n, m), got shape {tuple(mask.shape)}"
+            )
+        if mask.shape[-1] != m:
+            # Broadcasting over keys is always a mistake (typically a mask that forgot the cached keys).
+            raise ValueError(
+                f"mask's last dimension must be the number of keys m={m} (cached + new), got shape {tuple(mask.shape)}"
+            )
+        check_mask(mask, (batch, self.num_heads, n, m))
+        return mask
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        context: torch.Tensor | None = None,
+        mask: torch.Tensor | str | None = None,
+        cache: KVCache | None = None,
+        return_weights: bool = False,
+    ):
+        """Attend from ``x`` to itself (or to ``context``).
+
+        Args:
+            x: queries' inputs ``(B, n, d_model)`` (or unbatched ``(n, d_model)``).
+            context: keys' and values' inputs ``(B, m, d_model)`` for cross-attention;
+                ``None`` for self-attention (then ``m = n``, plus cached positions).
+            mask: ``None``, ``"causal"``, or a bool/float tensor read as ``(n, m)``,
+                ``(B, n, m)`` or ``(B, h, n, m)``; see the module docstring.
+            cache: a :class:`KVCache`; self-attention appends the new keys/values to it
+                and attends over everything cached; cross-attention fills it from
+                ``context`` once and reuses it (``context`` may then be ``None``).
+            return_weights: also return the per-head weights.
+
+        Returns:
+            ``y`` of shape ``(B, n, d_model)``, or ``(y, weights)`` with weights
+            ``(B, h, n, m)`` (before dropout; not averaged over heads, unlike
+            ``nn.MultiheadAttention``'s default).
+
+        Raises:
+            TypeError: non-tensor or non-float inputs, dtypes that differ from the weights'.
+            ValueError: a last dimension other than ``d_model``, mismatched batches,
+                a mask that does not broadcast to ``(B, h, n, m)``.
+        """
+        require_float(x, "x")
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a selfattn.KVCache, got {type(cache).__name__}")
+        unbatched = x.dim() == 2
+        if unbatched:
+            x = x.unsqueeze(0)
+            context = None if context is None else context.unsqueeze(0)
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (B, n, d_model={self.d_model}) or (n, d_model), got {tuple(x.shape)}")
+        if x.dtype != self.qkv.weight.dtype:
+            raise TypeError(f"x has dtype {x.dtype} but the weights are {self.qkv.weight.dtype}; convert one of them")
+        batch, n = x.shape[0], x.shape[1]
+        cross = context is not None or (cache is not None and cache.cross)
+        if context is not None:
+            require_float(context, "context")
+            if context.dim() != 3 or context.shape[-1] != self.d_model or context.shape[0] != batch:
+                raise ValueError(
+                    f"context must have shape (B={batch}, m, d_model={self.d_model}), got {tuple(context.shape)}"
+                )
+            if context.dtype != x.dtype:
+                raise TypeError(f"context has dtype {context.dtype} but x has {x.dtype}")
+
+        if context is not None and cache is not None and len(cache) and not cache.cross:
+            raise ValueError("this cache holds a self-attention layer's keys; a cross-attention call needs its own KVCache")
+        reuse_cross_cache = cross and cache is not None and len(cache) > 0
+        if cross and not reuse_cross_cache and context is None:
+            raise ValueError("cross-attention needs context on the first call (the cache is empty)")
+        if cache is not None and len(cache) and cache.k.shape[0] != batch:
+            raise ValueError(f"the cache holds batch size {cache.k.shape[0]}, x has {batch}")
+        # Number of keys, known before anything is computed, so a bad mask leaves the cache untouched.
+        if reuse_cross_cache:
+            m = len(cache)
+        else:
+            m = (context.shape[1] if cross else n) + (0 if cache is None else len(cache))
+        mask = self._heads_mask(mask, batch, n, m, cross, x.device)
+
+        q, k, v = self._project(x, context, need_kv=not reuse_cross_cache)
+        q = split_heads(q, self.num_heads)  # (B, h, n, d_head)
+        if reuse_cross_cache:
+            k, v = cache.k, cache.v  # the context's keys/values, computed on the first call
+        else:
+            k, v = split_heads(k, self.num_heads), split_heads(v, self.num_heads)  # (B, h, m_new, d_head)
+            if cache is not None:
+                k, v = cache.append(k, v)  # (B, h, m, d_head): old positions then new
+                cache.cross = cross
+
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, h, n, m)
+        if mask is not None:
+            if mask.dtype == torch.bool:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            else:
+                scores = scores + mask.to(scores.dtype)
+        weights = softmax(scores, dim=-1)  # a fully masked row gives zeros, not NaN
+        attended = F.dropout(weights, self.dropout) if (self.training and self.dropout > 0) else weights
+        y = self.out(merge_heads(attended @ v))  # (B, h, n, d_head) -> (B, n, d_model)
+        if unbatched:
+            y, weights = y.squeeze(0), weights.squeeze(0)
+        return (y, weights) if return_weights else y
+
+
+# -- a stack of layers and autoregressive decoding (the KV-cache benchmark) -----------
+
+def attention_stack(num_layers: int, d_model: int, num_heads: int, *, seed: int = 0) -> nn.ModuleList:
+    """``num_layers`` :class:`MultiHeadAttention` layers with seeded weights, in eval mode.
+
+    :func:`generate` runs them as a residual stack ``x <- x + layer(x, mask="causal")``.
+    """
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    g = torch.Generator().manual_seed(seed)
+    layers = nn.ModuleList(MultiHeadAttention(d_model, num_heads) for _ in range(num_layers))
+    with torch.no_grad():
+        for p in layers.parameters():
+            # nn.Linear's default init, drawn from our own generator so the stack does not
+            # depend on (or disturb) the global RNG.
+            bound = 1.0 / math.sqrt(d_model)
+            p.copy_(torch.empty_like(p).uniform_(-bound, bound, generator=g))
+    return layers.eval()
+
+
+def _next_input(y_last: torch.Tensor) -> torch.Tensor:
+    # The "token" fed back: the last output, rescaled to unit RMS so that 256 steps
+    # neither explode nor vanish (a stand-in for sampling a token and embedding it).
+    return y_last / y_last.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
+
+
+@torch.no_grad()
+def generate(layers: Sequence[MultiHeadAttention], prompt: torch.Tensor, steps: int, *, use_cache: bool = True) -> torch.Tensor:
+    """Decode ``steps`` vectors autoregressively through a residual stack of attention layers.
+
+    Each layer computes ``x + layer(x, mask="causal")``; the output at the last position,
+    rescaled to unit RMS, is the next input. With ``use_cache`` the prompt is run once
+    (prefill) and every later step feeds one position through the layers and their
+    :class:`KVCache`; without it every step re-runs the whole prefix. The results agree
+    to float rounding (tested), so timing both measures the cache's speed-up.
+
+    Args:
+        layers: e.g. :func:`attention_stack`'s output.
+        prompt: ``(B, p, d_model)`` with ``p >= 1``.
+        steps: number of vectors to generate (>= 1).
+        use_cache: decode with one :class:`KVCache` per layer, or recompute.
+
+    Returns:
+        ``(B, steps, d_model)``, the generated inputs in order.
+    """
+    require_float(prompt, "prompt")
+    if prompt.dim() != 3 or prompt.shape[1] < 1:
+        raise ValueError(f"prompt must have shape (B, p >= 1, d_model), got {tuple(prompt.shape)}")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    out = []
+    if use_cache:
+        caches = [KVCache() for _ in layers]
+        x = prompt
+        for _ in range(steps):
+            h = x
+            for layer, cache in zip(layers, caches):
+                h = h + layer(h, mask="causal", cache=cache)
+            x = _next_input(h[:, -1:])  # (B, 1, d): only the new position goes in next time
+            out.append(x)
+    else:
+        seq = prompt
+        for _ in range(steps):
+            h = seq
+            for layer in layers:
+                h = h + layer(h, mask="causal")
+            x = _next_input(h[:, -1:])
+            out.append(x)
+            seq = torch.cat([seq, x], dim=1)
+    return torch.cat(out, dim=1)
+
+
+# -- cost formulas --------------------------------------------------------------------
+
+def mha_param_count(d_model: int, *, bias: bool = True) -> int:
+    """Parameters of :class:`MultiHeadAttention`: ``4 d^2`` weights (+ ``4 d`` biases), whatever ``h``."""
+    return 4 * d_model * d_model + (4 * d_model if bias else 0)
+
+
+def mha_flops(n: int, d_model: int, m: int | None = None) -> int:
+    """Floating-point operations (multiply and add counted apart) of one forward pass, one sequence.
+
+    ``2 n d (3d)`` for the fused QKV projection (self-attention; for cross-attention the
+    keys/values cost ``4 m d^2`` instead of ``4 n d^2``), ``2 n m d`` for the scores,
+    ``2 n m d`` for weights @ values and ``2 n d^2`` for the output projection.
+    Self-attention (``m = n``): ``8 n d^2 + 4 n^2 d``. Softmax and biases are ignored.
+    """
+    if m is None:
+        return 8 * n * d_model**2 + 4 * n * n * d_model
+    return 4 * n * d_model**2 + 4 * m * d_model**2 + 4 * n * m * d_model
+
+
+def kv_cache_bytes(num_layers: int, num_heads: int, d_head: int, n: int, dtype: torch.dtype = torch.float32, *, batch: int = 1) -> int:
+    """Memory of a KV cache: ``2 x layers x heads x d_head x n x bytes`` (x batch)."""
+    return 2 * num_layers * num_heads * d_head * n * torch.empty((), dtype=dtype).element_size() * batch

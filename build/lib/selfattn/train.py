@@ -1,0 +1,73 @@
+"""A small training loop for the book's tiny models."""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+
+from .runtime import show_progress
+
+__all__ = ["train_loop"]
+
+
+def train_loop(
+    model: torch.nn.Module,
+    batches: Callable[[int], Iterable] | Iterable,
+    loss_fn: Callable,
+    *,
+    steps: int,
+    lr: float = 1e-3,
+    optimizer: torch.optim.Optimizer | None = None,
+    clip: float | None = 1.0,
+    progress: bool | None = None,
+    desc: str = "training",
+) -> list[float]:
+    """Train ``model`` for ``steps`` steps and return the loss at every step.
+
+    Args:
+        model: the module to train (put it on its device first).
+        batches: either a function ``step -> batch`` or an iterable of batches.
+        loss_fn: ``(model, batch) -> scalar loss tensor``.
+        steps: number of optimisation steps.
+        lr: learning rate of the default Adam optimiser.
+        optimizer: use this optimiser instead of Adam.
+        clip: gradient-norm clipping (``None`` to disable).
+        progress: draw a progress bar; by default only when ``SELFATTN_PROGRESS`` is not
+            ``"0"`` (``make execute`` and nbval set it to 0, so committed outputs and
+            stderr stay clean).
+        desc: label of the progress bar.
+
+    Returns:
+        The list of per-step training losses (floats).
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
+    progress = show_progress() if progress is None else progress
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=steps, desc=desc, leave=False)
+    get_batch = batches if callable(batches) else iter(batches).__next__
+    history: list[float] = []
+    model.train()
+    for step in range(steps):
+        batch = get_batch(step) if callable(batches) else get_batch()
+        loss = loss_fn(model, batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"loss became {loss.item()} at step {step}")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        history.append(loss.item())
+        if bar is not None:
+            bar.update(1)
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{history[-1]:.4f}")
+    if bar is not None:
+        bar.close()
+    model.eval()
+    return history

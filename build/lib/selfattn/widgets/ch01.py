@@ -1,0 +1,114 @@
+"""Chapter 1's explorer: how strongly the last output depends on each earlier input.
+
+Three randomly initialised encoders of the same width read one random sequence: a tanh
+RNN, an LSTM and one self-attention layer. For a chosen length ``n`` the view plots
+``|| d y[n-1] / d x[t] ||`` (see :func:`selfattn.gradient_reach.gradient_reach`) against the
+distance ``n - 1 - t`` on a log scale. The sequence is drawn once at the longest length;
+a shorter ``n`` uses its first ``n`` vectors, so the slider changes only the length.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..gradient_reach import gradient_reach
+from ..models.tiny_attention import SelfAttention
+
+__all__ = ["LENGTHS", "random_encoders", "reach_profiles", "plot_reach", "plot_reach_grid", "explorer"]
+
+LENGTHS: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
+COLORS = {"RNN (tanh)": "tab:red", "LSTM": "tab:orange", "self-attention": "tab:blue"}
+
+
+def random_encoders(d: int = 16, *, seed: int = 0) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """``{name: encoder}``: a tanh RNN, an LSTM and a self-attention layer, width ``d``, PyTorch's default init.
+
+    Each encoder maps ``(1, n, d)`` to ``(1, n, d)``.
+    """
+    torch.manual_seed(seed)
+    rnn, lstm, attention = torch.nn.RNN(d, d, batch_first=True), torch.nn.LSTM(d, d, batch_first=True), SelfAttention(d)
+    return {"RNN (tanh)": lambda x: rnn(x)[0], "LSTM": lambda x: lstm(x)[0], "self-attention": attention}
+
+
+def reach_profiles(n: int, *, d: int = 16, seed: int = 0) -> dict[str, np.ndarray]:
+    """``{name: (n,) array}``: entry ``t`` is ``|| d y[n-1] / d x[t] ||`` for each encoder of :func:`random_encoders`."""
+    if not isinstance(n, int) or not 1 <= n <= LENGTHS[-1]:
+        raise ValueError(f"n must be an int from 1 to {LENGTHS[-1]}, got {n!r}")
+    x = torch.randn(LENGTHS[-1], d, generator=torch.Generator().manual_seed(seed + 1))[:n]
+    return {name: gradient_reach(enc, x).numpy() for name, enc in random_encoders(d, seed=seed).items()}
+
+
+def plot_reach(n: int, *, d: int = 16, seed: int = 0, ax=None):
+    """Gradient reach against distance for the three encoders at length ``n`` (log y axis).
+
+    Returns:
+        The matplotlib axes.
+    """
+    import matplotlib.pyplot as plt
+
+    profiles = reach_profiles(n, d=d, seed=seed)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 3.5))
+    distance = np.arange(n)[::-1]  # input t is n - 1 - t steps before the last output
+    for name, norms in profiles.items():
+        ax.plot(distance, np.maximum(norms, 1e-30), color=COLORS[name], label=name)
+    ax.set_yscale("log")
+    ax.set_ylim(1e-30, 1e2)
+    ax.set_xlabel("distance n - 1 - t from the last token (tokens)")
+    ax.set_ylabel("‖∂y_last / ∂x_t‖ (log scale)")
+    ax.set_title(f"Gradient reach at initialisation, n = {n}, d = {d}")
+    ax.legend(loc="lower left")
+    return ax
+
+
+def plot_reach_grid(lengths: Sequence[int] = (16, 64, 256), *, d: int = 16, seed: int = 0):
+    """The explorer's view for a few lengths side by side (the static figure).
+
+    Returns:
+        The matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(lengths), figsize=(4.3 * len(lengths), 3.6), sharey=True, squeeze=False)
+    for ax, n in zip(axes[0], lengths):
+        plot_reach(n, d=d, seed=seed, ax=ax)
+        if ax is not axes[0, 0]:
+            ax.set_ylabel("")
+            ax.get_legend().remove()
+    fig.tight_layout()
+    return fig
+
+
+def explorer(*, n: int = 64, d: int = 16, seed: int = 0):
+    """The interactive view: a length slider (8 to 256) and a "draw" slider (random weights and inputs, 0 to 4).
+
+    Returns:
+        An ``ipywidgets.VBox``.
+    """
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    if n not in LENGTHS:
+        raise ValueError(f"n must be one of {LENGTHS}, got {n!r}")
+    if not 0 <= seed <= 4:
+        raise ValueError(f"seed must be from 0 to 4 (the draw slider's range), got {seed!r}")
+    length = widgets.SelectionSlider(options=list(LENGTHS), value=n, description="length n")
+    draw_slider = widgets.IntSlider(value=seed, min=0, max=4, description="draw")
+    out = widgets.Output()
+
+    def on_change(_change=None) -> None:
+        with out:
+            out.clear_output(wait=True)
+            fig, ax = plt.subplots(figsize=(6.0, 3.6))
+            plot_reach(length.value, d=d, seed=draw_slider.value, ax=ax)
+            fig.tight_layout()
+            display(fig)
+            plt.close(fig)  # closed, so the inline backend does not draw it a second time
+
+    for control in (length, draw_slider):
+        control.observe(on_change, names="value")
+    on_change()
+    return widgets.VBox([widgets.HBox([length, draw_slider]), out])

@@ -1,0 +1,138 @@
+"""Chapter 3's explorer: how d_k and the 1/sqrt(d_k) scale shape one query's attention weights.
+
+One query and ``n_keys`` keys with independent N(0, 1) components are drawn once,
+at the largest ``d_k``; a smaller ``d_k`` uses the first ``d_k`` components. So
+moving the slider changes only the dimension, not the random draw, and the reader
+sees the scores spread as ``sqrt(d_k)`` when the scale is off.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from ..attention import softmax
+
+__all__ = ["D_K_CHOICES", "QueryWeights", "query_weights", "plot_query_weights", "plot_explorer_grid", "explorer"]
+
+D_K_CHOICES: tuple[int, ...] = tuple(2**i for i in range(2, 11))  # 4, 8, ..., 1024
+
+
+class QueryWeights(NamedTuple):
+    """One query's attention over ``n_keys`` keys."""
+
+    scores: np.ndarray  #: ``(n_keys,)`` the (scaled or unscaled) scores
+    weights: np.ndarray  #: ``(n_keys,)`` softmax of the scores
+    entropy: float  #: entropy of ``weights`` in nats (``log n_keys`` when uniform, 0 when one-hot)
+    max_weight: float  #: the largest weight
+
+
+def _draw(n_keys: int, seed: int, d_max: int = D_K_CHOICES[-1]) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(d_max, generator=g), torch.randn(n_keys, d_max, generator=g)
+
+
+def query_weights(d_k: int, scaled: bool = True, *, n_keys: int = 16, seed: int = 0) -> QueryWeights:
+    """Weights of one random query over ``n_keys`` random keys in dimension ``d_k``.
+
+    Args:
+        d_k: dimension of query and keys, 1 to 1024.
+        scaled: multiply the scores by ``1/sqrt(d_k)``.
+        n_keys: number of keys ``m``.
+        seed: the draw (the same for every ``d_k``: smaller ``d_k`` use a prefix of the components).
+
+    Returns:
+        :class:`QueryWeights` with ``(n_keys,)`` scores and weights, their entropy and maximum.
+    """
+    if not isinstance(d_k, int) or not 1 <= d_k <= D_K_CHOICES[-1]:
+        raise ValueError(f"d_k must be an int from 1 to {D_K_CHOICES[-1]}, got {d_k!r}")
+    if n_keys < 1:
+        raise ValueError(f"n_keys must be >= 1, got {n_keys}")
+    q, k = _draw(n_keys, seed)
+    scores = (k[:, :d_k] @ q[:d_k]).double()
+    if scaled:
+        scores = scores / math.sqrt(d_k)
+    w = softmax(scores)
+    # 0 * log 0 = 0: weights that underflowed to exactly zero contribute nothing.
+    entropy = -(w * torch.log(torch.where(w > 0, w, torch.ones_like(w)))).sum().item()
+    return QueryWeights(scores.numpy(), w.numpy(), float(entropy), float(w.max()))
+
+
+def plot_query_weights(d_k: int, scaled: bool = True, *, n_keys: int = 16, seed: int = 0, ax=None):
+    """Bar chart of one query's weights over its keys, titled with ``d_k``, the entropy and the largest weight.
+
+    Returns:
+        The matplotlib axes.
+    """
+    import matplotlib.pyplot as plt
+
+    r = query_weights(d_k, scaled, n_keys=n_keys, seed=seed)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.0, 3.0))
+    ax.bar(np.arange(n_keys), r.weights, color="tab:blue" if scaled else "tab:red")
+    ax.set_ylim(0, 1.02)
+    ax.set_xticks(range(0, n_keys, max(1, n_keys // 8)))
+    ax.set_xlabel("key index j")
+    ax.set_ylabel("weight α_j")
+    label = "scaled by 1/√d_k" if scaled else "unscaled"
+    ax.set_title(f"d_k = {d_k}, {label}\nentropy {r.entropy:.2f} nats (max {math.log(n_keys):.2f}), max α {r.max_weight:.2f}")
+    return ax
+
+
+def plot_explorer_grid(d_ks: Sequence[int] = (4, 64, 1024), *, n_keys: int = 16, seed: int = 0):
+    """The explorer's view for a few ``d_k``: top row scaled, bottom row unscaled (the static figure).
+
+    Returns:
+        The matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(d_ks), figsize=(3.6 * len(d_ks), 5.6), sharey=True, squeeze=False)
+    for col, d_k in enumerate(d_ks):
+        for row, scaled in enumerate((True, False)):
+            plot_query_weights(d_k, scaled, n_keys=n_keys, seed=seed, ax=axes[row, col])
+            if col:
+                axes[row, col].set_ylabel("")
+    fig.suptitle(f"One query's attention weights over {n_keys} keys (draw {seed}), growing d_k")
+    fig.tight_layout()
+    return fig
+
+
+def explorer(*, n_keys: int = 16, seed: int = 0, d_k: int = 64, scaled: bool = True):
+    """The interactive view: a ``d_k`` slider (4 to 1024), a scale on/off switch and a
+    "draw" slider that picks another random query and keys (seeds 0 to 9).
+
+    Returns:
+        An ``ipywidgets.VBox`` (display it, or leave it as a cell's last expression).
+    """
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    if d_k not in D_K_CHOICES:
+        raise ValueError(f"d_k must be one of {D_K_CHOICES}, got {d_k!r}")
+    if not 0 <= seed <= 9:
+        raise ValueError(f"seed must be from 0 to 9 (the draw slider's range), got {seed!r}")
+    slider = widgets.SelectionSlider(options=list(D_K_CHOICES), value=d_k, description="d_k")
+    toggle = widgets.Checkbox(value=scaled, description="scale by 1/√d_k")
+    draw_slider = widgets.IntSlider(value=seed, min=0, max=9, description="draw")
+    out = widgets.Output()
+
+    def draw(d_k: int, scaled: bool, seed: int) -> None:
+        with out:
+            out.clear_output(wait=True)
+            fig, ax = plt.subplots(figsize=(5.0, 3.0))
+            plot_query_weights(d_k, scaled, n_keys=n_keys, seed=seed, ax=ax)
+            fig.tight_layout()
+            display(fig)
+            plt.close(fig)  # closed, so the inline backend does not draw it a second time
+
+    def on_change(_change=None) -> None:
+        draw(slider.value, toggle.value, draw_slider.value)
+
+    for control in (slider, toggle, draw_slider):
+        control.observe(on_change, names="value")
+    on_change()
+    return widgets.VBox([widgets.HBox([slider, toggle, draw_slider]), out])

@@ -1,0 +1,136 @@
+"""Chapter 4's explorer: a mask and the attention weights it produces, side by side.
+
+One random set of queries and keys is drawn per (n, seed); the mask type, the padded
+length and the window then change only the mask, so the reader sees which weights a
+mask removes and how the remaining ones renormalise.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..masks import causal_mask, padding_mask, sliding_window_mask
+
+__all__ = ["MASK_KINDS", "MaskView", "mask_for", "mask_view", "plot_mask_view", "plot_explorer_grid", "explorer"]
+
+MASK_KINDS: tuple[str, ...] = ("none", "causal", "padding", "padding + causal", "sliding window")
+
+
+class MaskView(NamedTuple):
+    """A mask and the weights of one head under it."""
+
+    mask: torch.Tensor  #: ``(n, n)`` bool, True = may attend
+    weights: torch.Tensor  #: ``(n, n)`` attention weights (rows of masked-out queries are whatever the mask leaves)
+
+
+def mask_for(kind: str, n: int, *, length: int | None = None, window: int = 3) -> torch.Tensor:
+    """The ``(n, n)`` bool mask of one sequence for ``kind`` (one of ``MASK_KINDS``).
+
+    ``length`` is the real length for the padding kinds (positions ``>= length`` are padding;
+    default ``n``); ``window`` the sliding window's size.
+    """
+    if kind not in MASK_KINDS:
+        raise ValueError(f"kind must be one of {MASK_KINDS}, got {kind!r}")
+    length = n if length is None else length
+    if kind == "none":
+        return torch.ones(n, n, dtype=torch.bool)
+    if kind == "causal":
+        return causal_mask(n)
+    if kind == "sliding window":
+        return sliding_window_mask(n, window)
+    pad = padding_mask([length], n)[0].expand(n, n)  # (n, n): every query, the same real keys
+    return pad & causal_mask(n) if kind == "padding + causal" else pad
+
+
+def mask_view(kind: str, n: int = 8, *, length: int | None = None, window: int = 3, seed: int = 0) -> MaskView:
+    """The mask for ``kind`` and single-head weights ``softmax(q k^T / sqrt(d) + mask)`` for random q, k (d = 8)."""
+    mask = mask_for(kind, n, length=length, window=window)
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(n, 8, generator=g), torch.randn(n, 8, generator=g)
+    _, w = scaled_dot_product_attention(q, k, k, mask, return_weights=True)
+    return MaskView(mask, w)
+
+
+def _title(kind: str, n: int, length: int | None, window: int) -> str:
+    if "padding" in kind:
+        return f"{kind} (n={n}, length {n if length is None else length})"
+    if kind == "sliding window":
+        return f"sliding window (n={n}, window {window})"
+    return f"{kind} (n={n})"
+
+
+def plot_mask_view(kind: str, n: int = 8, *, length: int | None = None, window: int = 3, seed: int = 0, axes=None):
+    """Two heatmaps: the mask (white = may attend) and the weights it gives.
+
+    Returns:
+        The two matplotlib axes.
+    """
+    import matplotlib.pyplot as plt
+
+    view = mask_view(kind, n, length=length, window=window, seed=seed)
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(8.0, 3.6))
+    ax_m, ax_w = axes
+    ax_m.imshow(view.mask.numpy(), cmap="gray", vmin=0, vmax=1)
+    ax_m.set_title(f"mask: {_title(kind, n, length, window)}\nwhite = may attend")
+    image = ax_w.imshow(view.weights.numpy(), cmap="viridis", vmin=0, vmax=1)
+    ax_w.set_title("attention weights under it")
+    ax_w.figure.colorbar(image, ax=ax_w, label="weight")
+    for ax in axes:
+        ax.grid(False)
+        ax.set_xlabel("key position j")
+        ax.set_ylabel("query position i")
+    return axes
+
+
+def plot_explorer_grid(kinds: Sequence[str] = ("causal", "padding + causal", "sliding window"), *, n: int = 8,
+                       length: int = 5, window: int = 3, seed: int = 0):
+    """The explorer's view for a few mask kinds, one row each (the static figure).
+
+    Returns:
+        The matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(kinds), 2, figsize=(8.0, 3.4 * len(kinds)), squeeze=False)
+    for row, kind in enumerate(kinds):
+        plot_mask_view(kind, n, length=length, window=window, seed=seed, axes=axes[row])
+    fig.suptitle("Masks (left) and the attention weights they leave (right)")
+    fig.tight_layout()
+    return fig
+
+
+def explorer(*, kind: str = "causal", n: int = 8, length: int = 5, window: int = 3, seed: int = 0):
+    """The interactive view: mask type, sequence length n (2 to 16), real length (padding) and window.
+
+    Returns:
+        An ``ipywidgets.VBox``.
+    """
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    if kind not in MASK_KINDS:
+        raise ValueError(f"kind must be one of {MASK_KINDS}, got {kind!r}")
+    kind_w = widgets.Dropdown(options=list(MASK_KINDS), value=kind, description="mask")
+    n_w = widgets.IntSlider(value=n, min=2, max=16, description="n")
+    length_w = widgets.IntSlider(value=min(length, n), min=0, max=n, description="real length")
+    window_w = widgets.IntSlider(value=window, min=1, max=16, description="window")
+    out = widgets.Output()
+
+    def on_change(_change=None) -> None:
+        length_w.max = n_w.value  # the real length cannot exceed n
+        with out:
+            out.clear_output(wait=True)
+            fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6))
+            plot_mask_view(kind_w.value, n_w.value, length=length_w.value, window=window_w.value, seed=seed, axes=axes)
+            fig.tight_layout()
+            display(fig)
+            plt.close(fig)
+
+    for control in (kind_w, n_w, length_w, window_w):
+        control.observe(on_change, names="value")
+    on_change()
+    return widgets.VBox([widgets.HBox([kind_w, n_w]), widgets.HBox([length_w, window_w]), out])

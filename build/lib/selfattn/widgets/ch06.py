@@ -1,0 +1,134 @@
+"""Chapter 6's explorer: sinusoidal encodings and how a score varies with distance.
+
+For ``n`` positions, ``d`` dimensions and a ``base``, the left panel is the sinusoidal
+encoding ``PE`` ``(n, d)`` as a heatmap; the right panel plots, against the distance
+``k``, three curves of the same family:
+
+* ``PE[p] . PE[p + k] / (d/2)``, the dot product of two sinusoidal encodings ``k`` apart,
+  which is ``mean_i cos(k omega_i)`` whatever ``p`` is;
+* RoPE's ``<R_p q, R_{p+k} q> / |q|^2`` for a query equal to its key with equal weight
+  on every pair (``q`` all ones): the very same curve;
+* RoPE's ``<R_p q, R_{p+k} k> / (|q| |k|)`` for one random ``q``, ``k`` (fixed seed): the
+  relative-position property holds, but the curve is not a smooth decay.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..positional import apply_rope, sinusoidal_encoding
+
+__all__ = ["BASES", "distance_curves", "plot_encodings", "plot_encodings_grid", "explorer"]
+
+#: The bases the explorer's slider offers (10000 is the paper's).
+BASES: tuple[float, ...] = (10.0, 100.0, 1000.0, 10000.0, 100000.0)
+
+
+def _check(n: int, d: int, base: float) -> None:
+    if not isinstance(n, int) or not 2 <= n <= 512:
+        raise ValueError(f"n must be an int from 2 to 512, got {n!r}")
+    if not isinstance(d, int) or d < 2 or d % 2 or d > 512:
+        raise ValueError(f"d must be an even int from 2 to 512, got {d!r}")
+    if not base > 1:
+        raise ValueError(f"base must be > 1, got {base!r}")
+
+
+def distance_curves(n: int, d: int, base: float = 10000.0, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """The three curves of the right panel, each ``(n,)`` for distances ``k = 0 .. n-1``.
+
+    Keys: ``"sinusoidal PE . PE"``, ``"RoPE, q = k = ones"``, ``"RoPE, random q, k"``.
+    """
+    _check(n, d, base)
+    pe = sinusoidal_encoding(n, d, base=base, dtype=torch.float64)
+    dots = (pe[0] * pe).sum(-1) / (d / 2)  # position 0 against k; any start gives the same curve
+    k_pos = torch.arange(n)
+    ones = torch.ones(1, d, dtype=torch.float64)
+    rope_ones = (apply_rope(ones, [0], base=base) * apply_rope(ones.expand(n, d), k_pos, base=base)).sum(-1) / d
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, 1, d, generator=g, dtype=torch.float64)
+    rope_rand = (apply_rope(q, [0], base=base) * apply_rope(k.expand(n, d), k_pos, base=base)).sum(-1)
+    rope_rand = rope_rand / (q.norm() * k.norm())
+    return {"sinusoidal PE . PE": dots.numpy(), "RoPE, q = k = ones": rope_ones.numpy(),
+            "RoPE, random q, k": rope_rand.numpy()}
+
+
+def plot_encodings(n: int = 64, d: int = 64, base: float = 10000.0, *, axes=None):
+    """Heatmap of ``PE`` ``(n, d)`` and the distance curves of :func:`distance_curves`.
+
+    Returns:
+        The two matplotlib axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax_pe, ax_dist = axes
+    pe = sinusoidal_encoding(n, d, base=base).numpy()
+    image = ax_pe.imshow(pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    ax_pe.grid(False)
+    ax_pe.set_xlabel("dimension (even: sin, odd: cos)")
+    ax_pe.set_ylabel("position")
+    ax_pe.set_title(f"Sinusoidal PE, n = {n}, d = {d}, base = {base:g}")
+    ax_pe.figure.colorbar(image, ax=ax_pe, label="value")
+    styles = {"sinusoidal PE . PE": ("tab:blue", "-"), "RoPE, q = k = ones": ("tab:orange", "--"),
+              "RoPE, random q, k": ("tab:green", "-")}
+    for name, curve in distance_curves(n, d, base).items():
+        color, ls = styles[name]
+        ax_dist.plot(np.arange(n), curve, color=color, linestyle=ls, label=name, lw=1.5)
+    ax_dist.axhline(0, color="gray", lw=0.8)
+    ax_dist.set_ylim(-1.05, 1.05)
+    ax_dist.set_xlabel("distance k (positions)")
+    ax_dist.set_ylabel("normalised dot product")
+    ax_dist.set_title("Similarity against distance")
+    ax_dist.legend(loc="upper right", fontsize=8)
+    return axes
+
+
+def plot_encodings_grid(settings: Sequence[tuple[int, int, float]] = ((64, 64, 10000.0), (64, 64, 100.0), (64, 16, 10000.0))):
+    """The explorer's view for a few ``(n, d, base)`` settings, one row each (the static figure).
+
+    Returns:
+        The matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(settings), 2, figsize=(10, 3.3 * len(settings)), squeeze=False)
+    for row, (n, d, base) in zip(axes, settings):
+        plot_encodings(n, d, base, axes=row)
+    fig.tight_layout()
+    return fig
+
+
+def explorer(*, n: int = 64, d: int = 64, base: float = 10000.0):
+    """The interactive view: sliders for positions ``n`` (8-256), dimensions ``d`` (2-128, even) and the base.
+
+    Returns:
+        An ``ipywidgets.VBox``.
+    """
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    _check(n, d, base)
+    if base not in BASES:
+        raise ValueError(f"base must be one of {BASES}, got {base!r}")
+    n_slider = widgets.IntSlider(value=n, min=8, max=256, step=8, description="positions n")
+    d_slider = widgets.IntSlider(value=d, min=2, max=128, step=2, description="dims d")
+    base_slider = widgets.SelectionSlider(options=[(f"{b:g}", b) for b in BASES], value=base, description="base")
+    out = widgets.Output()
+
+    def on_change(_change=None) -> None:
+        with out:
+            out.clear_output(wait=True)
+            fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+            plot_encodings(n_slider.value, d_slider.value, base_slider.value, axes=axes)
+            fig.tight_layout()
+            display(fig)
+            plt.close(fig)  # closed, so the inline backend does not draw it a second time
+
+    for control in (n_slider, d_slider, base_slider):
+        control.observe(on_change, names="value")
+    on_change()
+    return widgets.VBox([widgets.HBox([n_slider, d_slider, base_slider]), out])
