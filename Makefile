@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export SELFATTN_PROGRESS = 0
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
-.PHONY: install book book-student test test-lib test-notebooks test-build test-site execute bench clean
+.PHONY: install lint book book-student test test-lib test-notebooks test-build test-site execute bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -28,12 +28,18 @@ book: install
 test-lib: install
 	$(PY) -m pytest tests -n 2 -q
 
-# Strict nbval: every chapter in _toc.yml re-runs and must reproduce its committed outputs.
+# Strict nbval, run as a Colab reader runs the book: a wheel of the library installed in a
+# fresh venv, each chapter copied alone into an empty folder (tools/reader_run.py). Every
+# chapter in _toc.yml must run there and reproduce its committed outputs.
 test-notebooks: install
-	@chapters="$$($(PY) tools/book.py chapters)"; \
-	if [ -z "$$chapters" ]; then echo "test-notebooks: no chapter in _toc.yml yet"; exit 0; fi; \
-	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 \
-	  --nbval-sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile -q $$chapters
+	$(PY) tools/reader_run.py
+
+# Formatting and lint (ruff, configured in pyproject.toml and chapters/ruff.toml), and no code
+# or output line of a chapter wider than the website's code column (79 characters).
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -p no:cacheprovider -q tests/test_line_width.py
 
 # The website, warnings as errors.
 test-build: install
@@ -64,7 +70,7 @@ test-site: install
 	  CHROMIUM="$(CHROMIUM)" $(PY) -m pytest -p no:cacheprovider tests_site -q --durations=5; \
 	fi
 
-test: test-lib test-notebooks test-build test-site
+test: lint test-lib test-notebooks test-build test-site
 	@echo "make test: all passed"
 
 execute: install

@@ -1,0 +1,128 @@
+"""Run the chapters the way a Colab reader does, and check their outputs with strict nbval.
+
+    python tools/reader_run.py                         # every chapter in _toc.yml
+    python tools/reader_run.py chapters/07_*.ipynb     # just these
+    python tools/reader_run.py --keep                  # keep the temporary folder, print it
+
+A reader on Colab has one notebook and ``pip install selfattn @ git+...``: no repository,
+no ``chapters/results`` folder beside the notebook, no editable install. This script
+reproduces exactly that, then runs strict nbval on the copies:
+
+1. builds a wheel of the library from this checkout (``pip wheel``);
+2. creates a fresh virtual environment and installs the wheel into it; the pinned
+   third-party packages (torch, matplotlib, nbval, ...) are reached through a ``.pth`` line
+   to this checkout's ``.venv``, whose *editable* ``selfattn`` is never activated (a path
+   added by a ``.pth`` line does not run that folder's own ``.pth`` files);
+3. checks that ``import selfattn`` resolves to the wheel, not to ``lib/``;
+4. copies each chapter alone into its own empty folder;
+5. runs ``pytest --nbval`` on the copies with that environment's Python: every cell must
+   run without error and reproduce its committed output (``tests/nbval_sanitize.cfg``).
+
+So one pass proves both that the committed outputs reproduce and that every chapter runs
+alone from the installed package (``make test-notebooks`` runs it). Recorded results are
+written into the copies' folders, never into the repository. Whether the wheel declares
+every package the library and chapters import is checked statically by
+``tests/test_packaging.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from book import ROOT, toc_chapters  # noqa: E402
+
+
+def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    print("$", " ".join(str(c) for c in cmd), flush=True)
+    return subprocess.run([str(c) for c in cmd], check=True, **kwargs)
+
+
+def build_reader_env(work: Path) -> Path:
+    """A fresh venv with the selfattn wheel installed; returns its python."""
+    wheels = work / "wheel"
+    run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+        + ["-w", wheels, ROOT],
+        cwd=work,
+    )
+    (wheel,) = wheels.glob("selfattn-*.whl")
+    venv = work / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", venv])
+    python = venv / "bin" / "python"
+    purelib = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+        + ["--target", purelib, wheel]
+    )
+    here = sysconfig.get_paths()["purelib"]
+    (purelib / "_book_environment.pth").write_text(here + "\n")
+    where = subprocess.run(
+        [python, "-c", "import selfattn; print(selfattn.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=work,
+    ).stdout.strip()
+    if not Path(where).is_relative_to(purelib):
+        sys.exit(f"reader_run: selfattn imported from {where}, not from the wheel in {purelib}")
+    print(f"selfattn from the wheel: {where}", flush=True)
+    return python
+
+
+def copy_alone(chapters: list[Path], work: Path) -> list[Path]:
+    """Each chapter in an empty folder of its own, as a reader who downloaded it has it."""
+    copies = []
+    for path in chapters:
+        folder = work / "reader" / path.stem
+        folder.mkdir(parents=True)
+        copies.append(Path(shutil.copy2(path, folder / path.name)))
+    return copies
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--workers", default="2", help="pytest-xdist workers (default 2)")
+    args = parser.parse_args(argv)
+    chapters = [p.resolve() for p in args.notebooks] or toc_chapters()
+    if not chapters:
+        print("reader_run: no chapter in _toc.yml yet")
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="selfattn-reader-"))
+    try:
+        python = build_reader_env(work)
+        copies = copy_alone(chapters, work)
+        env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+        env["SELFATTN_PROGRESS"] = "0"
+        cmd = [python, "-m", "pytest", "-p", "no:cacheprovider", "--nbval", "--nbval-current-env"]
+        cmd += ["--nbval-cell-timeout=900", "--nbval-sanitize-with"]
+        cmd += [ROOT / "tests" / "nbval_sanitize.cfg", "-q", "--rootdir", work / "reader"]
+        if args.workers not in {"0", "1"} and len(copies) > 1:
+            cmd += ["-n", args.workers, "--dist", "loadfile"]
+        result = subprocess.run([str(c) for c in cmd + copies], cwd=work / "reader", env=env)
+        return result.returncode
+    finally:
+        if args.keep:
+            print(f"reader_run: kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
