@@ -50,7 +50,10 @@ def public_modules() -> list[types.ModuleType]:
 
 @lru_cache(maxsize=1)
 def public_api() -> list[tuple[str, object]]:
-    """(dotted name, object) for every public name, each object once (under its first, shortest name)."""
+    """(dotted name, object) for every public name, each object once.
+
+    An object reachable under several names is listed under its first, shortest one.
+    """
     names, seen = [], set()
     for mod in public_modules():
         for name in getattr(mod, "__all__", []):
@@ -169,13 +172,15 @@ def test_public_name_is_in_the_api_reference(qualname, obj):
 @pytest.mark.parametrize("qualname,obj", API, ids=[q for q, _ in API])
 def test_public_name_has_a_docstring(qualname, obj):
     assert is_documented(qualname, obj), (
-        f"{qualname} has no docstring (constants: a `#:` comment above the assignment), so autodoc skips it"
+        f"{qualname} has no docstring (constants: a `#:` comment above the assignment), "
+        "so autodoc skips it"
     )
 
 
 def test_directive_parser_reads_both_syntaxes_and_member_lists():
     text = (
-        ".. automodule:: selfattn.attention\n   :members: softmax, scaled_dot_product_attention\n\n"
+        ".. automodule:: selfattn.attention\n"
+        "   :members: softmax, scaled_dot_product_attention\n\n"
         "```{automodule} selfattn.masks\n:members:\n```\n:members: not an option of anything\n"
     )
     assert api_directives(text) == [

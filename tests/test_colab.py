@@ -1,4 +1,4 @@
-"""Colab: every chapter's launch link and its setup cell point at the repository and branch in _config.yml.
+"""Colab: every chapter's launch link and its setup cell name the repository in _config.yml.
 
 The launch link (built by sphinx-book-theme from ``repository`` and ``launch_buttons``)
 opens ``<colab>/github/<org>/<repo>/blob/<branch>/<path>``; the setup cell installs
@@ -33,7 +33,7 @@ def repo_parts() -> tuple[str, str, str]:
 
 
 def expected_colab_url(notebook: str) -> str:
-    """The Colab link sphinx-book-theme builds for ``notebook`` (path relative to the book root)."""
+    """The Colab link sphinx-book-theme builds for ``notebook`` (relative to the book root)."""
     cfg = config()
     org, repo, branch = repo_parts()
     colab = cfg["launch_buttons"]["colab_url"].strip("/")
@@ -77,7 +77,7 @@ def test_config_names_a_github_repository_and_colab():
 
 
 def test_the_library_installs_from_the_repository_root():
-    """The setup cell's `pip install selfattn @ git+<url>@<branch>` builds the project at the repository root."""
+    """`pip install selfattn @ git+<url>@<branch>` builds the project at the repository root."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == "selfattn"
@@ -96,10 +96,12 @@ def test_setup_cell_and_launch_link_agree(path):
     url, branch = repository()
     m = PIP_LINE.search(setup_cell(path))
     assert m, (
-        f"{path.name}: the first code cell does not install selfattn on Colab (python tools/book.py setup-cell)"
+        f"{path.name}: the first code cell does not install selfattn on Colab "
+        "(python tools/book.py setup-cell)"
     )
     assert m["url"] == url and m["branch"] == branch, (
-        f"{path.name}: the setup cell installs from {m['url']}@{m['branch']}, _config.yml says {url}@{branch} "
+        f"{path.name}: the setup cell installs from {m['url']}@{m['branch']}, "
+        f"_config.yml says {url}@{branch} "
         "(run `make execute` after changing the repository)"
     )
     org, repo, link_branch = repo_parts()
@@ -142,7 +144,8 @@ def test_built_page_links_to_colab(path):
     sources = [path, ROOT / "_config.yml"]
     if not html.exists() or html.stat().st_mtime < max(s.stat().st_mtime for s in sources):
         pytest.skip(
-            f"no build of {path.name} newer than its sources (`make book`; tests_site checks the link too)"
+            f"no build of {path.name} newer than its sources "
+            "(`make book`; tests_site checks the link too)"
         )
     parser = _Links()
     parser.feed(html.read_text())

@@ -54,7 +54,8 @@ def test_chapter_names_follow_the_book_numbering():
 def test_setup_cell_is_canonical(path):
     first = code_cells(load(path))[0]
     assert "".join(first["source"]) == setup_cell_source(), (
-        f"{path.name}: the first code cell must be the canonical setup cell (python tools/book.py setup-cell)"
+        f"{path.name}: the first code cell must be the canonical setup cell "
+        "(python tools/book.py setup-cell)"
     )
 
 

@@ -184,7 +184,8 @@ def open_page(browser):
 @pytest.fixture(scope="session")
 def site_page(browser, site_url):
     """site_page(html) -> (page, log): the built page, opened once and settled, shared by the tests
-    that only read it or open and close its solutions (each page is loaded once, not once per test)."""
+    that only read it or open and close its solutions (each page is loaded once, not once
+    per test)."""
     contexts, pages = [], {}
     opener = _opener(browser, contexts)
 
@@ -237,10 +238,12 @@ def settle(page) -> None:
 # Every saved widget view is replaced by a rendered view: html-manager inserts a
 # div.widget-subarea before each view <script> and draws the widget into it.
 WIDGETS_RENDERED_JS = """() => {
-  const views = [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')];
+  const views = [...document.querySelectorAll(
+      'script[type="application/vnd.jupyter.widget-view+json"]')];
   return views.every(v => {
     const prev = v.previousElementSibling;
-    return prev && prev.classList.contains('widget-subarea') && prev.querySelector('.jupyter-widgets, .widget-inline-hbox, .lm-Widget');
+    return prev && prev.classList.contains('widget-subarea')
+      && prev.querySelector('.jupyter-widgets, .widget-inline-hbox, .lm-Widget');
   });
 }"""
 

@@ -1,4 +1,7 @@
-"""The built API reference page documents every public name of selfattn (tests/test_api_reference.py lists them)."""
+"""The built API reference page documents every public name of selfattn.
+
+(tests/test_api_reference.py lists them.)
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from test_api_reference import public_api  # tests/test_api_reference.py
 
 
 def resolve(target: str):
-    """The object a documented id such as ``selfattn.attention.softmax`` names (None if it names nothing)."""
+    """The object a documented id such as ``selfattn.attention.softmax`` names (or None)."""
     parts = target.split(".")
     for i in range(len(parts), 0, -1):
         try:

@@ -48,7 +48,8 @@ def test_search_finds_the_page_by_its_title(entry, site_url, site_page, open_pag
     query = " ".join(words)
     page, log2 = open_page(f"{site_url}search.html?q={quote(query)}")
     page.wait_for_function(
-        "() => { const s = document.querySelector('#search-results .search-summary'); return s && s.textContent.trim().length > 0; }"
+        "() => { const s = document.querySelector('#search-results .search-summary');"
+        " return s && s.textContent.trim().length > 0; }"
     )
     hits = page.evaluate(
         "() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)"
@@ -69,7 +70,8 @@ def test_search_box_submits_to_the_search_page(site_url, open_page):
     box.press("Enter")
     page.wait_for_url(re.compile(r"search\.html\?q=attention"))
     page.wait_for_function(
-        "() => { const s = document.querySelector('#search-results .search-summary'); return s && s.textContent.trim().length > 0; }"
+        "() => { const s = document.querySelector('#search-results .search-summary');"
+        " return s && s.textContent.trim().length > 0; }"
     )
     assert page.locator("#search-results ul.search li").count() > 0, (
         "searching 'attention' found nothing"

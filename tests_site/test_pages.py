@@ -1,4 +1,4 @@
-"""Every page of the table of contents, opened in Chromium as a reader would, with the internet blocked."""
+"""Every page of the table of contents, opened in Chromium as a reader would, offline."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def notebook_of(entry: str):
 
 @pytest.mark.parametrize("entry", PAGES, ids=page_id)
 def test_page_renders_offline(entry, site_url, site_page):
-    """Loads with no JS error and no request off this machine; images load; math typeset; widgets drawn."""
+    """No JS error and no request off this machine; images load; math typeset; widgets drawn."""
     toc_entry, html = entry
     page, log = site_page(html)
 
@@ -30,7 +30,8 @@ def test_page_renders_offline(entry, site_url, site_page):
     )
 
     broken = page.evaluate(
-        "() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.currentSrc || i.src)"
+        "() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0)"
+        ".map(i => i.currentSrc || i.src)"
     )
     assert not broken, f"{html}: images that did not load: {broken}"
 
@@ -39,8 +40,10 @@ def test_page_renders_offline(entry, site_url, site_page):
           const nodes = [...document.querySelectorAll('.math')];
           return {
             total: nodes.length,
-            untypeset: nodes.filter(n => !n.querySelector('mjx-container')).map(n => n.textContent.slice(0, 80)),
-            errors: [...document.querySelectorAll('mjx-merror')].map(n => n.getAttribute('data-mjx-error') || n.textContent),
+            untypeset: nodes.filter(n => !n.querySelector('mjx-container'))
+                            .map(n => n.textContent.slice(0, 80)),
+            errors: [...document.querySelectorAll('mjx-merror')]
+                      .map(n => n.getAttribute('data-mjx-error') || n.textContent),
             mathjax: window.MathJax && window.MathJax.version,
             src: [...document.scripts].map(s => s.src).filter(s => /mathjax/i.test(s)),
           };
@@ -48,7 +51,8 @@ def test_page_renders_offline(entry, site_url, site_page):
     )
     if math["total"]:
         assert math["mathjax"], (
-            f"{html}: {math['total']} math elements but MathJax did not start (scripts {math['src']})"
+            f"{html}: {math['total']} math elements but MathJax did not start "
+            f"(scripts {math['src']})"
         )
         assert math["mathjax"].startswith("3."), (
             f"{html}: MathJax {math['mathjax']}, expected the site's 3.x"
@@ -60,11 +64,13 @@ def test_page_renders_offline(entry, site_url, site_page):
         assert not math["errors"], f"{html}: MathJax errors: {math['errors'][:5]}"
 
     views = page.evaluate(
-        """() => [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')].map(v => {
+        """() => [...document.querySelectorAll(
+                 'script[type="application/vnd.jupyter.widget-view+json"]')].map(v => {
              const area = v.previousElementSibling;
              const ok = !!(area && area.classList.contains('widget-subarea'));
              const box = ok ? area.getBoundingClientRect() : null;
-             return {model: JSON.parse(v.textContent).model_id, drawn: ok && box.height > 0 && box.width > 0};
+             return {model: JSON.parse(v.textContent).model_id,
+                     drawn: ok && box.height > 0 && box.width > 0};
            })"""
     )
     nb = notebook_of(toc_entry)
@@ -100,7 +106,7 @@ def _count(notebook, directive: str) -> int:
 
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
 def test_solutions_hidden_until_clicked(entry, site_page):
-    """Each exercise's solution is on the page, closed; its toggle button opens it and closes it again."""
+    """Each solution is on the page, closed; its toggle button opens it and closes it again."""
     toc_entry, html = entry
     nb = notebook_of(toc_entry)
     expected = _count(nb, "solution-start")
@@ -116,7 +122,7 @@ def test_solutions_hidden_until_clicked(entry, site_page):
         assert not any(body.nth(j).is_visible() for j in range(body.count())), (
             f"{html}: solution {i + 1} is open on load"
         )
-        # The title holds a link to the exercise; the toggle button (or the title's own text) opens it.
+        # The title holds a link to the exercise; the toggle button (or the title's text) opens it.
         sol.locator(":scope > .admonition-title button.toggle-button").click()
         body.first.wait_for(state="visible", timeout=5_000)
         sol.locator(":scope > .admonition-title button.toggle-button").click()
@@ -126,7 +132,7 @@ def test_solutions_hidden_until_clicked(entry, site_page):
 
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
 def test_launch_download_and_copy_buttons(entry, site_page):
-    """Colab launch link at the right repository/branch/path; .ipynb download; a copy button on every code cell."""
+    """Colab link at the right repository/branch/path; .ipynb download; copy buttons on code."""
     toc_entry, html = entry
     nb = notebook_of(toc_entry)
     page, log = site_page(html)
@@ -151,7 +157,8 @@ def test_launch_download_and_copy_buttons(entry, site_page):
     code_blocks = page.locator("div.cell_input div.highlight")
     assert code_blocks.count() > 0, f"{html}: no code cells on the page"
     missing = page.evaluate(
-        "() => [...document.querySelectorAll('div.cell_input div.highlight')].filter(b => !b.querySelector('button.copybtn')).length"
+        "() => [...document.querySelectorAll('div.cell_input div.highlight')]"
+        ".filter(b => !b.querySelector('button.copybtn')).length"
     )
     assert missing == 0, (
         f"{html}: {missing} of {code_blocks.count()} code cells have no copy button"
@@ -172,3 +179,18 @@ def test_every_chapter_in_the_toc_is_tested():
     """Guard against the parametrization silently testing nothing."""
     assert PAGES and PAGES[0][1].endswith(".html")
     assert all(re.match(r"chapters/\d\d_", f) for f, _ in CHAPTERS)
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
+def test_code_fits_the_column(entry, site_page):
+    """At a 1280-px window no code cell and no printed output scrolls sideways (79 columns)."""
+    toc_entry, html = entry
+    page, log = site_page(html)
+    wide = page.evaluate(
+        """() => [...document.querySelectorAll(
+                 'div.cell_input pre, div.cell_output pre')]
+             .filter(p => p.offsetParent !== null && p.scrollWidth > p.clientWidth + 1)
+             .map(p => (p.textContent.split('\\n')
+                        .reduce((a, b) => (b.length > a.length ? b : a), '')).slice(0, 90))"""
+    )
+    assert not wide, f"{html}: {len(wide)} code or output blocks scroll sideways, e.g. {wide[:3]}"

@@ -11,7 +11,10 @@ import json
 import pytest
 from conftest import CHAPTERS, ROOT, page_id, settle
 
-CODE_TEXT_JS = "() => [...document.querySelectorAll('div.cell_input pre')].map(p => p.textContent).join('\\n')"
+CODE_TEXT_JS = (
+    "() => [...document.querySelectorAll('div.cell_input pre')]"
+    ".map(p => p.textContent).join('\\n')"
+)
 
 
 def code_lines(page) -> set[str]:

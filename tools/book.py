@@ -48,7 +48,10 @@ def toc_chapters() -> list[Path]:
 
 
 def setup_cell_source() -> str:
-    """The first code cell of every chapter. On Colab it installs selfattn from the repository in _config.yml."""
+    """The first code cell of every chapter.
+
+    On Colab it installs selfattn from the repository in _config.yml.
+    """
     url, branch = repository()
     return (
         "# Setup: the same first cell in every chapter. On Colab it installs the book's library.\n"

@@ -36,7 +36,8 @@ def main(cases: int = 2000) -> None:
         theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         worst = max(worst, (ours - theirs).abs().max().item())
     print(
-        f"{cases} random cases (n, m, d_k, d_v in 1..64; masks none/bool/float/causal): max |diff| = {worst:.2e}"
+        f"{cases} random cases (n, m, d_k, d_v in 1..64; masks none/bool/float/causal): "
+        f"max |diff| = {worst:.2e}"
     )
 
 
