@@ -11,6 +11,7 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 * ``viz``: the shared plots; ``runtime``: ``setup()``; ``results``: glued figures
 * ``train``: the training loop; ``exercises``: the checkers
 """
+
 from . import efficient, reference
 from .attention import *  # noqa: F401,F403
 from .attention import __all__ as _attention_all
@@ -20,7 +21,7 @@ from .multihead import *  # noqa: F401,F403
 from .multihead import __all__ as _multihead_all
 from .positional import *  # noqa: F401,F403
 from .positional import __all__ as _positional_all
-from .results import load_results, record
+from .results import ClaimError, claim, load_recorded, load_results, record
 from .runtime import get_device, setup
 from .train import train_loop
 from .viz import plot_attention
@@ -32,7 +33,10 @@ __all__ = [
     *_masks_all,
     *_multihead_all,
     *_positional_all,
+    "ClaimError",
+    "claim",
     "get_device",
+    "load_recorded",
     "load_results",
     "plot_attention",
     "record",

@@ -3,6 +3,7 @@
 Bad input must fail loudly with a message naming what was given and what was
 expected, never broadcast silently or return NaN (see design.md, "Bad input").
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,16 +28,24 @@ def require_float(x: torch.Tensor, name: str) -> None:
 
 def require_ndim(x: torch.Tensor, name: str, at_least: int, shape_doc: str) -> None:
     if x.dim() < at_least:
-        raise ValueError(f"{name} must have shape {shape_doc} (at least {at_least} dims), got {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have shape {shape_doc} (at least {at_least} dims), got {tuple(x.shape)}"
+        )
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
     """Validate q (..., n, d_k), k (..., m, d_k), v (..., m, d_v); return the broadcast batch shape."""
-    for name, t, doc in (("q", q, "(..., n, d_k)"), ("k", k, "(..., m, d_k)"), ("v", v, "(..., m, d_v)")):
+    for name, t, doc in (
+        ("q", q, "(..., n, d_k)"),
+        ("k", k, "(..., m, d_k)"),
+        ("v", v, "(..., m, d_v)"),
+    ):
         require_float(t, name)
         require_ndim(t, name, 2, doc)
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+        raise TypeError(
+            f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
+        )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dimension d_k, got q {tuple(q.shape)} (d_k={q.shape[-1]}) "

@@ -4,6 +4,7 @@ This is the book's reference implementation: every faster variant in
 ``selfattn.efficient`` is tested against it and against torch's own
 ``torch.nn.functional.scaled_dot_product_attention``.
 """
+
 from __future__ import annotations
 
 import math

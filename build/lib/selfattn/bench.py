@@ -21,6 +21,7 @@ How it measures:
 The results file holds the machine (CPU model, cores), the date, the torch version, the
 thread count, every case and the targets of issue 6 with whether each was met.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -77,8 +78,12 @@ def _methods() -> dict[str, Callable]:
         "plain": lambda x: plain_attention(x["q"], x["k"], x["v"]),
         "sdpa": lambda x: F.scaled_dot_product_attention(x["q"], x["k"], x["v"]),
         "flash_attention": lambda x: flash_attention(x["q"], x["k"], x["v"]),
-        "dense_masked_sdpa": lambda x: F.scaled_dot_product_attention(x["q"], x["k"], x["v"], attn_mask=x["mask"]),
-        "sliding_window": lambda x: sliding_window_attention(x["q"], x["k"], x["v"], WINDOW, causal=True),
+        "dense_masked_sdpa": lambda x: F.scaled_dot_product_attention(
+            x["q"], x["k"], x["v"], attn_mask=x["mask"]
+        ),
+        "sliding_window": lambda x: sliding_window_attention(
+            x["q"], x["k"], x["v"], WINDOW, causal=True
+        ),
         "linear_attention": lambda x: linear_attention(x["q"], x["k"], x["v"]),
         "kv_cache_decode": lambda x: _generate(x, use_cache=True),
         "no_cache_decode": lambda x: _generate(x, use_cache=False),
@@ -87,8 +92,14 @@ def _methods() -> dict[str, Callable]:
 
 #: The cases the harness knows, by name (see ``DESCRIPTIONS``).
 METHODS = (
-    "plain", "sdpa", "flash_attention", "dense_masked_sdpa", "sliding_window", "linear_attention",
-    "kv_cache_decode", "no_cache_decode",
+    "plain",
+    "sdpa",
+    "flash_attention",
+    "dense_masked_sdpa",
+    "sliding_window",
+    "linear_attention",
+    "kv_cache_decode",
+    "no_cache_decode",
 )
 DESCRIPTIONS = {
     "plain": "plain attention, n x n matrix materialised (bench.plain_attention)",
@@ -120,7 +131,9 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
         from .multihead import attention_stack
 
         return {
-            "layers": attention_stack(num_layers=4, d_model=HEADS * D_HEAD, num_heads=HEADS, seed=seed),
+            "layers": attention_stack(
+                num_layers=4, d_model=HEADS * D_HEAD, num_heads=HEADS, seed=seed
+            ),
             "prompt": torch.randn(1, 16, HEADS * D_HEAD, generator=g),
             "steps": n,
         }
@@ -132,7 +145,9 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
     return x
 
 
-def time_case(method: str, n: int, *, repeats: int = 5, warmup: int = 1, budget_s: float = 20.0) -> dict:
+def time_case(
+    method: str, n: int, *, repeats: int = 5, warmup: int = 1, budget_s: float = 20.0
+) -> dict:
     """Warm up, then time ``repeats`` runs; fewer repeats (at least 3) when one run is slow.
 
     Returns:
@@ -191,12 +206,20 @@ def _memory_child(method: str, n: int, threads: int) -> dict:
         fn(x)  # warm-up: one-off allocations (thread pools, kernels) are not the method's cost
         gc.collect()
         reset = _reset_peak()
-        base = _status_kib("VmRSS") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        base = (
+            _status_kib("VmRSS") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        )
         out = fn(x)
-        peak = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = (
+            _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        )
     del out
-    return {"base_rss_mib": base / 1024, "peak_rss_mib": peak / 1024, "extra_peak_mib": (peak - base) / 1024,
-            "peak_reset": reset}
+    return {
+        "base_rss_mib": base / 1024,
+        "peak_rss_mib": peak / 1024,
+        "extra_peak_mib": (peak - base) / 1024,
+        "peak_reset": reset,
+    }
 
 
 def memory_case(method: str, n: int, *, threads: int = 1, timeout: float = 600) -> dict:
@@ -227,9 +250,18 @@ def _plan(quick: bool) -> list[tuple[str, int]]:
         sweep, big, mid, steps = [1024, 2048, 4096, 8192], 16384, 8192, 256
     plan = []
     for n in sweep:
-        plan += [(m, n) for m in ("plain", "sdpa", "flash_attention", "sliding_window", "linear_attention")]
+        plan += [
+            (m, n)
+            for m in ("plain", "sdpa", "flash_attention", "sliding_window", "linear_attention")
+        ]
     plan += [("dense_masked_sdpa", mid), ("dense_masked_sdpa", big)]
-    plan += [("plain", big), ("sdpa", big), ("flash_attention", big), ("sliding_window", big), ("linear_attention", big)]
+    plan += [
+        ("plain", big),
+        ("sdpa", big),
+        ("flash_attention", big),
+        ("sliding_window", big),
+        ("linear_attention", big),
+    ]
     if _have_multihead():
         plan += [("kv_cache_decode", steps), ("no_cache_decode", steps)]
     return plan
@@ -273,7 +305,9 @@ def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
 
     def add(name, value, target, met, detail, value_cpu=None):
         row = {"target": name, "value": value, "goal": target, "met": bool(met), "detail": detail}
-        if value_cpu is not None:  # the same ratio from process CPU times (less disturbed by other load)
+        if (
+            value_cpu is not None
+        ):  # the same ratio from process CPU times (less disturbed by other load)
             row["value_cpu_time"] = value_cpu
         targets.append(row)
 
@@ -282,41 +316,88 @@ def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
             return a["cpu_median_s"] / b["cpu_median_s"]
         return None
 
-    flash, sdpa, plain = _case(results, "flash_attention", mid), _case(results, "sdpa", mid), _case(results, "plain", mid)
+    flash, sdpa, plain = (
+        _case(results, "flash_attention", mid),
+        _case(results, "sdpa", mid),
+        _case(results, "plain", mid),
+    )
     if flash and sdpa:
         r = flash["median_s"] / sdpa["median_s"]
-        add(f"flash_attention time / SDPA time, n={mid}", r, "<= 1.25", r <= 1.25,
-            f"{flash['median_s']:.3f} s vs {sdpa['median_s']:.3f} s", cpu_ratio(flash, sdpa))
+        add(
+            f"flash_attention time / SDPA time, n={mid}",
+            r,
+            "<= 1.25",
+            r <= 1.25,
+            f"{flash['median_s']:.3f} s vs {sdpa['median_s']:.3f} s",
+            cpu_ratio(flash, sdpa),
+        )
     if flash and plain and plain.get("extra_peak_mib", 0) > 0:
         r = flash["extra_peak_mib"] / plain["extra_peak_mib"]
-        add(f"flash_attention extra peak / plain's, n={mid}", r, "<= 0.05", r <= 0.05,
-            f"{flash['extra_peak_mib']:.1f} MiB vs {plain['extra_peak_mib']:.1f} MiB")
+        add(
+            f"flash_attention extra peak / plain's, n={mid}",
+            r,
+            "<= 0.05",
+            r <= 0.05,
+            f"{flash['extra_peak_mib']:.1f} MiB vs {plain['extra_peak_mib']:.1f} MiB",
+        )
     win, dense = _case(results, "sliding_window", big), _case(results, "dense_masked_sdpa", big)
     if win and dense:
         r = dense["median_s"] / win["median_s"]
-        add(f"dense masked time / sliding_window time, n={big}", r, ">= 5", r >= 5,
-            f"{dense['median_s']:.3f} s vs {win['median_s']:.3f} s", cpu_ratio(dense, win))
-    wins = sorted((r["n"], r["extra_peak_mib"]) for r in results if r["method"] == "sliding_window")
+        add(
+            f"dense masked time / sliding_window time, n={big}",
+            r,
+            ">= 5",
+            r >= 5,
+            f"{dense['median_s']:.3f} s vs {win['median_s']:.3f} s",
+            cpu_ratio(dense, win),
+        )
+    wins = sorted(
+        (r["n"], r["extra_peak_mib"]) for r in results if r["method"] == "sliding_window"
+    )
     wins = [w for w in wins if w[0] >= big // 4]
     if len(wins) >= 2:
         p = fit_slope([a for a, _ in wins], [b for _, b in wins])
-        add(f"sliding_window extra-memory slope in n (log-log, n >= {big // 4})", p, "<= 1.2 (at most linear)", p <= 1.2,
-            ", ".join(f"n={a}: {b:.1f} MiB" for a, b in wins))
+        add(
+            f"sliding_window extra-memory slope in n (log-log, n >= {big // 4})",
+            p,
+            "<= 1.2 (at most linear)",
+            p <= 1.2,
+            ", ".join(f"n={a}: {b:.1f} MiB" for a, b in wins),
+        )
     lin, plain_big = _case(results, "linear_attention", big), _case(results, "plain", big)
     if lin and plain_big:
         r = plain_big["median_s"] / lin["median_s"]
-        add(f"plain time / linear_attention time, n={big}", r, ">= 10", r >= 10,
-            f"{plain_big['median_s']:.3f} s vs {lin['median_s']:.3f} s", cpu_ratio(plain_big, lin))
+        add(
+            f"plain time / linear_attention time, n={big}",
+            r,
+            ">= 10",
+            r >= 10,
+            f"{plain_big['median_s']:.3f} s vs {lin['median_s']:.3f} s",
+            cpu_ratio(plain_big, lin),
+        )
     fast, slow = _case(results, "kv_cache_decode", steps), _case(results, "no_cache_decode", steps)
     if fast and slow:
         r = slow["median_s"] / fast["median_s"]
-        add(f"KV-cache decoding speed-up, {steps} tokens", r, "(reported, no target)", True,
-            f"{slow['median_s']:.3f} s vs {fast['median_s']:.3f} s", cpu_ratio(slow, fast))
+        add(
+            f"KV-cache decoding speed-up, {steps} tokens",
+            r,
+            "(reported, no target)",
+            True,
+            f"{slow['median_s']:.3f} s vs {fast['median_s']:.3f} s",
+            cpu_ratio(slow, fast),
+        )
     return targets
 
 
-def run_cpu(*, quick: bool = False, threads: int = 1, repeats: int = 5, out: Path | str | None = DEFAULT_OUT,
-            memory: bool = True, log=print) -> dict:
+def run_cpu(
+    *,
+    quick: bool = False,
+    threads: int = 1,
+    repeats: int = 5,
+    out: Path | str | None = DEFAULT_OUT,
+    memory: bool = True,
+    log=print,
+) -> dict:
     """Measure every case of the CPU plan and write the results file (``out=None``: do not write)."""
     torch.set_num_threads(threads)
     started = _dt.datetime.now(_dt.timezone.utc)
@@ -327,8 +408,10 @@ def run_cpu(*, quick: bool = False, threads: int = 1, repeats: int = 5, out: Pat
         if memory:
             row.update(memory_case(method, n, threads=threads))
         results.append(row)
-        log(f"{method:>18} n={n:>6}: median {row['median_s']:.4f} s (cpu {row['cpu_median_s']:.4f} s)"
-            + (f", extra peak {row['extra_peak_mib']:.1f} MiB" if memory else ""))
+        log(
+            f"{method:>18} n={n:>6}: median {row['median_s']:.4f} s (cpu {row['cpu_median_s']:.4f} s)"
+            + (f", extra peak {row['extra_peak_mib']:.1f} MiB" if memory else "")
+        )
     report = {
         "kind": "cpu",
         "date": started.isoformat(timespec="seconds"),
@@ -340,8 +423,10 @@ def run_cpu(*, quick: bool = False, threads: int = 1, repeats: int = 5, out: Pat
         "window": WINDOW,
         "quick": quick,
         "method": "median of repeats after 1 warm-up (wall and process CPU time); extra peak RSS over the inputs "
-                  "in a fresh subprocess (VmHWM after /proc/self/clear_refs)",
-        "kv_cache_case": "included" if _have_multihead() else "left out: selfattn.multihead not available",
+        "in a fresh subprocess (VmHWM after /proc/self/clear_refs)",
+        "kv_cache_case": "included"
+        if _have_multihead()
+        else "left out: selfattn.multihead not available",
         "cases": results,
     }
     if memory:
@@ -359,15 +444,25 @@ def format_targets(report: dict) -> str:
     lines = [f"{'target':<62} {'value':>9} {'(cpu time)':>10} {'goal':>14}  met"]
     for t in report.get("targets", []):
         cpu = f"{t['value_cpu_time']:.3g}" if t.get("value_cpu_time") is not None else "-"
-        lines.append(f"{t['target']:<62} {t['value']:>9.3g} {cpu:>10} {t['goal']:>14}  {'yes' if t['met'] else 'NO'}"
-                     f"  ({t['detail']})")
+        lines.append(
+            f"{t['target']:<62} {t['value']:>9.3g} {cpu:>10} {t['goal']:>14}  {'yes' if t['met'] else 'NO'}"
+            f"  ({t['detail']})"
+        )
     return "\n".join(lines)
 
 
 # -- GPU: the Triton kernel against SDPA's flash backend --------------------------------
 
-def run_gpu(*, out: Path | str | None = DEFAULT_GPU_OUT, ns=(1024, 2048, 4096, 8192, 16384), heads: int = 16,
-            tokens: int = 16384, repeats: int = 20, log=print) -> dict:
+
+def run_gpu(
+    *,
+    out: Path | str | None = DEFAULT_GPU_OUT,
+    ns=(1024, 2048, 4096, 8192, 16384),
+    heads: int = 16,
+    tokens: int = 16384,
+    repeats: int = 20,
+    log=print,
+) -> dict:
     """bf16 forward: ``triton_flash_attention`` vs torch SDPA (flash backend), d = 64, batch = tokens // n.
 
     Times with CUDA events (median of ``repeats`` after warm-up, autotuning included in
@@ -385,7 +480,10 @@ def run_gpu(*, out: Path | str | None = DEFAULT_GPU_OUT, ns=(1024, 2048, 4096, 8
     for causal in (False, True):
         for n in ns:
             b = max(1, tokens // n)
-            q, k, v = (torch.randn(b, heads, n, D_HEAD, device=dev, dtype=torch.bfloat16) for _ in range(3))
+            q, k, v = (
+                torch.randn(b, heads, n, D_HEAD, device=dev, dtype=torch.bfloat16)
+                for _ in range(3)
+            )
 
             def sdpa():
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -395,14 +493,24 @@ def run_gpu(*, out: Path | str | None = DEFAULT_GPU_OUT, ns=(1024, 2048, 4096, 8
                 return triton_flash_attention(q, k, v, causal=causal)
 
             err = (tri().float() - sdpa().float()).abs().max().item()
-            row = {"n": n, "batch": b, "heads": heads, "d": D_HEAD, "causal": causal, "max_abs_diff": err}
+            row = {
+                "n": n,
+                "batch": b,
+                "heads": heads,
+                "d": D_HEAD,
+                "causal": causal,
+                "max_abs_diff": err,
+            }
             for name, fn in (("sdpa_flash", sdpa), ("triton", tri)):
                 for _ in range(5):
                     fn()
                 torch.cuda.synchronize()
                 times = []
                 for _ in range(repeats):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start, end = (
+                        torch.cuda.Event(enable_timing=True),
+                        torch.cuda.Event(enable_timing=True),
+                    )
                     start.record()
                     fn()
                     end.record()
@@ -414,9 +522,11 @@ def run_gpu(*, out: Path | str | None = DEFAULT_GPU_OUT, ns=(1024, 2048, 4096, 8
                 row[f"{name}_tflops"] = flops / t / 1e12
             row["triton_over_sdpa_throughput"] = row["triton_tflops"] / row["sdpa_flash_tflops"]
             rows.append(row)
-            log(f"n={n:>6} causal={causal!s:>5}: SDPA flash {row['sdpa_flash_tflops']:.1f} TFLOP/s, "
+            log(
+                f"n={n:>6} causal={causal!s:>5}: SDPA flash {row['sdpa_flash_tflops']:.1f} TFLOP/s, "
                 f"Triton {row['triton_tflops']:.1f} TFLOP/s ({row['triton_over_sdpa_throughput']:.2f} x), "
-                f"max |diff| {err:.2e}")
+                f"max |diff| {err:.2e}"
+            )
             del q, k, v
             torch.cuda.empty_cache()
     report = {
@@ -442,13 +552,28 @@ def main(argv: list[str] | None = None) -> dict | None:
     Returns:
         The report written (``None`` in the internal ``--child`` mode).
     """
-    parser = argparse.ArgumentParser(prog="python -m selfattn.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (seconds): checks the harness")
-    parser.add_argument("--gpu", action="store_true", help="the GPU table (Triton vs SDPA flash, bf16)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for every case (default 1)")
+    parser = argparse.ArgumentParser(
+        prog="python -m selfattn.bench", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes (seconds): checks the harness"
+    )
+    parser.add_argument(
+        "--gpu", action="store_true", help="the GPU table (Triton vs SDPA flash, bf16)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads for every case (default 1)"
+    )
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=None, help="results file (default chapters/results/bench_*.json)")
-    parser.add_argument("--child", nargs=3, metavar=("METHOD", "N", "THREADS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results file (default chapters/results/bench_*.json)",
+    )
+    parser.add_argument(
+        "--child", nargs=3, metavar=("METHOD", "N", "THREADS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.child:
         method, n, threads = args.child
@@ -456,7 +581,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     if args.gpu:
         return run_gpu(out=args.out or DEFAULT_GPU_OUT)
-    report = run_cpu(quick=args.quick, threads=args.threads, repeats=args.repeats, out=args.out or DEFAULT_OUT)
+    report = run_cpu(
+        quick=args.quick, threads=args.threads, repeats=args.repeats, out=args.out or DEFAULT_OUT
+    )
     print(format_targets(report))
     return report
 

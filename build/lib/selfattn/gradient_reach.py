@@ -6,16 +6,19 @@ A recurrent model reaches ``x_0`` through ``n - 1`` multiplications by its recur
 Jacobian, so the norm typically shrinks with distance; one attention layer reaches every
 input in one step.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 __all__ = ["gradient_reach"]
 
 
-def gradient_reach(encoder: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+def gradient_reach(
+    encoder: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+) -> torch.Tensor:
     """Norms ``|| d y[-1] / d x[t] ||_F`` for every input position ``t``.
 
     Args:
@@ -33,9 +36,13 @@ def gradient_reach(encoder: Callable[[torch.Tensor], torch.Tensor], x: torch.Ten
     x = x.detach().clone().requires_grad_(True)
     y_last = encoder(x[None])[0, -1]  # (d_out,)
     if y_last.dim() != 1:
-        raise ValueError(f"encoder must return (1, n, d_out), got last output of shape {tuple(y_last.shape)}")
+        raise ValueError(
+            f"encoder must return (1, n, d_out), got last output of shape {tuple(y_last.shape)}"
+        )
     squared = torch.zeros(x.shape[0], dtype=x.dtype)
-    for j in range(y_last.shape[0]):  # one backward pass per output coordinate: exact, and d_out is small
+    for j in range(
+        y_last.shape[0]
+    ):  # one backward pass per output coordinate: exact, and d_out is small
         (grad,) = torch.autograd.grad(y_last[j], x, retain_graph=True)
         squared += grad.pow(2).sum(dim=-1)
     return squared.sqrt().detach()

@@ -4,9 +4,10 @@ Chapter 4 builds each of them; :func:`to_ignore_mask` and :func:`to_additive_mas
 translate them into the other conventions readers meet, and :func:`dependency_matrix`
 checks what a masked layer can see, from its Jacobian.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -20,7 +21,9 @@ __all__ = [
 ]
 
 
-def causal_mask(n: int, m: int | None = None, *, align: str = "top_left", device=None) -> torch.Tensor:
+def causal_mask(
+    n: int, m: int | None = None, *, align: str = "top_left", device=None
+) -> torch.Tensor:
     """Mask letting query ``i`` attend to keys ``j <= i`` (plus an offset when n != m).
 
     Args:
@@ -60,7 +63,9 @@ def padding_mask(lengths, max_len: int, *, device=None) -> torch.Tensor:
     """
     lengths = torch.as_tensor(lengths, device=device)
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
-        raise TypeError(f"lengths must be a 1-D integer sequence (B,), got shape {tuple(lengths.shape)} dtype {lengths.dtype}")
+        raise TypeError(
+            f"lengths must be a 1-D integer sequence (B,), got shape {tuple(lengths.shape)} dtype {lengths.dtype}"
+        )
     if (lengths < 0).any() or (lengths > max_len).any():
         raise ValueError(f"every length must lie in 0..max_len={max_len}, got {lengths.tolist()}")
     positions = torch.arange(max_len, device=lengths.device)
@@ -89,7 +94,9 @@ def sliding_window_mask(n: int, window: int, *, causal: bool = True, device=None
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if n < 1 or window < 1:
-        raise ValueError(f"sliding_window_mask needs n >= 1 and window >= 1, got n={n}, window={window}")
+        raise ValueError(
+            f"sliding_window_mask needs n >= 1 and window >= 1, got n={n}, window={window}"
+        )
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
     near = (i - j).abs() < window
@@ -100,7 +107,9 @@ def _require_bool(mask, name: str = "mask") -> torch.Tensor:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
-        raise TypeError(f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+        raise TypeError(
+            f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}"
+        )
     return mask
 
 
@@ -121,7 +130,9 @@ def to_ignore_mask(mask: torch.Tensor) -> torch.Tensor:
     return ~_require_bool(mask)
 
 
-def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32, *, fill: float | None = None) -> torch.Tensor:
+def to_additive_mask(
+    mask: torch.Tensor, dtype: torch.dtype = torch.float32, *, fill: float | None = None
+) -> torch.Tensor:
     """A bool mask as a float mask to add to the scores: 0 where allowed, ``fill`` where not.
 
     Args:
@@ -163,5 +174,7 @@ def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tenso
         raise ValueError(f"x must be a floating-point tensor of shape (n, d), got {got}")
     jac = torch.autograd.functional.jacobian(fn, x)  # (n', d', n, d)
     if jac.dim() != 4:
-        raise ValueError(f"fn must map (n, d) to (n', d'), its Jacobian has shape {tuple(jac.shape)}")
+        raise ValueError(
+            f"fn must map (n, d) to (n', d'), its Jacobian has shape {tuple(jac.shape)}"
+        )
     return jac.pow(2).sum(dim=(1, 3)).sqrt()

@@ -60,10 +60,11 @@ fair measure of the cache's speed-up::
 :func:`mha_param_count`, :func:`mha_flops` and :func:`kv_cache_bytes` are the cost
 formulas of chapter 5.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +95,9 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """
     *batch, n, d = x.shape
     if d % num_heads:
-        raise ValueError(f"d_model={d} (last dim of {tuple(x.shape)}) is not divisible by num_heads={num_heads}")
+        raise ValueError(
+            f"d_model={d} (last dim of {tuple(x.shape)}) is not divisible by num_heads={num_heads}"
+        )
     return x.reshape(*batch, n, num_heads, d // num_heads).transpose(-3, -2)
 
 
@@ -157,11 +160,17 @@ class KVCache:
             ValueError: shapes that disagree with each other or with what is cached.
         """
         if k.shape != v.shape or k.dim() != 4:
-            raise ValueError(f"KVCache.append needs k and v of one shape (B, h, n_new, d_head), got {tuple(k.shape)} and {tuple(v.shape)}")
+            raise ValueError(
+                f"KVCache.append needs k and v of one shape (B, h, n_new, d_head), got {tuple(k.shape)} and {tuple(v.shape)}"
+            )
         if self.k is None:
             self.k, self.v = k, v
         else:
-            if self.k.shape[:2] != k.shape[:2] or self.k.shape[-1] != k.shape[-1] or self.k.dtype != k.dtype:
+            if (
+                self.k.shape[:2] != k.shape[:2]
+                or self.k.shape[-1] != k.shape[-1]
+                or self.k.dtype != k.dtype
+            ):
                 raise ValueError(
                     f"the cache holds k of shape {tuple(self.k.shape)} {self.k.dtype} (B, h, t, d_head); "
                     f"cannot append {tuple(k.shape)} {k.dtype}"
@@ -209,12 +218,14 @@ class MultiHeadAttention(nn.Module):
 
     # -- interop with torch ------------------------------------------------------
     @classmethod
-    def from_torch(cls, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
+    def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadAttention:
         """A copy of ``nn.MultiheadAttention``'s weights (it must use one ``in_proj_weight``, i.e. kdim = vdim = d)."""
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(f"expected an nn.MultiheadAttention, got {type(mha).__name__}")
         if mha.in_proj_weight is None or mha.bias_k is not None or mha.add_zero_attn:
-            raise ValueError("only nn.MultiheadAttention with a packed in_proj_weight, no bias_k/bias_v and no add_zero_attn")
+            raise ValueError(
+                "only nn.MultiheadAttention with a packed in_proj_weight, no bias_k/bias_v and no add_zero_attn"
+            )
         bias = mha.in_proj_bias is not None
         new = cls(mha.embed_dim, mha.num_heads, bias=bias, dropout=mha.dropout)
         with torch.no_grad():
@@ -228,7 +239,9 @@ class MultiHeadAttention(nn.Module):
     def to_torch(self) -> nn.MultiheadAttention:
         """An ``nn.MultiheadAttention(batch_first=True)`` holding the same weights."""
         bias = self.qkv.bias is not None
-        mha = nn.MultiheadAttention(self.d_model, self.num_heads, dropout=self.dropout, bias=bias, batch_first=True)
+        mha = nn.MultiheadAttention(
+            self.d_model, self.num_heads, dropout=self.dropout, bias=bias, batch_first=True
+        )
         mha = mha.to(self.qkv.weight.device, self.qkv.weight.dtype)
         with torch.no_grad():
             mha.in_proj_weight.copy_(self.qkv.weight)
@@ -252,18 +265,26 @@ class MultiHeadAttention(nn.Module):
         k, v = F.linear(context, w[d:], None if b is None else b[d:]).split(d, dim=-1)
         return q, k, v
 
-    def _heads_mask(self, mask, batch: int, n: int, m: int, cross: bool, device) -> torch.Tensor | None:
+    def _heads_mask(
+        self, mask, batch: int, n: int, m: int, cross: bool, device
+    ) -> torch.Tensor | None:
         if mask is None:
             return None
         if isinstance(mask, str):
             if mask != "causal":
-                raise ValueError(f"mask must be a tensor, None or the string 'causal', got {mask!r}")
+                raise ValueError(
+                    f"mask must be a tensor, None or the string 'causal', got {mask!r}"
+                )
             if cross:
-                raise ValueError("mask='causal' is for self-attention; cross-attention has no order between x and context")
+                raise ValueError(
+                    "mask='causal' is for self-attention; cross-attention has no order between x and context"
+                )
             return causal_mask(n, m, align="bottom_right", device=device)
         require_tensor(mask, "mask")
         if mask.dim() == 3:
-            mask = mask.unsqueeze(1)  # (B, n|1, m) -> (B, 1, n|1, m): one mask per sequence, shared by the heads
+            mask = mask.unsqueeze(
+                1
+            )  # (B, n|1, m) -> (B, 1, n|1, m): one mask per sequence, shared by the heads
         elif mask.dim() not in (2, 4):
             raise ValueError(
                 f"mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, h, n, m), got shape {tuple(mask.shape)}"
@@ -316,14 +337,22 @@ class MultiHeadAttention(nn.Module):
             x = x.unsqueeze(0)
             context = None if context is None else context.unsqueeze(0)
         if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have shape (B, n, d_model={self.d_model}) or (n, d_model), got {tuple(x.shape)}")
+            raise ValueError(
+                f"x must have shape (B, n, d_model={self.d_model}) or (n, d_model), got {tuple(x.shape)}"
+            )
         if x.dtype != self.qkv.weight.dtype:
-            raise TypeError(f"x has dtype {x.dtype} but the weights are {self.qkv.weight.dtype}; convert one of them")
+            raise TypeError(
+                f"x has dtype {x.dtype} but the weights are {self.qkv.weight.dtype}; convert one of them"
+            )
         batch, n = x.shape[0], x.shape[1]
         cross = context is not None or (cache is not None and cache.cross)
         if context is not None:
             require_float(context, "context")
-            if context.dim() != 3 or context.shape[-1] != self.d_model or context.shape[0] != batch:
+            if (
+                context.dim() != 3
+                or context.shape[-1] != self.d_model
+                or context.shape[0] != batch
+            ):
                 raise ValueError(
                     f"context must have shape (B={batch}, m, d_model={self.d_model}), got {tuple(context.shape)}"
                 )
@@ -331,10 +360,14 @@ class MultiHeadAttention(nn.Module):
                 raise TypeError(f"context has dtype {context.dtype} but x has {x.dtype}")
 
         if context is not None and cache is not None and len(cache) and not cache.cross:
-            raise ValueError("this cache holds a self-attention layer's keys; a cross-attention call needs its own KVCache")
+            raise ValueError(
+                "this cache holds a self-attention layer's keys; a cross-attention call needs its own KVCache"
+            )
         reuse_cross_cache = cross and cache is not None and len(cache) > 0
         if cross and not reuse_cross_cache and context is None:
-            raise ValueError("cross-attention needs context on the first call (the cache is empty)")
+            raise ValueError(
+                "cross-attention needs context on the first call (the cache is empty)"
+            )
         if cache is not None and len(cache) and cache.k.shape[0] != batch:
             raise ValueError(f"the cache holds batch size {cache.k.shape[0]}, x has {batch}")
         # Number of keys, known before anything is computed, so a bad mask leaves the cache untouched.
@@ -349,7 +382,10 @@ class MultiHeadAttention(nn.Module):
         if reuse_cross_cache:
             k, v = cache.k, cache.v  # the context's keys/values, computed on the first call
         else:
-            k, v = split_heads(k, self.num_heads), split_heads(v, self.num_heads)  # (B, h, m_new, d_head)
+            k, v = (
+                split_heads(k, self.num_heads),
+                split_heads(v, self.num_heads),
+            )  # (B, h, m_new, d_head)
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, h, m, d_head): old positions then new
                 cache.cross = cross
@@ -361,7 +397,9 @@ class MultiHeadAttention(nn.Module):
             else:
                 scores = scores + mask.to(scores.dtype)
         weights = softmax(scores, dim=-1)  # a fully masked row gives zeros, not NaN
-        attended = F.dropout(weights, self.dropout) if (self.training and self.dropout > 0) else weights
+        attended = (
+            F.dropout(weights, self.dropout) if (self.training and self.dropout > 0) else weights
+        )
         y = self.out(merge_heads(attended @ v))  # (B, h, n, d_head) -> (B, n, d_model)
         if unbatched:
             y, weights = y.squeeze(0), weights.squeeze(0)
@@ -370,7 +408,10 @@ class MultiHeadAttention(nn.Module):
 
 # -- a stack of layers and autoregressive decoding (the KV-cache benchmark) -----------
 
-def attention_stack(num_layers: int, d_model: int, num_heads: int, *, seed: int = 0) -> nn.ModuleList:
+
+def attention_stack(
+    num_layers: int, d_model: int, num_heads: int, *, seed: int = 0
+) -> nn.ModuleList:
     """``num_layers`` :class:`MultiHeadAttention` layers with seeded weights, in eval mode.
 
     :func:`generate` runs them as a residual stack ``x <- x + layer(x, mask="causal")``.
@@ -395,7 +436,13 @@ def _next_input(y_last: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def generate(layers: Sequence[MultiHeadAttention], prompt: torch.Tensor, steps: int, *, use_cache: bool = True) -> torch.Tensor:
+def generate(
+    layers: Sequence[MultiHeadAttention],
+    prompt: torch.Tensor,
+    steps: int,
+    *,
+    use_cache: bool = True,
+) -> torch.Tensor:
     """Decode ``steps`` vectors autoregressively through a residual stack of attention layers.
 
     Each layer computes ``x + layer(x, mask="causal")``; the output at the last position,
@@ -442,6 +489,7 @@ def generate(layers: Sequence[MultiHeadAttention], prompt: torch.Tensor, steps: 
 
 # -- cost formulas --------------------------------------------------------------------
 
+
 def mha_param_count(d_model: int, *, bias: bool = True) -> int:
     """Parameters of :class:`MultiHeadAttention`: ``4 d^2`` weights (+ ``4 d`` biases), whatever ``h``."""
     return 4 * d_model * d_model + (4 * d_model if bias else 0)
@@ -460,6 +508,22 @@ def mha_flops(n: int, d_model: int, m: int | None = None) -> int:
     return 4 * n * d_model**2 + 4 * m * d_model**2 + 4 * n * m * d_model
 
 
-def kv_cache_bytes(num_layers: int, num_heads: int, d_head: int, n: int, dtype: torch.dtype = torch.float32, *, batch: int = 1) -> int:
+def kv_cache_bytes(
+    num_layers: int,
+    num_heads: int,
+    d_head: int,
+    n: int,
+    dtype: torch.dtype = torch.float32,
+    *,
+    batch: int = 1,
+) -> int:
     """Memory of a KV cache: ``2 x layers x heads x d_head x n x bytes`` (x batch)."""
-    return 2 * num_layers * num_heads * d_head * n * torch.empty((), dtype=dtype).element_size() * batch
+    return (
+        2
+        * num_layers
+        * num_heads
+        * d_head
+        * n
+        * torch.empty((), dtype=dtype).element_size()
+        * batch
+    )

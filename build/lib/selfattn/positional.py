@@ -16,6 +16,7 @@ Conventions: positions index dimension ``-2`` of a ``(..., n, d)`` tensor; biase
 shape ``(h, n, m)`` and are *added* to the scores (a float mask for
 :func:`~selfattn.attention.scaled_dot_product_attention`).
 """
+
 from __future__ import annotations
 
 import math
@@ -51,7 +52,9 @@ def _require_int(value, name: str, minimum: int) -> int:
 def _require_even(d, name: str = "d") -> int:
     _require_int(d, name, 2)
     if d % 2:
-        raise ValueError(f"{name} must be even (dimensions come in sin/cos or rotation pairs), got {d}")
+        raise ValueError(
+            f"{name} must be even (dimensions come in sin/cos or rotation pairs), got {d}"
+        )
     return d
 
 
@@ -63,13 +66,20 @@ def _require_base(base) -> float:
 
 # ---- sinusoidal (absolute, fixed) ------------------------------------------------------
 
+
 def _frequencies(d: int, base: float, dtype=torch.float64, device=None) -> torch.Tensor:
     """omega_i = base^(-2i/d) for i = 0 .. d/2 - 1: shape ``(d/2,)``."""
     return base ** (-torch.arange(0, d, 2, dtype=dtype, device=device) / d)
 
 
 def sinusoidal_encoding(
-    n: int, d: int, *, base: float = 10000.0, offset: int = 0, dtype: torch.dtype = torch.float32, device=None
+    n: int,
+    d: int,
+    *,
+    base: float = 10000.0,
+    offset: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device=None,
 ) -> torch.Tensor:
     r"""The fixed sinusoidal encoding of Vaswani et al. (2017).
 
@@ -104,7 +114,9 @@ def sinusoidal_encoding(
     return pe.to(dtype)
 
 
-def sinusoidal_shift_matrix(k: int, d: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def sinusoidal_shift_matrix(
+    k: int, d: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     r"""The fixed linear map ``M_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for every ``pos``.
 
     It is block-diagonal: on pair ``i``, which holds ``(sin, cos)`` of ``pos * omega_i``,
@@ -133,6 +145,7 @@ def sinusoidal_shift_matrix(k: int, d: int, *, base: float = 10000.0, dtype: tor
 
 
 # ---- learned absolute ------------------------------------------------------------------
+
 
 class LearnedPositionalEmbedding(nn.Module):
     """A trained table of ``max_len`` position vectors, added to the token embeddings.
@@ -171,6 +184,7 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 # ---- ALiBi -----------------------------------------------------------------------------
+
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     r"""ALiBi's per-head slopes (Press et al., 2022).
@@ -222,7 +236,9 @@ def alibi_bias(
     m = n if m is None else m
     _require_int(m, "m", 1)
     if m < n:
-        raise ValueError(f"alibi_bias needs m >= n (queries are the last n of m positions), got n={n}, m={m}")
+        raise ValueError(
+            f"alibi_bias needs m >= n (queries are the last n of m positions), got n={n}, m={m}"
+        )
     q_pos = torch.arange(m - n, m, device=device)[:, None]
     k_pos = torch.arange(m, device=device)[None, :]
     distance = (q_pos - k_pos).abs().float()  # (n, m)
@@ -234,8 +250,13 @@ def alibi_bias(
 
 # ---- T5 relative bias ------------------------------------------------------------------
 
+
 def relative_position_bucket(
-    relative_position: torch.Tensor, *, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128
+    relative_position: torch.Tensor,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
 ) -> torch.Tensor:
     r"""T5's bucket of each relative position ``key - query`` (Raffel et al., 2020).
 
@@ -254,7 +275,9 @@ def relative_position_bucket(
     """
     require_tensor(relative_position, "relative_position")
     if relative_position.is_floating_point() or relative_position.dtype == torch.bool:
-        raise TypeError(f"relative_position must be an integer tensor, got dtype {relative_position.dtype}")
+        raise TypeError(
+            f"relative_position must be an integer tensor, got dtype {relative_position.dtype}"
+        )
     _require_int(num_buckets, "num_buckets", 4 if bidirectional else 2)
     _require_int(max_distance, "max_distance", 1)
     rel = relative_position.long()
@@ -267,12 +290,19 @@ def relative_position_bucket(
         rel = -torch.clamp(rel, max=0)
     max_exact = num_buckets // 2
     if max_distance <= max_exact:
-        raise ValueError(f"max_distance must exceed num_buckets // 4 (bidirectional) or // 2, got {max_distance}")
+        raise ValueError(
+            f"max_distance must exceed num_buckets // 4 (bidirectional) or // 2, got {max_distance}"
+        )
     is_small = rel < max_exact
     # log-spaced buckets between max_exact and max_distance; clamp(min=1) only avoids log(0) where unused
-    large = max_exact + (
-        torch.log(rel.clamp(min=1).float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
-    ).long()
+    large = (
+        max_exact
+        + (
+            torch.log(rel.clamp(min=1).float() / max_exact)
+            / math.log(max_distance / max_exact)
+            * (num_buckets - max_exact)
+        ).long()
+    )
     large = torch.clamp(large, max=num_buckets - 1)
     return buckets + torch.where(is_small, rel, large)
 
@@ -288,12 +318,27 @@ class RelativePositionBias(nn.Module):
     ``m`` positions, as in :func:`alibi_bias`).
     """
 
-    def __init__(self, num_heads: int, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool = True,
+    ):
         super().__init__()
         self.num_heads = _require_int(num_heads, "num_heads", 1)
-        self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
-        relative_position_bucket(torch.zeros(1, dtype=torch.long), bidirectional=bidirectional,
-                                 num_buckets=num_buckets, max_distance=max_distance)  # validate the settings now
+        self.num_buckets, self.max_distance, self.bidirectional = (
+            num_buckets,
+            max_distance,
+            bidirectional,
+        )
+        relative_position_bucket(
+            torch.zeros(1, dtype=torch.long),
+            bidirectional=bidirectional,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+        )  # validate the settings now
         self.bias = nn.Embedding(num_buckets, num_heads)
         nn.init.zeros_(self.bias.weight)  # start with no positional preference
 
@@ -305,16 +350,23 @@ class RelativePositionBias(nn.Module):
         device = self.bias.weight.device
         q_pos = torch.arange(m - n, m, device=device)[:, None]
         k_pos = torch.arange(m, device=device)[None, :]
-        buckets = relative_position_bucket(k_pos - q_pos, bidirectional=self.bidirectional,
-                                           num_buckets=self.num_buckets, max_distance=self.max_distance)
+        buckets = relative_position_bucket(
+            k_pos - q_pos,
+            bidirectional=self.bidirectional,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )
         return self.bias(buckets).permute(2, 0, 1)  # (n, m, h) -> (h, n, m)
 
     def extra_repr(self) -> str:
-        return (f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, "
-                f"max_distance={self.max_distance}, bidirectional={self.bidirectional}")
+        return (
+            f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, "
+            f"max_distance={self.max_distance}, bidirectional={self.bidirectional}"
+        )
 
 
 # ---- RoPE ------------------------------------------------------------------------------
+
 
 def rope_frequencies(d: int, *, base: float = 10000.0, device=None) -> torch.Tensor:
     """RoPE's rotation speeds ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1``: float32 ``(d/2,)``."""
@@ -324,13 +376,17 @@ def rope_frequencies(d: int, *, base: float = 10000.0, device=None) -> torch.Ten
 
 def _positions(positions, n: int, device) -> torch.Tensor:
     if isinstance(positions, int) and not isinstance(positions, bool):
-        raise TypeError(f"positions must be a tensor of shape (n,) or (..., n), got the int {positions}; "
-                        f"use torch.arange({positions})")
+        raise TypeError(
+            f"positions must be a tensor of shape (n,) or (..., n), got the int {positions}; "
+            f"use torch.arange({positions})"
+        )
     positions = torch.as_tensor(positions, device=device)
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions must be integer or float, got dtype {positions.dtype}")
     if positions.dim() < 1 or positions.shape[-1] != n:
-        raise ValueError(f"positions must have shape (n,) or (..., n) with n={n} (x's dim -2), got {tuple(positions.shape)}")
+        raise ValueError(
+            f"positions must have shape (n,) or (..., n) with n={n} (x's dim -2), got {tuple(positions.shape)}"
+        )
     return positions.double()
 
 
@@ -361,7 +417,9 @@ def apply_rope(x: torch.Tensor, positions, *, base: float = 10000.0) -> torch.Te
         raise ValueError(f"x must have shape (..., n, d), got {tuple(x.shape)}")
     d = _require_even(x.shape[-1], "x's last dimension d")
     pos = _positions(positions, x.shape[-2], x.device)
-    angles = pos[..., :, None] * _frequencies(d, _require_base(base), device=x.device)  # (..., n, d/2)
+    angles = pos[..., :, None] * _frequencies(
+        d, _require_base(base), device=x.device
+    )  # (..., n, d/2)
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., n, d/2, 2)
@@ -407,15 +465,21 @@ class RotaryEmbedding(nn.Module):
         for name, t in (("q", q), ("k", k)):
             require_float(t, name)
             if t.dim() < 2 or t.shape[-1] != self.d_head:
-                raise ValueError(f"{name} must have shape (..., n, d_head={self.d_head}), got {tuple(t.shape)}")
+                raise ValueError(
+                    f"{name} must have shape (..., n, d_head={self.d_head}), got {tuple(t.shape)}"
+                )
         n_q, n_k = q.shape[-2], k.shape[-2]
         if k_positions is None:
             k_positions = torch.arange(n_k, device=k.device)
         if q_positions is None:
             if n_q > n_k:
-                raise ValueError(f"with default positions q may not be longer than k, got n_q={n_q}, n_k={n_k}")
+                raise ValueError(
+                    f"with default positions q may not be longer than k, got n_q={n_q}, n_k={n_k}"
+                )
             q_positions = torch.arange(n_k - n_q, n_k, device=q.device)
-        return apply_rope(q, q_positions, base=self.base), apply_rope(k, k_positions, base=self.base)
+        return apply_rope(q, q_positions, base=self.base), apply_rope(
+            k, k_positions, base=self.base
+        )
 
     def extra_repr(self) -> str:
         return f"d_head={self.d_head}, base={self.base:g}"

@@ -4,6 +4,7 @@ No torch here: this is the formula with nothing hidden, so the chapter can
 print the shape of every intermediate and the tests can compare it with the
 torch implementation.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -60,7 +61,9 @@ def attention_steps(X, W_q, W_k, W_v, mask=None) -> AttentionSteps:
     if mask is not None:
         mask = np.asarray(mask)
         if mask.dtype != bool or mask.shape != scaled.shape:
-            raise ValueError(f"mask must be a bool array of shape {scaled.shape}, got {mask.dtype} {mask.shape}")
+            raise ValueError(
+                f"mask must be a bool array of shape {scaled.shape}, got {mask.dtype} {mask.shape}"
+            )
         scaled = np.where(mask, scaled, -np.inf)
     weights = softmax_np(scaled, axis=-1)  # step 4: each row sums to 1
     output = weights @ V  # step 5: (n, d_v), a weighted average of the values

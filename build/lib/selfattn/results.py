@@ -25,7 +25,7 @@ from pathlib import Path
 
 __all__ = ["record", "load_results", "load_recorded", "claim", "ClaimError", "RESULTS_DIR"]
 
-#: Where :func:`record` stores each chapter's figures, relative to the notebook's folder (chapters/).
+#: Where :func:`record` stores each chapter's figures, relative to the notebook's folder.
 RESULTS_DIR = Path("results")
 
 

@@ -1,4 +1,5 @@
 """The one call every chapter's setup cell makes: seeds, plot style, device."""
+
 from __future__ import annotations
 
 import os

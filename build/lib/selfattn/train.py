@@ -1,7 +1,8 @@
 """A small training loop for the book's tiny models."""
+
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 

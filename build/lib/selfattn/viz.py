@@ -1,7 +1,8 @@
 """Plots shared by every chapter (the book's ``show_heatmaps``)."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -47,10 +48,18 @@ def plot_attention(
     n, m = w.shape
     for name, labels, size in (("x_labels", x_labels, m), ("y_labels", y_labels, n)):
         if labels is not None and len(labels) != size:
-            raise ValueError(f"{name} has {len(labels)} entries, expected {size} for weights of shape {w.shape}")
+            raise ValueError(
+                f"{name} has {len(labels)} entries, expected {size} for weights of shape {w.shape}"
+            )
     if ax is None:
         _, ax = plt.subplots(figsize=(min(1.0 + 0.45 * m, 9), min(0.8 + 0.4 * n, 8)))
-    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(1e-12, float(np.nanmax(w))) if w.size else 1.0, aspect="auto")
+    image = ax.imshow(
+        w,
+        cmap="viridis",
+        vmin=0.0,
+        vmax=max(1e-12, float(np.nanmax(w))) if w.size else 1.0,
+        aspect="auto",
+    )
     ax.grid(False)
     ax.set_xlabel("key position" if x_labels is None else "key")
     ax.set_ylabel("query position" if y_labels is None else "query")
@@ -65,8 +74,15 @@ def plot_attention(
         vmax = float(np.nanmax(w)) if w.size else 1.0
         for i in range(n):
             for j in range(m):
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                        color="black" if w[i, j] > 0.6 * vmax else "white")
+                ax.text(
+                    j,
+                    i,
+                    f"{w[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="black" if w[i, j] > 0.6 * vmax else "white",
+                )
     if colorbar:
         ax.figure.colorbar(image, ax=ax, label="weight")
     return ax

@@ -2,6 +2,7 @@
 
 One module per task family; :class:`Vocab` is the shared token <-> id mapping.
 """
+
 from .coreference import CorefExample, CorefSplit, CorefTask
 from .long_range import LongRangeTask
 from .lookup import LookupBatch, prev_first_lookup
@@ -9,4 +10,17 @@ from .order_tasks import IGNORE_INDEX, ShiftedCopyTask, shifted_copy_batch
 from .recall import RecallBatch, key_value_recall
 from .vocab import Vocab
 
-__all__ = ["IGNORE_INDEX", "ShiftedCopyTask", "shifted_copy_batch", "CorefExample", "CorefSplit", "CorefTask", "LongRangeTask", "LookupBatch", "prev_first_lookup", "RecallBatch", "key_value_recall", "Vocab"]
+__all__ = [
+    "IGNORE_INDEX",
+    "ShiftedCopyTask",
+    "shifted_copy_batch",
+    "CorefExample",
+    "CorefSplit",
+    "CorefTask",
+    "LongRangeTask",
+    "LookupBatch",
+    "prev_first_lookup",
+    "RecallBatch",
+    "key_value_recall",
+    "Vocab",
+]

@@ -11,6 +11,7 @@ the position of a noun does not give the answer away:
 
 Every template has 11 tokens: the nouns sit at positions 1 and 5, ``it`` at 7.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -121,8 +122,11 @@ class CorefTask:
         """The sentence of ``template`` (0 or 1) with these words, and its answer."""
         if template not in range(len(TEMPLATES)):
             raise ValueError(f"template must be in 0..{len(TEMPLATES) - 1}, got {template!r}")
-        for word, allowed, what in ((animal, ANIMALS, "animal"), (place, PLACES, "place"),
-                                    (adjective, self.adjectives, "adjective")):
+        for word, allowed, what in (
+            (animal, ANIMALS, "animal"),
+            (place, PLACES, "place"),
+            (adjective, self.adjectives, "adjective"),
+        ):
             if word not in allowed:
                 raise ValueError(f"{what} must be one of {list(allowed)}, got {word!r}")
         text, _ = TEMPLATES[template]
@@ -142,7 +146,9 @@ class CorefTask:
         """Every sentence of the family (2 templates x 6 animals x 6 places x 8 adjectives = 576)."""
         return [
             self.example(t, a, p, adj)
-            for t, a, p, adj in itertools.product(range(len(TEMPLATES)), ANIMALS, PLACES, self.adjectives)
+            for t, a, p, adj in itertools.product(
+                range(len(TEMPLATES)), ANIMALS, PLACES, self.adjectives
+            )
         ]
 
     def pairs(self) -> list[tuple[str, str]]:
@@ -177,7 +183,9 @@ class CorefTask:
             seen_adjectives = {e.adjective for e in train}
             if seen_nouns == set(self.nouns) and seen_adjectives == set(self.adjectives):
                 return self.encode_examples(train), self.encode_examples(test)
-        raise ValueError(f"held_out={held_out} leaves some noun or adjective without training pairs")
+        raise ValueError(
+            f"held_out={held_out} leaves some noun or adjective without training pairs"
+        )
 
     def encode_examples(self, examples: list[CorefExample]) -> CorefSplit:
         """Encode examples (all of one length) into a :class:`CorefSplit`."""

@@ -7,6 +7,7 @@ around, a classifier must *find* it, which is what the class token's attention o
 the patches shows; the pixel mask of the shape (returned too) lets us measure how
 much of that attention lands on it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +16,16 @@ import torch
 
 from .vocab import Vocab
 
-__all__ = ["SHAPES", "COLORS", "SIZES", "ShapeImages", "make_shapes", "caption_vocab", "patchify", "patch_coverage"]
+__all__ = [
+    "SHAPES",
+    "COLORS",
+    "SIZES",
+    "ShapeImages",
+    "make_shapes",
+    "caption_vocab",
+    "patchify",
+    "patch_coverage",
+]
 
 #: the classes, in label order
 SHAPES: tuple[str, ...] = ("square", "diamond", "triangle", "cross")
@@ -49,14 +59,24 @@ class ShapeImages:
     def __len__(self) -> int:
         return len(self.captions)
 
-    def to(self, device) -> "ShapeImages":
+    def to(self, device) -> ShapeImages:
         """The tensors moved to ``device`` (captions unchanged)."""
-        return ShapeImages(self.images.to(device), self.shapes.to(device), self.colors.to(device),
-                           self.sizes.to(device), self.masks.to(device), self.captions)
+        return ShapeImages(
+            self.images.to(device),
+            self.shapes.to(device),
+            self.colors.to(device),
+            self.sizes.to(device),
+            self.masks.to(device),
+            self.captions,
+        )
 
 
 def _shape_mask(shape: int, cy: float, cx: float, r: float, size: int) -> torch.Tensor:
-    yy, xx = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32), indexing="ij")
+    yy, xx = torch.meshgrid(
+        torch.arange(size, dtype=torch.float32),
+        torch.arange(size, dtype=torch.float32),
+        indexing="ij",
+    )
     dy, dx = yy - cy, xx - cx
     if shape == 0:  # square
         return (dy.abs() <= r) & (dx.abs() <= r)
@@ -68,8 +88,9 @@ def _shape_mask(shape: int, cy: float, cx: float, r: float, size: int) -> torch.
     return ((dx.abs() <= bar) & (dy.abs() <= r)) | ((dy.abs() <= bar) & (dx.abs() <= r))
 
 
-def make_shapes(n: int, *, image_size: int = 24, grid: int | None = None, noise: float = 0.15,
-                seed: int = 0) -> ShapeImages:
+def make_shapes(
+    n: int, *, image_size: int = 24, grid: int | None = None, noise: float = 0.15, seed: int = 0
+) -> ShapeImages:
     """``n`` random shape images, deterministic given ``seed``.
 
     Args:
@@ -94,13 +115,17 @@ def make_shapes(n: int, *, image_size: int = 24, grid: int | None = None, noise:
     sizes = torch.randint(0, len(SIZES), (n,), generator=g)
     if grid is None:
         # Radii scale with the image: small ~ 1/8 of the side, big ~ 1/4.
-        radii = torch.where(sizes == 0, image_size / 8.0, image_size / 4.5) + torch.rand(n, generator=g)
+        radii = torch.where(sizes == 0, image_size / 8.0, image_size / 4.5) + torch.rand(
+            n, generator=g
+        )
         margin = radii + 1
         cy = margin + torch.rand(n, generator=g) * (image_size - 1 - 2 * margin)
         cx = margin + torch.rand(n, generator=g) * (image_size - 1 - 2 * margin)
     else:
         if not isinstance(grid, int) or grid < 1 or image_size % grid or image_size // grid < 6:
-            raise ValueError(f"grid must be an int dividing image_size={image_size} into cells of >= 6 pixels, got {grid!r}")
+            raise ValueError(
+                f"grid must be an int dividing image_size={image_size} into cells of >= 6 pixels, got {grid!r}"
+            )
         cell = image_size // grid
         radii = torch.where(sizes == 0, cell * 0.3, cell * 0.44)
         row = torch.randint(0, grid, (n,), generator=g)
@@ -108,11 +133,18 @@ def make_shapes(n: int, *, image_size: int = 24, grid: int | None = None, noise:
         jitter = torch.randint(-1, 2, (2, n), generator=g)
         cy = row * cell + (cell - 1) / 2 + jitter[0]
         cx = col * cell + (cell - 1) / 2 + jitter[1]
-    masks = torch.stack([_shape_mask(int(s), float(y), float(x), float(r), image_size)
-                         for s, y, x, r in zip(shapes, cy, cx, radii)])
+    masks = torch.stack(
+        [
+            _shape_mask(int(s), float(y), float(x), float(r), image_size)
+            for s, y, x, r in zip(shapes, cy, cx, radii)
+        ]
+    )
     images = noise * torch.randn(n, 3, image_size, image_size, generator=g)
     images = images + masks[:, None].float() * _RGB[colors][:, :, None, None]
-    captions = [f"a {SIZES[int(z)]} {COLORS[int(c)]} {SHAPES[int(s)]}" for s, c, z in zip(shapes, colors, sizes)]
+    captions = [
+        f"a {SIZES[int(z)]} {COLORS[int(c)]} {SHAPES[int(s)]}"
+        for s, c, z in zip(shapes, colors, sizes)
+    ]
     return ShapeImages(images.float(), shapes, colors, sizes, masks, captions)
 
 

@@ -5,6 +5,7 @@ token at position 0. The distractors are drawn from the same symbols as the key,
 a model cannot find the key by what it is, only by where it is: a recurrent model
 must carry it through ``distance`` steps, an attention layer can look it up in one.
 """
+
 from __future__ import annotations
 
 import string
@@ -82,7 +83,9 @@ class LongRangeTask:
         if seed is not None:
             generator = torch.Generator().manual_seed(seed)
         classes = torch.randint(self.n_symbols, (batch_size, distance + 1), generator=generator)
-        ids = torch.cat([self.symbol_ids(classes), torch.full((batch_size, 1), self.query_id)], dim=1)
+        ids = torch.cat(
+            [self.symbol_ids(classes), torch.full((batch_size, 1), self.query_id)], dim=1
+        )
         return ids, classes[:, 0].clone()
 
     def sampler(self, distances: tuple[int, int], batch_size: int, *, seed: int = 0):

@@ -6,6 +6,7 @@ the two places, so this is the smallest task on which several heads help, and on
 each head's job can be read off its attention pattern. Deterministic given a
 ``torch.Generator``; nothing is downloaded.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -25,7 +26,9 @@ class LookupBatch(NamedTuple):
     first: torch.Tensor  #: ``(B, n)`` long, ``tokens[:, 0]``; ``IGNORE_INDEX`` at ``i = 0``
 
 
-def prev_first_lookup(batch: int, n: int = 12, vocab_size: int = 12, *, generator: torch.Generator | None = None) -> LookupBatch:
+def prev_first_lookup(
+    batch: int, n: int = 12, vocab_size: int = 12, *, generator: torch.Generator | None = None
+) -> LookupBatch:
     """Draw ``batch`` sequences of ``n`` random tokens with both lookup targets.
 
     Args:
@@ -39,7 +42,9 @@ def prev_first_lookup(batch: int, n: int = 12, vocab_size: int = 12, *, generato
         ``F.cross_entropy`` skips by default).
     """
     if batch < 1 or n < 2 or vocab_size < 2:
-        raise ValueError(f"need batch >= 1, n >= 2 and vocab_size >= 2, got batch={batch}, n={n}, vocab_size={vocab_size}")
+        raise ValueError(
+            f"need batch >= 1, n >= 2 and vocab_size >= 2, got batch={batch}, n={n}, vocab_size={vocab_size}"
+        )
     tokens = torch.randint(0, vocab_size, (batch, n), generator=generator)
     ignore = torch.full((batch, 1), IGNORE_INDEX, dtype=torch.long)
     prev = torch.cat([ignore, tokens[:, :-1]], dim=1)

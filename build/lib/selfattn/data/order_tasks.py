@@ -9,6 +9,7 @@ trained on length ``n`` still applies it at length ``2n``.
 Everything is generated from a seed (a private ``torch.Generator``): the same seed
 gives the same batch on every machine, and no global random state is touched.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,7 +21,12 @@ IGNORE_INDEX = -100  # target of positions with nothing to predict (torch's cros
 
 
 def shifted_copy_batch(
-    batch_size: int, n: int, *, shift: int, vocab_size: int, generator: torch.Generator | None = None,
+    batch_size: int,
+    n: int,
+    *,
+    shift: int,
+    vocab_size: int,
+    generator: torch.Generator | None = None,
     seed: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One batch of the shifted-copy task.
@@ -35,13 +41,20 @@ def shifted_copy_batch(
         ``(x, y)``: ``x`` long ``(B, n)``; ``y`` long ``(B, n)`` with ``y[:, i] = x[:, i - shift]``
         and ``IGNORE_INDEX`` for ``i < shift``.
     """
-    for name, value, minimum in (("batch_size", batch_size, 1), ("n", n, 1), ("shift", shift, 0), ("vocab_size", vocab_size, 3)):
+    for name, value, minimum in (
+        ("batch_size", batch_size, 1),
+        ("n", n, 1),
+        ("shift", shift, 0),
+        ("vocab_size", vocab_size, 3),
+    ):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
         if value < minimum:
             raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if n <= shift:
-        raise ValueError(f"n must exceed shift (some position must have a target), got n={n}, shift={shift}")
+        raise ValueError(
+            f"n must exceed shift (some position must have a target), got n={n}, shift={shift}"
+        )
     if generator is not None and seed is not None:
         raise ValueError("pass a generator or a seed, not both")
     if generator is None:
@@ -71,14 +84,27 @@ class ShiftedCopyTask:
         """A function ``step -> (x, y)`` giving training batch ``step`` (``B = batch_size``, length ``n``)."""
 
         def batch(step: int):
-            return shifted_copy_batch(batch_size, n, shift=self.shift, vocab_size=self.vocab_size,
-                                      seed=self.seed * 1_000_003 + step)
+            return shifted_copy_batch(
+                batch_size,
+                n,
+                shift=self.shift,
+                vocab_size=self.vocab_size,
+                seed=self.seed * 1_000_003 + step,
+            )
+
         return batch
 
     def test_set(self, num: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A fixed test set ``(x, y)`` of ``num`` sequences of length ``n``, disjoint seeds from training."""
-        return shifted_copy_batch(num, n, shift=self.shift, vocab_size=self.vocab_size,
-                                  seed=-(self.seed * 1_000_003 + 1 + n))
+        return shifted_copy_batch(
+            num,
+            n,
+            shift=self.shift,
+            vocab_size=self.vocab_size,
+            seed=-(self.seed * 1_000_003 + 1 + n),
+        )
 
     def __repr__(self) -> str:
-        return f"ShiftedCopyTask(shift={self.shift}, vocab_size={self.vocab_size}, seed={self.seed})"
+        return (
+            f"ShiftedCopyTask(shift={self.shift}, vocab_size={self.vocab_size}, seed={self.seed})"
+        )

@@ -4,6 +4,7 @@ The smallest task that needs attention as the articles describe it: the query
 must be matched against every key, and the matching key's value read out.
 Deterministic given a ``torch.Generator``; nothing is downloaded.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -23,7 +24,12 @@ class RecallBatch(NamedTuple):
 
 
 def key_value_recall(
-    batch: int, n_pairs: int = 8, n_keys: int = 16, n_values: int = 16, *, generator: torch.Generator | None = None
+    batch: int,
+    n_pairs: int = 8,
+    n_keys: int = 16,
+    n_values: int = 16,
+    *,
+    generator: torch.Generator | None = None,
 ) -> RecallBatch:
     """Draw ``batch`` recall problems.
 
@@ -37,7 +43,9 @@ def key_value_recall(
         :class:`RecallBatch` of long tensors; ``values[b, i]`` is stored under ``keys[b, i]``.
     """
     if batch < 1 or n_pairs < 1 or n_values < 1:
-        raise ValueError(f"batch, n_pairs and n_values must be >= 1, got {batch}, {n_pairs}, {n_values}")
+        raise ValueError(
+            f"batch, n_pairs and n_values must be >= 1, got {batch}, {n_pairs}, {n_values}"
+        )
     if n_pairs > n_keys:
         raise ValueError(f"n_pairs={n_pairs} distinct keys cannot be drawn from n_keys={n_keys}")
     # Distinct keys per row: the first n_pairs of a random permutation (argsort of uniform noise).

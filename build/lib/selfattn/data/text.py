@@ -17,10 +17,11 @@ bidirectional attention is for) and some over a distance (what attention is for)
 Words are tokens for the masked-language model (:func:`word_vocab`); characters
 are tokens for the character-level GPT (:func:`char_vocab`).
 """
+
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -91,12 +92,21 @@ def generate_sentences(n: int, *, seed: int = 0, clause_prob: float = 0.5) -> li
         words = ["the"]
         if rng.random() < 0.5:
             words.append(rng.choice(ADJECTIVES))
-        words += [subject[1] if plural else subject[0], verb_plural if plural else verb_singular, "the"]
+        words += [
+            subject[1] if plural else subject[0],
+            verb_plural if plural else verb_singular,
+            "the",
+        ]
         if rng.random() < 0.5:
             words.append(rng.choice(ADJECTIVES))
         words.append(obj)
         if rng.random() < clause_prob:
-            words += ["because", "they" if plural else "it", "are" if plural else "is", rng.choice(_STATES)]
+            words += [
+                "because",
+                "they" if plural else "it",
+                "are" if plural else "is",
+                rng.choice(_STATES),
+            ]
         words.append(".")
         out.append(" ".join(words))
     return out
@@ -113,7 +123,11 @@ def is_grammatical(sentence: str) -> bool:
     if subject is None or len(w) < i + 4:
         return False
     (key, plural), verb = subject, w[i + 1]
-    if verb not in forms or forms[verb][0] not in SUBJECT_VERBS[key] or verb != forms[verb][0 if plural else 1]:
+    if (
+        verb not in forms
+        or forms[verb][0] not in SUBJECT_VERBS[key]
+        or verb != forms[verb][0 if plural else 1]
+    ):
         return False
     if w[i + 2] != "the":
         return False
@@ -161,14 +175,18 @@ def encode_sentences(sentences: Sequence[str], vocab: Vocab, *, max_len: int | N
         ``(ids, lengths)``: ``ids`` a long tensor ``(B, max_len)``, ``lengths`` ``(B,)``.
     """
     if vocab.pad_id is None:
-        raise ValueError("encode_sentences needs a vocabulary with a padding token, got one with pad=None")
+        raise ValueError(
+            "encode_sentences needs a vocabulary with a padding token, got one with pad=None"
+        )
     tokens = [s.split() for s in sentences]
     if not tokens:
         raise ValueError("encode_sentences got no sentences")
     longest = max(len(t) for t in tokens)
     max_len = longest if max_len is None else max_len
     if max_len < longest:
-        raise ValueError(f"max_len={max_len} is shorter than the longest sentence ({longest} words)")
+        raise ValueError(
+            f"max_len={max_len} is shorter than the longest sentence ({longest} words)"
+        )
     ids = torch.full((len(tokens), max_len), vocab.pad_id, dtype=torch.long)
     for i, t in enumerate(tokens):
         ids[i, : len(t)] = vocab.encode(t)
@@ -204,7 +222,9 @@ def mask_tokens(
         positions and ``-100`` (ignored by ``cross_entropy``) everywhere else.
     """
     if ids.dim() != 2 or lengths.shape != ids.shape[:1]:
-        raise ValueError(f"ids must be (B, L) and lengths (B,), got {tuple(ids.shape)} and {tuple(lengths.shape)}")
+        raise ValueError(
+            f"ids must be (B, L) and lengths (B,), got {tuple(ids.shape)} and {tuple(lengths.shape)}"
+        )
     if (lengths < 1).any() or (lengths > ids.shape[1]).any():
         raise ValueError(f"every length must lie in 1..{ids.shape[1]}, got {lengths.tolist()}")
     if not 0.0 < prob <= 1.0:
@@ -226,7 +246,13 @@ def mask_tokens(
     return inputs, targets
 
 
-def char_windows(data: torch.Tensor, block_size: int, batch_size: int, *, generator: torch.Generator | None = None):
+def char_windows(
+    data: torch.Tensor,
+    block_size: int,
+    batch_size: int,
+    *,
+    generator: torch.Generator | None = None,
+):
     """Random windows of a 1-D id tensor for next-character prediction.
 
     Returns:

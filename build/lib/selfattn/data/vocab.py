@@ -1,7 +1,8 @@
 """A token <-> id mapping with encode/decode, shared by every synthetic task."""
+
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 

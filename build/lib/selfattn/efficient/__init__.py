@@ -8,6 +8,7 @@
 * ``sparse``: ``sliding_window_attention`` (band only, O(n w)) and sparse masks
 * ``linear``: ``linear_attention`` (parallel/chunked), its recurrent form and decoding state
 """
+
 from . import io_model
 from .flash import flash_attention, online_softmax_steps
 from .io_model import TwoLevelMemory, flash_block_sizes, standard_attention_io, tiled_attention_io

@@ -14,6 +14,7 @@ Algorithm 1 prints ``diag(exp(m_old - m_new))^{-1}``, a typo). Only after the la
 key block is the output divided by ``l``. The working memory is a few tiles of
 ``block_q x block_k`` scores, so it does not grow with ``n^2``.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,7 +92,10 @@ def flash_attention(
     # Keys get an extra column of ones and each query block an extra column holding -m, so the
     # tile product [q | -m] @ [k | 1]^T = q k^T - m already has the running max subtracted:
     # one pass over the tile saved (the CPU analogue of keeping work inside the matmul).
-    k1 = torch.cat([k.to(work).expand(*batch, m, d_k).reshape(-1, m, d_k), k.new_ones(bh, m, 1, dtype=work)], dim=-1)
+    k1 = torch.cat(
+        [k.to(work).expand(*batch, m, d_k).reshape(-1, m, d_k), k.new_ones(bh, m, 1, dtype=work)],
+        dim=-1,
+    )
     kt = k1.transpose(1, 2)  # (B, d_k + 1, m), a view
     vf = v.to(work).expand(*batch, m, d_v).reshape(-1, m, d_v)
     out = torch.empty(bh, n, d_v, dtype=work, device=q.device)
@@ -116,7 +120,11 @@ def flash_attention(
             full = rows == s_buf.shape[1] and ke - ks == s_buf.shape[2]
 
             def tile_scores():  # q k^T - m_i for this tile (the -m_i rides in the matmul)
-                s = torch.bmm(qa, kt[:, :, ks:ke], out=s_buf) if full else torch.bmm(qa, kt[:, :, ks:ke])
+                s = (
+                    torch.bmm(qa, kt[:, :, ks:ke], out=s_buf)
+                    if full
+                    else torch.bmm(qa, kt[:, :, ks:ke])
+                )
                 if causal and ke - 1 > qs:  # the tile crosses the diagonal: mask j > i
                     i = torch.arange(qs, qe, device=q.device)[:, None]
                     j = torch.arange(ks, ke, device=q.device)[None, :]
@@ -124,7 +132,9 @@ def flash_attention(
                 return s
 
             s = tile_scores()
-            if first := m_i is None:  # first tile: its row max is the reference (finite: key 0 is visible)
+            if (
+                first := m_i is None
+            ):  # first tile: its row max is the reference (finite: key 0 is visible)
                 m_i = s.amax(dim=-1, keepdim=True)
                 s.sub_(m_i)
                 qa[..., d_k:] = -m_i
@@ -184,6 +194,14 @@ def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block: int)
         acc = alpha * acc + p @ vb
         m_run = m_new
         steps.append(
-            dict(start=start, stop=start + s.shape[0], m=m_run, l=l_run, alpha=alpha, acc=acc.clone(), out=acc / l_run)
+            dict(
+                start=start,
+                stop=start + s.shape[0],
+                m=m_run,
+                l=l_run,
+                alpha=alpha,
+                acc=acc.clone(),
+                out=acc / l_run,
+            )
         )
     return steps

@@ -7,6 +7,7 @@ writes ``Theta(N d + N^2)`` elements of slow memory (HBM), tiled attention
 :class:`TwoLevelMemory` counts every element loaded or stored, and checks that what
 an algorithm holds in fast memory at once never exceeds ``M``.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,9 @@ class TwoLevelMemory:
         self.held += elements
         self.peak = max(self.peak, self.held)
         if self.held > self.capacity:
-            raise MemoryError(f"fast memory overflow: holding {self.held} elements > M = {self.capacity} ({what})")
+            raise MemoryError(
+                f"fast memory overflow: holding {self.held} elements > M = {self.capacity} ({what})"
+            )
 
     def store(self, elements: int) -> None:
         """Write ``elements`` back to slow memory (counted as writes); they stay held until freed."""
@@ -58,7 +61,9 @@ class TwoLevelMemory:
         return self.reads + self.writes
 
 
-def standard_attention_io(n: int, d: int, m: float = math.inf, *, block: int | None = None) -> TwoLevelMemory:
+def standard_attention_io(
+    n: int, d: int, m: float = math.inf, *, block: int | None = None
+) -> TwoLevelMemory:
     """Standard attention (the paper's Algorithm 0) on the two-level machine.
 
     Three passes, each streaming its operands block by block through fast memory:
@@ -134,7 +139,9 @@ def flash_block_sizes(d: int, m: float, n: int) -> tuple[int, int]:
     return size, size
 
 
-def tiled_attention_io(n: int, d: int, m: float, *, blocks: tuple[int, int] | None = None) -> TwoLevelMemory:
+def tiled_attention_io(
+    n: int, d: int, m: float, *, blocks: tuple[int, int] | None = None
+) -> TwoLevelMemory:
     """Tiled (FlashAttention-2 order) attention on the two-level machine.
 
     Outer loop over query blocks: load Q_i once, stream every K_j, V_j block through fast

@@ -17,10 +17,11 @@ Three forms, equal up to rounding (the tests check it):
 * recurrent (:func:`linear_attention_recurrent`): one token at a time, the RNN form;
 * one decoding step (:func:`linear_attention_step` on a :class:`LinearAttentionState`).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -49,7 +50,9 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 def _features(q, k, feature_map):
     phi = elu_feature_map if feature_map is None else feature_map
     if not callable(phi):
-        raise TypeError(f"feature_map must be callable (tensor -> tensor) or None, got {type(phi).__name__}")
+        raise TypeError(
+            f"feature_map must be callable (tensor -> tensor) or None, got {type(phi).__name__}"
+        )
     return phi(q), phi(k)
 
 
@@ -90,7 +93,9 @@ def linear_attention(
         den = (fq * z.unsqueeze(-2)).sum(-1, keepdim=True)
         return num / (den + eps)
     if n != m:
-        raise ValueError(f"causal linear attention needs q and k of the same length, got n={n}, m={m}")
+        raise ValueError(
+            f"causal linear attention needs q and k of the same length, got n={n}, m={m}"
+        )
     d, d_v = fq.shape[-1], v.shape[-1]
     fq = fq.expand(*batch, n, d)
     fk = fk.expand(*batch, n, d)
@@ -125,10 +130,14 @@ class LinearAttentionState:
     steps: int = 0
 
     @classmethod
-    def empty(cls, batch_shape: tuple[int, ...], d: int, d_v: int, *, dtype=torch.float32, device=None):
+    def empty(
+        cls, batch_shape: tuple[int, ...], d: int, d_v: int, *, dtype=torch.float32, device=None
+    ):
         """A state with nothing absorbed: zeros of shapes ``(*batch_shape, d, d_v)`` and ``(*batch_shape, d)``."""
-        return cls(torch.zeros(*batch_shape, d, d_v, dtype=dtype, device=device),
-                   torch.zeros(*batch_shape, d, dtype=dtype, device=device))
+        return cls(
+            torch.zeros(*batch_shape, d, d_v, dtype=dtype, device=device),
+            torch.zeros(*batch_shape, d, dtype=dtype, device=device),
+        )
 
     def nbytes(self) -> int:
         """Bytes held: the same after 1 token or 1 million."""
@@ -157,7 +166,11 @@ def linear_attention_step(
     for name, t in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got {type(t).__name__}")
-    if q_t.shape[-1] != state.s.shape[-2] or v_t.shape[-1] != state.s.shape[-1] or k_t.shape != q_t.shape:
+    if (
+        q_t.shape[-1] != state.s.shape[-2]
+        or v_t.shape[-1] != state.s.shape[-1]
+        or k_t.shape != q_t.shape
+    ):
         raise ValueError(
             f"step shapes do not match the state: q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)}, "
             f"v_t {tuple(v_t.shape)}, state s {tuple(state.s.shape)} (..., d, d_v)"
@@ -188,8 +201,12 @@ def linear_attention_recurrent(
     batch = check_qkv(q, k, v)
     n = q.shape[-2]
     if k.shape[-2] != n:
-        raise ValueError(f"the recurrent form is causal self-attention: n={n} queries but m={k.shape[-2]} keys")
-    state = LinearAttentionState.empty(batch, q.shape[-1], v.shape[-1], dtype=q.dtype, device=q.device)
+        raise ValueError(
+            f"the recurrent form is causal self-attention: n={n} queries but m={k.shape[-2]} keys"
+        )
+    state = LinearAttentionState.empty(
+        batch, q.shape[-1], v.shape[-1], dtype=q.dtype, device=q.device
+    )
     outs = []
     for t in range(n):
         out, state = linear_attention_step(

@@ -9,6 +9,7 @@ own position included (``i - w < j <= i``, or ``|i - j| < w`` when not causal). 
 masks below (``strided_mask``, ``block_sparse_mask``) are dense booleans, for
 pictures and for the oracle the tests compare against.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from .._checks import check_qkv
-from ..masks import sliding_window_mask  # the dense band (chapter 4's convention): the oracle
 
 __all__ = [
     "sliding_window_attention",
@@ -74,9 +74,13 @@ def block_sparse_mask(n: int, block: int, layout: torch.Tensor) -> torch.Tensor:
     _check_int(block, "block", 1)
     nb = math.ceil(n / block)
     if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool:
-        raise TypeError(f"layout must be a bool tensor, got {type(layout).__name__} {getattr(layout, 'dtype', '')}")
+        raise TypeError(
+            f"layout must be a bool tensor, got {type(layout).__name__} {getattr(layout, 'dtype', '')}"
+        )
     if tuple(layout.shape) != (nb, nb):
-        raise ValueError(f"layout must have shape ({nb}, {nb}) for n={n}, block={block}, got {tuple(layout.shape)}")
+        raise ValueError(
+            f"layout must have shape ({nb}, {nb}) for n={n}, block={block}, got {tuple(layout.shape)}"
+        )
     idx = torch.arange(n, device=layout.device) // block
     return layout[idx[:, None], idx[None, :]]
 
@@ -93,7 +97,9 @@ def receptive_field(mask: torch.Tensor, layers: int) -> torch.Tensor:
     """
     _check_int(layers, "layers", 1)
     if mask.dtype != torch.bool or mask.dim() != 2 or mask.shape[0] != mask.shape[1]:
-        raise ValueError(f"mask must be a square bool (n, n) tensor, got {mask.dtype} {tuple(mask.shape)}")
+        raise ValueError(
+            f"mask must be a square bool (n, n) tensor, got {mask.dtype} {tuple(mask.shape)}"
+        )
     m = mask.float()
     reach = m
     for _ in range(layers - 1):
@@ -180,7 +186,9 @@ def sliding_window_attention(
     group = max(1, _GROUP_ELEMENTS // (qb.shape[0] * block * span))
     for g0 in range(0, nb, group):
         g1 = min(g0 + group, nb)
-        scores = torch.matmul(qb[:, g0:g1] * scale, kw[:, g0:g1].transpose(-1, -2))  # (B, G, block, span)
+        scores = torch.matmul(
+            qb[:, g0:g1] * scale, kw[:, g0:g1].transpose(-1, -2)
+        )  # (B, G, block, span)
         scores.masked_fill_(forbid[g0:g1], float("-inf"))
         # Softmax in place. Each real query sees at least itself, so no real row is all -inf;
         # padded query rows may be (window = 1): their NaN stays in rows cut off below.

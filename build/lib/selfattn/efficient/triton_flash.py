@@ -12,6 +12,7 @@ machine without Triton or a GPU. With the environment variable
 interpreter on CPU tensors (slowly): that is how the tests check it against
 torch SDPA without a GPU.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,7 +39,7 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel():
     """Define the kernel on first use (importing triton here, not at module import)."""
     import triton
@@ -46,12 +47,28 @@ def _kernel():
 
     @triton.jit
     def _flash_fwd(
-        Q, K, V, O,
+        Q,
+        K,
+        V,
+        O,
         qk_scale,  # softmax scale * log2(e): the kernel works with exp2
-        n_q, n_k, d_k, d_v,
-        stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_ob, stride_on,
+        n_q,
+        n_k,
+        d_k,
+        d_v,
+        stride_qb,
+        stride_qn,
+        stride_kb,
+        stride_kn,
+        stride_vb,
+        stride_vn,
+        stride_ob,
+        stride_on,
         CAUSAL: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_DK: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
         PRECISION: tl.constexpr,
         DOT_IN_FP32: tl.constexpr,
     ):
@@ -64,7 +81,8 @@ def _kernel():
         # This program's queries stay on chip for the whole loop (masked loads: any n, any d).
         q = tl.load(
             Q + bh * stride_qb + offs_m[:, None] * stride_qn + offs_dk[None, :],
-            mask=(offs_m[:, None] < n_q) & (offs_dk[None, :] < d_k), other=0.0,
+            mask=(offs_m[:, None] < n_q) & (offs_dk[None, :] < d_k),
+            other=0.0,
         )
         if DOT_IN_FP32:
             q = q.to(tl.float32)
@@ -79,7 +97,8 @@ def _kernel():
             cols = start_n + offs_n
             kt = tl.load(
                 K + bh * stride_kb + cols[None, :] * stride_kn + offs_dk[:, None],
-                mask=(cols[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0,
+                mask=(cols[None, :] < n_k) & (offs_dk[:, None] < d_k),
+                other=0.0,
             )  # (BLOCK_DK, BLOCK_N): k transposed
             if DOT_IN_FP32:
                 kt = kt.to(tl.float32)
@@ -94,7 +113,8 @@ def _kernel():
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(
                 V + bh * stride_vb + cols[:, None] * stride_vn + offs_dv[None, :],
-                mask=(cols[:, None] < n_k) & (offs_dv[None, :] < d_v), other=0.0,
+                mask=(cols[:, None] < n_k) & (offs_dv[None, :] < d_v),
+                other=0.0,
             )
             if DOT_IN_FP32:
                 v = v.to(tl.float32)
@@ -146,10 +166,14 @@ def triton_flash_attention(
     """
     batch = check_qkv(q, k, v)
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise TypeError(f"triton_flash_attention supports float16, bfloat16 and float32, got {q.dtype}")
+        raise TypeError(
+            f"triton_flash_attention supports float16, bfloat16 and float32, got {q.dtype}"
+        )
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     if max(d_k, d_v) > 256:
-        raise ValueError(f"triton_flash_attention supports head dims up to 256, got d_k={d_k}, d_v={d_v}")
+        raise ValueError(
+            f"triton_flash_attention supports head dims up to 256, got d_k={d_k}, d_v={d_v}"
+        )
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.device.type == "cpu" and not _interpreting():
@@ -177,13 +201,28 @@ def triton_flash_attention(
     out = torch.empty(bh, n, d_v, dtype=q.dtype, device=q.device)
     grid = (-(-n // block_m), bh)
     _kernel()[grid](
-        qf, kf, vf, out,
+        qf,
+        kf,
+        vf,
+        out,
         scale * 1.4426950408889634,  # log2(e)
-        n, m, d_k, d_v,
-        qf.stride(0), qf.stride(1), kf.stride(0), kf.stride(1),
-        vf.stride(0), vf.stride(1), out.stride(0), out.stride(1),
+        n,
+        m,
+        d_k,
+        d_v,
+        qf.stride(0),
+        qf.stride(1),
+        kf.stride(0),
+        kf.stride(1),
+        vf.stride(0),
+        vf.stride(1),
+        out.stride(0),
+        out.stride(1),
         CAUSAL=bool(causal),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_DK=_pow2(d_k), BLOCK_DV=_pow2(d_v),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_DK=_pow2(d_k),
+        BLOCK_DV=_pow2(d_v),
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         # Triton's interpreter computes bf16 x bf16 dots wrongly (numpy has no bfloat16), so there
         # the tiles are upcast to fp32 before each dot; on a GPU the dots run in bf16 tensor cores.

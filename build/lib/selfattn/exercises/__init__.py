@@ -19,7 +19,17 @@ Writing a checker::
         for name, x in cases:
             expect_close(answer(x.clone()), reference(x), case=name)
 """
-from ._core import CheckResult, Mismatch, NotAttempted, call_answer, checker, expect_close, expect_shape, expect_true
+
+from ._core import (
+    CheckResult,
+    Mismatch,
+    NotAttempted,
+    call_answer,
+    checker,
+    expect_close,
+    expect_shape,
+    expect_true,
+)
 
 __all__ = [
     "CheckResult",

@@ -1,9 +1,10 @@
 """The checker machinery shared by every chapter's exercises."""
+
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -104,7 +105,9 @@ def checker(number: str, title: str):
                 except Mismatch as err:
                     result = CheckResult(label, FAILED, f"❌ {label}: {err}")
                 except Exception as err:  # the reader's code crashed: say where, never raise
-                    result = CheckResult(label, FAILED, f"❌ {label}: your code raised {type(err).__name__}: {err}")
+                    result = CheckResult(
+                        label, FAILED, f"❌ {label}: your code raised {type(err).__name__}: {err}"
+                    )
                 else:
                     result = CheckResult(label, PASSED, f"✅ {label}: passed")
             print(result.message)

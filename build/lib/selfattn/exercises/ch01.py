@@ -5,6 +5,7 @@
 * 1.3 ``check_reach_to_first``: ``|| d y[-1] / d x[0] ||`` with autograd.
 * 1.4 ``check_accuracy_by_distance``: accuracy per distance from predictions.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,16 @@ import torch
 from ..gradient_reach import gradient_reach
 from ._core import Mismatch, call_answer, checker, expect_close, expect_true
 
-__all__ = ["check_dilated_layers", "check_rnn_bound", "check_reach_to_first", "check_accuracy_by_distance",
-           "conv_layers_needed", "dilated_layers_needed", "rnn_reach_bound", "accuracy_by_distance"]
+__all__ = [
+    "check_dilated_layers",
+    "check_rnn_bound",
+    "check_reach_to_first",
+    "check_accuracy_by_distance",
+    "conv_layers_needed",
+    "dilated_layers_needed",
+    "rnn_reach_bound",
+    "accuracy_by_distance",
+]
 
 
 def conv_layers_needed(n: int, k: int) -> int:
@@ -53,18 +62,34 @@ def rnn_reach_bound(rnn: torch.nn.RNN, distance: int) -> float:
     return float(w_ih * w_hh**distance)
 
 
-def accuracy_by_distance(predictions: torch.Tensor, targets: torch.Tensor, distances: torch.Tensor) -> dict[int, float]:
+def accuracy_by_distance(
+    predictions: torch.Tensor, targets: torch.Tensor, distances: torch.Tensor
+) -> dict[int, float]:
     """``{distance: accuracy}`` over the examples at each distance, distances in increasing order.
 
     All three arguments are ``(N,)`` tensors.
     """
     correct = (predictions == targets).float()
-    return {int(dist): float(correct[distances == dist].mean()) for dist in torch.unique(distances)}
+    return {
+        int(dist): float(correct[distances == dist].mean()) for dist in torch.unique(distances)
+    }
 
 
 @checker("1.1", "dilated convolution layers to connect two tokens")
 def check_dilated_layers(answer):
-    for n, k in ((1, 3), (2, 3), (3, 3), (8, 3), (9, 3), (26, 3), (27, 3), (100, 2), (0, 3), (1000, 10), (999, 10)):
+    for n, k in (
+        (1, 3),
+        (2, 3),
+        (3, 3),
+        (8, 3),
+        (9, 3),
+        (26, 3),
+        (27, 3),
+        (100, 2),
+        (0, 3),
+        (1000, 10),
+        (999, 10),
+    ):
         got = call_answer(answer, n, k)
         expected = dilated_layers_needed(n, k)
         if got != expected:
@@ -81,8 +106,13 @@ def check_rnn_bound(answer):
         for distance in (0, 1, 5):
             got = call_answer(answer, rnn, distance)
             expected = rnn_reach_bound(rnn, distance)
-            expect_close(torch.as_tensor(float(got), dtype=torch.float64), torch.tensor(expected),
-                         case=f"d_in={d_in}, d_hidden={d_hidden}, distance={distance}", atol=1e-8, rtol=1e-4)
+            expect_close(
+                torch.as_tensor(float(got), dtype=torch.float64),
+                torch.tensor(expected),
+                case=f"d_in={d_in}, d_hidden={d_hidden}, distance={distance}",
+                atol=1e-8,
+                rtol=1e-4,
+            )
 
 
 def _encoders():
@@ -101,8 +131,13 @@ def check_reach_to_first(answer):
             x = torch.randn(n, 3, generator=generator)
             got = call_answer(answer, encoder, x.clone())
             expected = gradient_reach(encoder, x)[0]
-            expect_close(torch.as_tensor(got, dtype=torch.float64).reshape(()), expected,
-                         case=f"{name}, n={n}", atol=1e-6, rtol=1e-4)
+            expect_close(
+                torch.as_tensor(got, dtype=torch.float64).reshape(()),
+                expected,
+                case=f"{name}, n={n}",
+                atol=1e-6,
+                rtol=1e-4,
+            )
 
 
 @checker("1.4", "accuracy by distance")
@@ -114,9 +149,14 @@ def check_accuracy_by_distance(answer):
     predictions[[0, 3, 6, 8]] = (predictions[[0, 3, 6, 8]] + 1) % 4  # one wrong at 5, three at 20
     got = call_answer(answer, predictions.clone(), targets.clone(), distances.clone())
     expected = accuracy_by_distance(predictions, targets, distances)
-    expect_true(isinstance(got, dict), f"expected a dict {{distance: accuracy}}, got {type(got).__name__}")
+    expect_true(
+        isinstance(got, dict), f"expected a dict {{distance: accuracy}}, got {type(got).__name__}"
+    )
     keys = [int(k) for k in got]
-    expect_true(sorted(keys) == list(expected), f"expected the distances {list(expected)} as keys, got {keys}")
+    expect_true(
+        sorted(keys) == list(expected),
+        f"expected the distances {list(expected)} as keys, got {keys}",
+    )
     for dist, acc in expected.items():
         value = got.get(dist, got.get(torch.tensor(dist)))
         value = float(value) if value is not None else float("nan")

@@ -4,6 +4,7 @@ Each checker runs the reader's answer on several cases, edge cases included,
 and prints one line: passed, not attempted yet, or the first case that failed
 with expected vs got. None of them raises.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,18 +54,38 @@ def check_stable_softmax(answer) -> None:
     dimension, without overflow, and zeros for a row that is all ``-inf``."""
     inf = float("inf")
     cases = [
-        ("random scores (3, 5)", torch.randn(3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)),
-        ("large scores [1000, 1001, 1002]", torch.tensor([[1000.0, 1001.0, 1002.0]], dtype=torch.float64)),
-        ("very negative scores [-1000, -1001, -1002]", torch.tensor([[-1000.0, -1001.0, -1002.0]], dtype=torch.float64)),
-        ("rows far apart [[0, 1], [-1000, -999]]", torch.tensor([[0.0, 1.0], [-1000.0, -999.0]], dtype=torch.float64)),
+        (
+            "random scores (3, 5)",
+            torch.randn(3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64),
+        ),
+        (
+            "large scores [1000, 1001, 1002]",
+            torch.tensor([[1000.0, 1001.0, 1002.0]], dtype=torch.float64),
+        ),
+        (
+            "very negative scores [-1000, -1001, -1002]",
+            torch.tensor([[-1000.0, -1001.0, -1002.0]], dtype=torch.float64),
+        ),
+        (
+            "rows far apart [[0, 1], [-1000, -999]]",
+            torch.tensor([[0.0, 1.0], [-1000.0, -999.0]], dtype=torch.float64),
+        ),
         ("a masked entry [0, -inf, 1]", torch.tensor([[0.0, -inf, 1.0]], dtype=torch.float64)),
-        ("a fully masked row [-inf, -inf, -inf]", torch.tensor([[1.0, 2.0, 3.0], [-inf, -inf, -inf]], dtype=torch.float64)),
-        ("batched input (2, 3, 4), softmax over the last dim",
-         torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)),
+        (
+            "a fully masked row [-inf, -inf, -inf]",
+            torch.tensor([[1.0, 2.0, 3.0], [-inf, -inf, -inf]], dtype=torch.float64),
+        ),
+        (
+            "batched input (2, 3, 4), softmax over the last dim",
+            torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64),
+        ),
     ]
     for name, x in cases:
         got = call_answer(answer, x.clone())
-        expect_true(isinstance(got, torch.Tensor), f"case {name}: return a torch.Tensor, got {type(got).__name__}")
+        expect_true(
+            isinstance(got, torch.Tensor),
+            f"case {name}: return a torch.Tensor, got {type(got).__name__}",
+        )
         expect_close(got, softmax(x), case=name, atol=1e-9, rtol=1e-7)
 
 
@@ -77,7 +98,9 @@ def check_dot_variance(answer) -> None:
         try:
             got = float(got)
         except (TypeError, ValueError):
-            expect_true(False, f"case d_k={d_k}, σ={sigma}: return a number, got {type(got).__name__}")
+            expect_true(
+                False, f"case d_k={d_k}, σ={sigma}: return a number, got {type(got).__name__}"
+            )
         expected = sigma**4 * d_k
         expect_true(
             math.isclose(got, expected, rel_tol=1e-9),
@@ -96,11 +119,18 @@ def check_temperature(answer) -> None:
         ("temperature 1/sqrt(d_k) (the scale forgotten)", q, k, v, 1 / math.sqrt(16)),
         ("temperature 10 (flat)", q, k, v, 10.0),
         ("temperature 0.05 (sharp)", q, k, v, 0.05),
-        ("n=3 queries, m=5 keys, d_v=2", q[:, :3], torch.randn(2, 5, 16, generator=g, dtype=torch.float64),
-         torch.randn(2, 5, 2, generator=g, dtype=torch.float64), 2.0),
+        (
+            "n=3 queries, m=5 keys, d_v=2",
+            q[:, :3],
+            torch.randn(2, 5, 16, generator=g, dtype=torch.float64),
+            torch.randn(2, 5, 2, generator=g, dtype=torch.float64),
+            2.0,
+        ),
     ]
     for name, q_, k_, v_, t in cases:
-        expected = scaled_dot_product_attention(q_, k_, v_, scale=1.0 / (t * math.sqrt(q_.shape[-1])))
+        expected = scaled_dot_product_attention(
+            q_, k_, v_, scale=1.0 / (t * math.sqrt(q_.shape[-1]))
+        )
         got = call_answer(answer, q_.clone(), k_.clone(), v_.clone(), t)
         expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6)
 
@@ -110,7 +140,10 @@ def check_softmax_jacobian(answer) -> None:
     """``answer(p)`` for a probability vector ``p (m,)`` must return the Jacobian
     ``d softmax(s) / d s = diag(p) - p p^T``, shape ``(m, m)``."""
     cases = [
-        ("p = softmax([1, 2, 0.5, -1, 0])", torch.softmax(torch.tensor([1.0, 2.0, 0.5, -1.0, 0.0], dtype=torch.float64), 0)),
+        (
+            "p = softmax([1, 2, 0.5, -1, 0])",
+            torch.softmax(torch.tensor([1.0, 2.0, 0.5, -1.0, 0.0], dtype=torch.float64), 0),
+        ),
         ("uniform p over 4 keys", torch.full((4,), 0.25, dtype=torch.float64)),
         ("one-hot p (saturated softmax)", torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)),
         ("a single key, p = [1]", torch.ones(1, dtype=torch.float64)),

@@ -4,6 +4,7 @@ Each checker runs the reader's answer on several cases, edge cases included,
 and prints one line: passed, not attempted yet, or the first case that failed
 with expected vs got. None of them raises.
 """
+
 from __future__ import annotations
 
 import torch
@@ -12,13 +13,24 @@ from ..attention import softmax
 from ..masks import causal_mask, padding_mask, sliding_window_mask
 from ._core import call_answer, checker, expect_close, expect_shape, expect_true
 
-__all__ = ["check_padding_mask", "check_sliding_window", "check_masked_softmax", "check_decoding_mask"]
+__all__ = [
+    "check_padding_mask",
+    "check_sliding_window",
+    "check_masked_softmax",
+    "check_decoding_mask",
+]
 
 
 def _expect_bool_mask(got, expected: torch.Tensor, *, case: str) -> None:
-    expect_true(isinstance(got, torch.Tensor), f"case {case}: return a torch.Tensor, got {type(got).__name__}")
+    expect_true(
+        isinstance(got, torch.Tensor),
+        f"case {case}: return a torch.Tensor, got {type(got).__name__}",
+    )
     expect_shape(got, expected.shape, case=case)
-    expect_true(got.dtype == torch.bool, f"case {case}: return a bool mask (True = may attend), got dtype {got.dtype}")
+    expect_true(
+        got.dtype == torch.bool,
+        f"case {case}: return a bool mask (True = may attend), got dtype {got.dtype}",
+    )
     if torch.equal(got, expected):
         return
     expect_true(
@@ -49,7 +61,11 @@ def check_sliding_window(answer) -> None:
     """``answer(n, window)`` must return the causal sliding-window mask ``(n, n)``: query ``i``
     sees keys ``i - window + 1 .. i`` (``window`` keys, itself included)."""
     for n, window in ((6, 3), (5, 1), (4, 4), (3, 10), (1, 1), (8, 2)):
-        _expect_bool_mask(call_answer(answer, n, window), sliding_window_mask(n, window), case=f"n={n}, window={window}")
+        _expect_bool_mask(
+            call_answer(answer, n, window),
+            sliding_window_mask(n, window),
+            case=f"n={n}, window={window}",
+        )
 
 
 @checker("4.3", "masked softmax without NaN")
@@ -59,23 +75,38 @@ def check_masked_softmax(answer) -> None:
     ``False``, and all zeros (not NaN, not uniform) for a row with no allowed key."""
     g = torch.Generator().manual_seed(4)
     s = torch.randn(4, 5, generator=g, dtype=torch.float64)
-    mixed = torch.tensor([[1, 1, 0, 0, 1], [0, 0, 0, 0, 1], [1, 1, 1, 1, 1], [0, 1, 0, 1, 0]], dtype=torch.bool)
+    mixed = torch.tensor(
+        [[1, 1, 0, 0, 1], [0, 0, 0, 0, 1], [1, 1, 1, 1, 1], [0, 1, 0, 1, 0]], dtype=torch.bool
+    )
     empty_row = mixed.clone()
     empty_row[1] = False
     cases = [
-        ("causal mask (5, 5)", torch.randn(5, 5, generator=g, dtype=torch.float64), causal_mask(5)),
+        (
+            "causal mask (5, 5)",
+            torch.randn(5, 5, generator=g, dtype=torch.float64),
+            causal_mask(5),
+        ),
         ("a mixed mask", s, mixed),
         ("a fully masked row (row 1)", s, empty_row),
         ("every row masked", s, torch.zeros(4, 5, dtype=torch.bool)),
         ("large scores around 1e4", s * 1e4, mixed),
-        ("batched (2, 3, 4)", torch.randn(2, 3, 4, generator=g, dtype=torch.float64),
-         torch.rand(2, 3, 4, generator=g) > 0.4),
+        (
+            "batched (2, 3, 4)",
+            torch.randn(2, 3, 4, generator=g, dtype=torch.float64),
+            torch.rand(2, 3, 4, generator=g) > 0.4,
+        ),
     ]
     for name, scores, mask in cases:
         expected = softmax(scores.masked_fill(~mask, float("-inf")))
         got = call_answer(answer, scores.clone(), mask.clone())
-        expect_true(isinstance(got, torch.Tensor), f"case {name}: return a torch.Tensor, got {type(got).__name__}")
-        expect_true(not torch.isnan(got).any(), f"case {name}: your weights contain NaN; a fully masked row must give zeros")
+        expect_true(
+            isinstance(got, torch.Tensor),
+            f"case {name}: return a torch.Tensor, got {type(got).__name__}",
+        )
+        expect_true(
+            not torch.isnan(got).any(),
+            f"case {name}: your weights contain NaN; a fully masked row must give zeros",
+        )
         expect_close(got, expected, case=name, atol=1e-9, rtol=1e-7)
 
 
@@ -86,4 +117,6 @@ def check_decoding_mask(answer) -> None:
     sees keys ``0 .. i + m - n``."""
     for n, m in ((1, 5), (2, 4), (3, 3), (1, 1), (4, 9)):
         expected = causal_mask(n, m, align="bottom_right")
-        _expect_bool_mask(call_answer(answer, n, m), expected, case=f"n={n} new queries, m={m} keys")
+        _expect_bool_mask(
+            call_answer(answer, n, m), expected, case=f"n={n} new queries, m={m} keys"
+        )

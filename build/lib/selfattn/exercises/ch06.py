@@ -8,6 +8,7 @@
 Each compares the reader's function with the library's (:mod:`selfattn.positional`) on
 several cases, edge cases included, and names the first case that differs.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,7 +34,9 @@ def check_sinusoidal(answer):
     for n, d in ((1, 2), (4, 2), (10, 8), (7, 6), (50, 64)):
         case = f"n={n}, d={d}"
         got = _tensor(call_answer(answer, n, d), case)
-        expect_close(got, sinusoidal_encoding(n, d, dtype=torch.float64), case=case, atol=1e-5, rtol=1e-5)
+        expect_close(
+            got, sinusoidal_encoding(n, d, dtype=torch.float64), case=case, atol=1e-5, rtol=1e-5
+        )
 
 
 @checker("6.2", "the shift as a block rotation")
@@ -42,7 +45,13 @@ def check_shift_matrix(answer):
     for k, d in ((1, 2), (3, 8), (0, 4), (-2, 6), (10, 16)):
         case = f"k={k}, d={d}"
         got = _tensor(call_answer(answer, k, d), case)
-        expect_close(got, sinusoidal_shift_matrix(k, d, dtype=torch.float64), case=case, atol=1e-5, rtol=1e-5)
+        expect_close(
+            got,
+            sinusoidal_shift_matrix(k, d, dtype=torch.float64),
+            case=case,
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 @checker("6.3", "ALiBi slopes")
@@ -58,7 +67,13 @@ def check_alibi_slopes(answer):
 def check_rope(answer):
     """``answer(x, positions)`` must rotate the pairs ``(x[:, 2i], x[:, 2i+1])`` of ``x`` ``(n, d)`` by ``positions * theta_i``."""
     g = torch.Generator().manual_seed(6)
-    for n, d, positions in ((1, 2, [0]), (1, 2, [5]), (4, 8, [0, 1, 2, 3]), (3, 16, [7, 100, 2048]), (5, 64, [0, 3, 1, 4, 1])):
+    for n, d, positions in (
+        (1, 2, [0]),
+        (1, 2, [5]),
+        (4, 8, [0, 1, 2, 3]),
+        (3, 16, [7, 100, 2048]),
+        (5, 64, [0, 3, 1, 4, 1]),
+    ):
         case = f"n={n}, d={d}, positions={positions}"
         x = torch.randn(n, d, generator=g, dtype=torch.float64)
         pos = torch.tensor(positions)

@@ -3,6 +3,7 @@
 Each checker runs the reader's answer on several cases and prints one line:
 passed, not attempted yet, or the first case that failed with expected vs got.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,7 +12,12 @@ import torch
 
 from ._core import Mismatch, call_answer, checker, expect_close, expect_true
 
-__all__ = ["check_attention_flops", "check_merge_states", "check_causal_tiles", "check_tiled_reads"]
+__all__ = [
+    "check_attention_flops",
+    "check_merge_states",
+    "check_causal_tiles",
+    "check_tiled_reads",
+]
 
 
 def _expect_int(got, expected: int, *, case: str) -> None:
@@ -30,7 +36,11 @@ def check_attention_flops(answer) -> None:
     ``softmax(Q K^T) V`` matmuls, counting a multiply-add as 2: ``2 n m d_k + 2 n m d_v``
     (the softmax's O(n m) is left out)."""
     for n, m, dk, dv in ((4, 4, 8, 8), (1, 7, 3, 5), (128, 64, 64, 32), (1024, 1024, 64, 64)):
-        _expect_int(call_answer(answer, n, m, dk, dv), 2 * n * m * dk + 2 * n * m * dv, case=f"n={n}, m={m}, d_k={dk}, d_v={dv}")
+        _expect_int(
+            call_answer(answer, n, m, dk, dv),
+            2 * n * m * dk + 2 * n * m * dv,
+            case=f"n={n}, m={m}, d_k={dk}, d_v={dv}",
+        )
 
 
 def _state(s: torch.Tensor, v: torch.Tensor):
@@ -46,19 +56,36 @@ def check_merge_states(answer) -> None:
     state ``(m, l, o)`` of their union; ``o / l`` is then softmax attention over both blocks."""
     g = torch.Generator().manual_seed(7)
     cases = [
-        ("similar scores", torch.randn(5, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)),
-        ("second block much larger", torch.randn(3, generator=g, dtype=torch.float64),
-         30 + torch.randn(6, generator=g, dtype=torch.float64)),
-        ("first block much larger", 50 + torch.randn(2, generator=g, dtype=torch.float64),
-         torch.randn(3, generator=g, dtype=torch.float64)),
-        ("one key each", torch.tensor([0.5], dtype=torch.float64), torch.tensor([-1.5], dtype=torch.float64)),
+        (
+            "similar scores",
+            torch.randn(5, generator=g, dtype=torch.float64),
+            torch.randn(4, generator=g, dtype=torch.float64),
+        ),
+        (
+            "second block much larger",
+            torch.randn(3, generator=g, dtype=torch.float64),
+            30 + torch.randn(6, generator=g, dtype=torch.float64),
+        ),
+        (
+            "first block much larger",
+            50 + torch.randn(2, generator=g, dtype=torch.float64),
+            torch.randn(3, generator=g, dtype=torch.float64),
+        ),
+        (
+            "one key each",
+            torch.tensor([0.5], dtype=torch.float64),
+            torch.tensor([-1.5], dtype=torch.float64),
+        ),
     ]
     for name, s1, s2 in cases:
         v1 = torch.randn(len(s1), 3, generator=g, dtype=torch.float64)
         v2 = torch.randn(len(s2), 3, generator=g, dtype=torch.float64)
         a, b = _state(s1, v1), _state(s2, v2)
         got = call_answer(answer, *a, *b)
-        expect_true(isinstance(got, (tuple, list)) and len(got) == 3, f"case {name}: return a tuple (m, l, o)")
+        expect_true(
+            isinstance(got, (tuple, list)) and len(got) == 3,
+            f"case {name}: return a tuple (m, l, o)",
+        )
         m, l, o = (torch.as_tensor(x, dtype=torch.float64) for x in got)
         em, el, eo = _state(torch.cat([s1, s2]), torch.cat([v1, v2]))
         expect_close(m, em, case=f"{name}: m", atol=1e-9, rtol=1e-9)
@@ -70,7 +97,9 @@ def _causal_tiles(n: int, bq: int, bk: int) -> int:
     total = 0
     for qs in range(0, n, bq):
         last_query = min(qs + bq, n) - 1
-        total += math.ceil((last_query + 1) / bk)  # key blocks starting at or before the last query
+        total += math.ceil(
+            (last_query + 1) / bk
+        )  # key blocks starting at or before the last query
     return total
 
 
@@ -79,8 +108,20 @@ def check_causal_tiles(answer) -> None:
     """``answer(n, block_q, block_k)`` must return how many (query block, key block) tiles causal
     tiled attention computes when it skips every tile lying entirely above the diagonal (keys
     all later than every query of the block). ``n`` need not be a multiple of the blocks."""
-    for n, bq, bk in ((64, 16, 16), (10, 4, 4), (100, 32, 16), (7, 3, 5), (1, 8, 8), (50, 10, 25), (33, 8, 3)):
-        _expect_int(call_answer(answer, n, bq, bk), _causal_tiles(n, bq, bk), case=f"n={n}, block_q={bq}, block_k={bk}")
+    for n, bq, bk in (
+        (64, 16, 16),
+        (10, 4, 4),
+        (100, 32, 16),
+        (7, 3, 5),
+        (1, 8, 8),
+        (50, 10, 25),
+        (33, 8, 3),
+    ):
+        _expect_int(
+            call_answer(answer, n, bq, bk),
+            _causal_tiles(n, bq, bk),
+            case=f"n={n}, block_q={bq}, block_k={bk}",
+        )
 
 
 @checker("7.4", "slow-memory reads of tiled attention")
@@ -89,4 +130,8 @@ def check_tiled_reads(answer) -> None:
     reads from slow memory: Q once (``n d``), and all of K and V once per query block
     (``ceil(n / block_q)`` blocks, ``2 n d`` each)."""
     for n, d, bq in ((64, 8, 16), (100, 16, 32), (1, 4, 8), (1000, 64, 48), (4096, 64, 128)):
-        _expect_int(call_answer(answer, n, d, bq), n * d + math.ceil(n / bq) * 2 * n * d, case=f"n={n}, d={d}, block_q={bq}")
+        _expect_int(
+            call_answer(answer, n, d, bq),
+            n * d + math.ceil(n / bq) * 2 * n * d,
+            case=f"n={n}, d={d}, block_q={bq}",
+        )

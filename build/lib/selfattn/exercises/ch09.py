@@ -4,6 +4,7 @@ Each checker runs the reader's answer on several cases, edge cases included,
 and prints one line: passed, not attempted yet, or the first case that failed
 with expected vs got. None of them raises.
 """
+
 from __future__ import annotations
 
 import torch
@@ -12,7 +13,13 @@ from ..data.images import patchify
 from ..models.transformer import MiniGPT, TransformerBlock, clip_loss
 from ._core import call_answer, checker, expect_close, expect_true
 
-__all__ = ["check_block_forward", "check_patchify", "check_clip_loss", "check_masked_accuracy", "check_greedy_cached"]
+__all__ = [
+    "check_block_forward",
+    "check_patchify",
+    "check_clip_loss",
+    "check_masked_accuracy",
+    "check_greedy_cached",
+]
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -43,22 +50,41 @@ def check_patchify(answer) -> None:
     patches row by row, each flattened channel-first (as :func:`selfattn.data.images.patchify`)."""
     for N, C, H, W, p in ((2, 3, 8, 8, 4), (1, 1, 6, 9, 3), (3, 2, 4, 4, 4), (1, 3, 5, 5, 1)):
         images = torch.randn(N, C, H, W, generator=_gen(N * 7 + H + W + p), dtype=torch.float64)
-        expect_close(call_answer(answer, images.clone(), p), patchify(images, p),
-                     case=f"images {(N, C, H, W)}, patch={p}", atol=0, rtol=0)
+        expect_close(
+            call_answer(answer, images.clone(), p),
+            patchify(images, p),
+            case=f"images {(N, C, H, W)}, patch={p}",
+            atol=0,
+            rtol=0,
+        )
 
 
 @checker("9.3", "CLIP's contrastive loss")
 def check_clip_loss(answer) -> None:
     """``answer(logits)`` for a ``(B, B)`` image-by-caption logit matrix must return the symmetric
     cross-entropy: the mean of the image->text and the text->image losses, true pairs on the diagonal."""
-    cases = [("random B=4", 3 * torch.randn(4, 4, generator=_gen(0), dtype=torch.float64)),
-             ("B=1", torch.tensor([[2.5]], dtype=torch.float64)),
-             ("asymmetric B=3", torch.tensor([[5.0, 0.0, 0.0], [4.0, 1.0, 0.0], [4.0, 0.0, 1.0]], dtype=torch.float64)),
-             ("random B=9", torch.randn(9, 9, generator=_gen(1), dtype=torch.float64))]
+    cases = [
+        ("random B=4", 3 * torch.randn(4, 4, generator=_gen(0), dtype=torch.float64)),
+        ("B=1", torch.tensor([[2.5]], dtype=torch.float64)),
+        (
+            "asymmetric B=3",
+            torch.tensor([[5.0, 0.0, 0.0], [4.0, 1.0, 0.0], [4.0, 0.0, 1.0]], dtype=torch.float64),
+        ),
+        ("random B=9", torch.randn(9, 9, generator=_gen(1), dtype=torch.float64)),
+    ]
     for name, logits in cases:
         got = call_answer(answer, logits.clone())
-        expect_true(torch.is_tensor(got) or isinstance(got, float), f"case {name}: return a scalar, got {type(got).__name__}")
-        expect_close(torch.as_tensor(got, dtype=torch.float64).reshape(()), clip_loss(logits), case=name, atol=1e-9, rtol=1e-9)
+        expect_true(
+            torch.is_tensor(got) or isinstance(got, float),
+            f"case {name}: return a scalar, got {type(got).__name__}",
+        )
+        expect_close(
+            torch.as_tensor(got, dtype=torch.float64).reshape(()),
+            clip_loss(logits),
+            case=name,
+            atol=1e-9,
+            rtol=1e-9,
+        )
 
 
 @checker("9.4", "accuracy on the masked words")
@@ -75,7 +101,9 @@ def check_masked_accuracy(answer) -> None:
     logits[2, 5, 1] = 10.0
     logits[1, 4] = torch.tensor([-5.0, 3.0, 0.0, 0.0, 0.0])
     logits[2, 0] = torch.tensor([0.0, 0.0, 0.0, 9.0, -1.0])
-    logits[:, :, 0] += torch.where(targets == -100, 20.0, 0.0)  # padding/unpicked positions predict 0
+    logits[:, :, 0] += torch.where(
+        targets == -100, 20.0, 0.0
+    )  # padding/unpicked positions predict 0
     cases = [("4 picked positions, 2 right", logits, targets, 0.5)]
     all_right = torch.zeros(2, 3, 4)
     all_right[..., 3] = 1.0
@@ -85,8 +113,10 @@ def check_masked_accuracy(answer) -> None:
     cases.append(("none right", all_right, t3, 0.0))
     for name, lg, tg, expected in cases:
         got = call_answer(answer, lg.clone(), tg.clone())
-        expect_true(isinstance(got, (float, int)) or (torch.is_tensor(got) and got.numel() == 1),
-                    f"case {name}: return one number, got {type(got).__name__}")
+        expect_true(
+            isinstance(got, (float, int)) or (torch.is_tensor(got) and got.numel() == 1),
+            f"case {name}: return one number, got {type(got).__name__}",
+        )
         got = float(got)
         expect_true(abs(got - expected) < 1e-9, f"case {name}: expected {expected}, got {got:.4g}")
 
@@ -105,7 +135,9 @@ def check_greedy_cached(answer) -> None:
 
         def count(module, args, kwargs):  # record the length of every input the model is given
             ids_in = args[0] if args else kwargs.get("ids")
-            lengths.append(ids_in.shape[1] if torch.is_tensor(ids_in) and ids_in.dim() == 2 else -1)
+            lengths.append(
+                ids_in.shape[1] if torch.is_tensor(ids_in) and ids_in.dim() == 2 else -1
+            )
 
         hook = model.register_forward_pre_hook(count, with_kwargs=True)
         try:
@@ -113,9 +145,16 @@ def check_greedy_cached(answer) -> None:
         finally:
             hook.remove()
         case = f"B={B}, prompt length {p}, {steps} steps"
-        expect_true(torch.is_tensor(got) and tuple(got.shape) == (B, p + steps),
-                    f"case {case}: expected ids of shape {(B, p + steps)}, got {tuple(got.shape) if torch.is_tensor(got) else type(got).__name__}")
-        expect_true(torch.equal(got.long(), expected), f"case {case}: expected {expected.tolist()}, got {got.tolist()}")
-        expect_true(len(lengths) <= steps + 1 and all(n == 1 for n in lengths[1:]),
-                    f"case {case}: the model was called {len(lengths)} times with inputs of lengths {lengths}; with a cache "
-                    f"the prompt goes in once and every later call feeds one token")
+        expect_true(
+            torch.is_tensor(got) and tuple(got.shape) == (B, p + steps),
+            f"case {case}: expected ids of shape {(B, p + steps)}, got {tuple(got.shape) if torch.is_tensor(got) else type(got).__name__}",
+        )
+        expect_true(
+            torch.equal(got.long(), expected),
+            f"case {case}: expected {expected.tolist()}, got {got.tolist()}",
+        )
+        expect_true(
+            len(lengths) <= steps + 1 and all(n == 1 for n in lengths[1:]),
+            f"case {case}: the model was called {len(lengths)} times with inputs of lengths {lengths}; with a cache "
+            f"the prompt goes in once and every later call feeds one token",
+        )

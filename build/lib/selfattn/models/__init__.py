@@ -3,6 +3,7 @@
 Each submodule defines ``__all__``; this package re-exports them so readers
 write ``from selfattn.models import ...``.
 """
+
 from .heads import *  # noqa: F401,F403
 from .heads import __all__ as _heads_all
 from .positional import *  # noqa: F401,F403
@@ -16,4 +17,11 @@ from .tiny_attention import __all__ as _tiny_attention_all
 from .transformer import *  # noqa: F401,F403
 from .transformer import __all__ as _transformer_all
 
-__all__: list[str] = [*_heads_all, *_positional_all, *_recurrent_all, *_single_head_all, *_tiny_attention_all, *_transformer_all]
+__all__: list[str] = [
+    *_heads_all,
+    *_positional_all,
+    *_recurrent_all,
+    *_single_head_all,
+    *_tiny_attention_all,
+    *_transformer_all,
+]

@@ -6,6 +6,7 @@ token and the first token (:func:`selfattn.data.lookup.prev_first_lookup`). Ther
 residual connection and no MLP, so everything the read-out knows came through attention,
 and the attention pattern of each head says what that head fetched.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,9 @@ class LookupHeadsModel(nn.Module):
         weights)``: two ``(B, n, V)`` tensors and the attention weights ``(B, h, n, n)``.
     """
 
-    def __init__(self, vocab_size: int = 12, max_len: int = 12, d_model: int = 32, num_heads: int = 2):
+    def __init__(
+        self, vocab_size: int = 12, max_len: int = 12, d_model: int = 32, num_heads: int = 2
+    ):
         super().__init__()
         self.vocab_size = vocab_size
         self.tok = nn.Embedding(vocab_size, d_model)
@@ -42,7 +45,9 @@ class LookupHeadsModel(nn.Module):
     def forward(self, tokens: torch.Tensor):
         """``tokens (B, n)`` long -> ``(prev_logits (B, n, V), first_logits (B, n, V), weights (B, h, n, n))``."""
         if tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise ValueError(f"tokens must be a (B, n) long tensor, got {tuple(tokens.shape)} {tokens.dtype}")
+            raise ValueError(
+                f"tokens must be a (B, n) long tensor, got {tuple(tokens.shape)} {tokens.dtype}"
+            )
         n = tokens.shape[1]
         if n > self.pos.num_embeddings:
             raise ValueError(f"sequence length {n} exceeds max_len={self.pos.num_embeddings}")

@@ -12,6 +12,7 @@ Everything else (embedding, pre-LayerNorm blocks, attention through
 :func:`~selfattn.attention.scaled_dot_product_attention`, MLP, readout) is shared, so that a
 comparison under one training budget compares the encodings and nothing else.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,12 +64,20 @@ class _Block(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model))
-        self.rope = RotaryEmbedding(self.d_head, base=cfg.rope_base) if cfg.encoding == "rope" else None
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model),
+            nn.GELU(),
+            nn.Linear(4 * cfg.d_model, cfg.d_model),
+        )
+        self.rope = (
+            RotaryEmbedding(self.d_head, base=cfg.rope_base) if cfg.encoding == "rope" else None
+        )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_weights: bool = False):
         B, n, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(B, n, 3, self.h, self.d_head).permute(2, 0, 3, 1, 4)  # 3 x (B, h, n, dh)
+        q, k, v = (
+            self.qkv(self.ln1(x)).view(B, n, 3, self.h, self.d_head).permute(2, 0, 3, 1, 4)
+        )  # 3 x (B, h, n, dh)
         if self.rope is not None:
             q, k = self.rope(q, k)
         out, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
@@ -91,11 +100,20 @@ class OrderModel(nn.Module):
             raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
         cfg = self.cfg = OrderModelConfig(vocab_size=vocab_size, encoding=encoding, **kwargs)
         if cfg.d_model % cfg.num_heads or (cfg.d_model // cfg.num_heads) % 2:
-            raise ValueError(f"d_model={cfg.d_model} must split into num_heads={cfg.num_heads} heads of even size")
+            raise ValueError(
+                f"d_model={cfg.d_model} must split into num_heads={cfg.num_heads} heads of even size"
+            )
         self.embed = nn.Embedding(vocab_size, cfg.d_model)
-        self.pos = LearnedPositionalEmbedding(cfg.max_len, cfg.d_model) if encoding == "learned" else None
-        self.rel = RelativePositionBias(cfg.num_heads, num_buckets=32, max_distance=128,
-                                        bidirectional=not cfg.causal) if encoding == "relative" else None
+        self.pos = (
+            LearnedPositionalEmbedding(cfg.max_len, cfg.d_model) if encoding == "learned" else None
+        )
+        self.rel = (
+            RelativePositionBias(
+                cfg.num_heads, num_buckets=32, max_distance=128, bidirectional=not cfg.causal
+            )
+            if encoding == "relative"
+            else None
+        )
         self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.num_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, vocab_size)
@@ -114,7 +132,11 @@ class OrderModel(nn.Module):
     def forward(self, tokens: torch.Tensor, *, return_weights: bool = False):
         """``tokens`` long ``(B, n)`` -> logits ``(B, n, vocab_size)`` (and each layer's ``(B, h, n, n)`` weights)."""
         if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
-            got = f"{tuple(tokens.shape)} {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            got = (
+                f"{tuple(tokens.shape)} {tokens.dtype}"
+                if isinstance(tokens, torch.Tensor)
+                else type(tokens).__name__
+            )
             raise TypeError(f"tokens must be a torch.long tensor (B, n), got {got}")
         n = tokens.shape[1]
         x = self.embed(tokens)
@@ -132,7 +154,9 @@ class OrderModel(nn.Module):
 
 
 @torch.no_grad()
-def token_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, per_position: bool = False):
+def token_accuracy(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, per_position: bool = False
+):
     """Share of scored positions (``y != IGNORE_INDEX``) where ``argmax`` of the logits equals ``y``.
 
     Args:
@@ -152,7 +176,14 @@ def token_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, per_po
 
 
 def train_order_model(
-    encoding: str, task, *, n_train: int, steps: int, batch_size: int = 32, lr: float = 3e-3, seed: int = 0,
+    encoding: str,
+    task,
+    *,
+    n_train: int,
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
     **model_kwargs,
 ) -> tuple[OrderModel, list[float]]:
     """Build an :class:`OrderModel` (weights seeded with ``seed``) and train it on ``task`` at length ``n_train``.
@@ -171,6 +202,12 @@ def train_order_model(
         x, y = batch
         return F.cross_entropy(m(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX)
 
-    losses = train_loop(model, task.train_batches(batch_size, n_train), loss_fn, steps=steps, lr=lr,
-                        desc=f"{encoding}")
+    losses = train_loop(
+        model,
+        task.train_batches(batch_size, n_train),
+        loss_fn,
+        steps=steps,
+        lr=lr,
+        desc=f"{encoding}",
+    )
     return model, losses

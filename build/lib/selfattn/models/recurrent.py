@@ -3,6 +3,7 @@
 The contrast with :mod:`selfattn.models.tiny_attention`: everything the answer needs
 must survive in one hidden state passed from step to step.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,12 +26,24 @@ class RecurrentClassifier(nn.Module):
         ``forward(ids)``: ids ``(B, n)`` long -> logits ``(B, n_classes)``.
     """
 
-    def __init__(self, vocab_size: int, n_classes: int, *, d_embed: int = 16, d_hidden: int = 32, cell: str = "lstm"):
+    def __init__(
+        self,
+        vocab_size: int,
+        n_classes: int,
+        *,
+        d_embed: int = 16,
+        d_hidden: int = 32,
+        cell: str = "lstm",
+    ):
         super().__init__()
         if cell not in ("lstm", "rnn"):
             raise ValueError(f"cell must be 'lstm' or 'rnn', got {cell!r}")
-        for name, value in (("vocab_size", vocab_size), ("n_classes", n_classes), ("d_embed", d_embed),
-                            ("d_hidden", d_hidden)):
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("n_classes", n_classes),
+            ("d_embed", d_embed),
+            ("d_hidden", d_hidden),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.cell = cell

@@ -5,6 +5,7 @@ learned projections and :func:`selfattn.attention.scaled_dot_product_attention`.
 Its ``scaled`` switch exists for one experiment only: forgetting the
 ``1/sqrt(d_k)`` scale, to see what happens to training.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,11 @@ class SingleHeadSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, d_k: int, d_v: int | None = None, *, scaled: bool = True):
         super().__init__()
-        for name, value in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v if d_v is not None else d_model)):
+        for name, value in (
+            ("d_model", d_model),
+            ("d_k", d_k),
+            ("d_v", d_v if d_v is not None else d_model),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         d_v = d_model if d_v is None else d_v
@@ -50,13 +55,19 @@ class SingleHeadSelfAttention(nn.Module):
         """Multiplier of the scores, ``1/sqrt(d_k)`` (or 1 when ``scaled=False``)."""
         return 1.0 / math.sqrt(self.d_k) if self.scaled else 1.0
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, return_weights: bool = False):
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, return_weights: bool = False
+    ):
         """Self-attention over the tokens of ``x (..., n, d_model)``; ``mask`` as in
         :func:`selfattn.attention.scaled_dot_product_attention` (bool, True = may attend)."""
         if x.shape[-1] != self.w_q.in_features:
-            raise ValueError(f"x must have shape (..., n, d_model={self.w_q.in_features}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"x must have shape (..., n, d_model={self.w_q.in_features}), got {tuple(x.shape)}"
+            )
         q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)
-        return scaled_dot_product_attention(q, k, v, mask, scale=self.scale, return_weights=return_weights)
+        return scaled_dot_product_attention(
+            q, k, v, mask, scale=self.scale, return_weights=return_weights
+        )
 
     def extra_repr(self) -> str:
         return f"d_k={self.d_k}, scaled={self.scaled}"
@@ -82,12 +93,16 @@ class KeyValueRecallModel(nn.Module):
     def __init__(self, n_keys: int, n_values: int, d_model: int, d_k: int, *, scaled: bool = True):
         super().__init__()
         self.key_embedding = nn.Embedding(n_keys, d_model)
-        self.value_embedding = nn.Embedding(n_values + 1, d_model)  # the last id marks the query token
+        self.value_embedding = nn.Embedding(
+            n_values + 1, d_model
+        )  # the last id marks the query token
         self.attention = SingleHeadSelfAttention(d_model, d_k, scaled=scaled)
         self.readout = nn.Linear(d_model, n_values)
         self.n_values = n_values
 
-    def tokens(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    def tokens(
+        self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor
+    ) -> torch.Tensor:
         """The input sequence ``(B, p + 1, d_model)``: p pair tokens, then the query token."""
         if keys.shape != values.shape or keys.dim() != 2 or query.shape != keys.shape[:1]:
             raise ValueError(
@@ -99,7 +114,14 @@ class KeyValueRecallModel(nn.Module):
         q_token = self.key_embedding(query) + self.value_embedding(marker)
         return torch.cat([pairs, q_token[:, None]], dim=1)
 
-    def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor, *, return_weights: bool = False):
+    def forward(
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        query: torch.Tensor,
+        *,
+        return_weights: bool = False,
+    ):
         """Logits over the values for each query; with ``return_weights`` also the query token's
         attention weights over the ``p + 1`` tokens, ``(B, p + 1)``."""
         out, weights = self.attention(self.tokens(keys, values, query), return_weights=True)

@@ -9,6 +9,7 @@
 Multi-head attention proper (with its output projection and KV cache) is chapter 5's
 :mod:`selfattn.multihead`; here heads are only a reshape, enough to look at them.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,8 +51,15 @@ class SelfAttention(nn.Module):
         ``return_weights=True``.
     """
 
-    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None, *, n_heads: int = 1,
-                 bias: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        *,
+        n_heads: int = 1,
+        bias: bool = False,
+    ):
         super().__init__()
         d_k = d_model if d_k is None else d_k
         d_v = d_model if d_v is None else d_v
@@ -66,8 +74,15 @@ class SelfAttention(nn.Module):
         b, n, d = t.shape
         return t.view(b, n, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, h, n, d/h)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None, *, mask: torch.Tensor | None = None,
-                temperature: float = 1.0, return_weights: bool = False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        temperature: float = 1.0,
+        return_weights: bool = False,
+    ):
         """Attend from ``x`` to ``context`` (itself by default).
 
         Args:
@@ -82,12 +97,20 @@ class SelfAttention(nn.Module):
         for name, t in (("x", x), ("context", context)):
             if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != self.d_model:
                 shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"{name} must have shape (B, n, d_model={self.d_model}), got {shape}")
+                raise ValueError(
+                    f"{name} must have shape (B, n, d_model={self.d_model}), got {shape}"
+                )
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        q, k, v = self._heads(self.w_q(x)), self._heads(self.w_k(context)), self._heads(self.w_v(context))
+        q, k, v = (
+            self._heads(self.w_q(x)),
+            self._heads(self.w_k(context)),
+            self._heads(self.w_v(context)),
+        )
         scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
-        out, weights = scaled_dot_product_attention(q, k, v, mask, scale=scale, return_weights=True)
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, scale=scale, return_weights=True
+        )
         b, _, n, _ = out.shape
         out = out.transpose(1, 2).reshape(b, n, self.d_v)  # heads side by side again
         return (out, weights) if return_weights else out
@@ -117,24 +140,48 @@ class AttentionClassifier(nn.Module):
         ``n_layers`` weight tensors ``(B, n_heads, n, n)`` with ``return_weights=True``.
     """
 
-    def __init__(self, vocab_size: int, n_classes: int, *, d_model: int = 32, n_layers: int = 1, n_heads: int = 1,
-                 positions: str | None = "sinusoidal", max_len: int = 64, mlp: bool = False):
+    def __init__(
+        self,
+        vocab_size: int,
+        n_classes: int,
+        *,
+        d_model: int = 32,
+        n_layers: int = 1,
+        n_heads: int = 1,
+        positions: str | None = "sinusoidal",
+        max_len: int = 64,
+        mlp: bool = False,
+    ):
         super().__init__()
         if positions not in ("sinusoidal", "learned", None):
-            raise ValueError(f"positions must be 'sinusoidal', 'learned' or None, got {positions!r}")
+            raise ValueError(
+                f"positions must be 'sinusoidal', 'learned' or None, got {positions!r}"
+            )
         if n_layers < 1:
             raise ValueError(f"n_layers must be >= 1, got {n_layers}")
         self.d_model, self.positions, self.max_len = d_model, positions, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos_table = nn.Parameter(0.02 * torch.randn(max_len, d_model)) if positions == "learned" else None
+        self.pos_table = (
+            nn.Parameter(0.02 * torch.randn(max_len, d_model)) if positions == "learned" else None
+        )
         self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
         self.attn = nn.ModuleList(SelfAttention(d_model, n_heads=n_heads) for _ in range(n_layers))
-        self.out_proj = nn.ModuleList(nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers))
-        self.mlps = nn.ModuleList(
-            nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 2 * d_model), nn.GELU(),
-                          nn.Linear(2 * d_model, d_model))
-            for _ in range(n_layers)
-        ) if mlp else None
+        self.out_proj = nn.ModuleList(
+            nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers)
+        )
+        self.mlps = (
+            nn.ModuleList(
+                nn.Sequential(
+                    nn.LayerNorm(d_model),
+                    nn.Linear(d_model, 2 * d_model),
+                    nn.GELU(),
+                    nn.Linear(2 * d_model, d_model),
+                )
+                for _ in range(n_layers)
+            )
+            if mlp
+            else None
+        )
         self.final_norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, n_classes)
 
@@ -149,12 +196,20 @@ class AttentionClassifier(nn.Module):
             x = x + sinusoidal_positions(n, self.d_model).to(x.device)
         elif self.positions == "learned":
             if n > self.max_len:
-                raise ValueError(f"sequence length {n} exceeds max_len={self.max_len} of the learned positions")
+                raise ValueError(
+                    f"sequence length {n} exceeds max_len={self.max_len} of the learned positions"
+                )
             x = x + self.pos_table[:n]
         return x
 
-    def forward(self, ids: torch.Tensor, query_position: torch.Tensor | None = None, *, temperature: float = 1.0,
-                return_weights: bool = False):
+    def forward(
+        self,
+        ids: torch.Tensor,
+        query_position: torch.Tensor | None = None,
+        *,
+        temperature: float = 1.0,
+        return_weights: bool = False,
+    ):
         """Logits at ``query_position`` (default: last token); weights per layer on request.
 
         ``temperature`` is passed to every layer (see :meth:`SelfAttention.forward`).
@@ -171,6 +226,8 @@ class AttentionClassifier(nn.Module):
         if query_position is None:
             query_position = torch.full((b,), n - 1, dtype=torch.long, device=ids.device)
         if query_position.shape != (b,) or ((query_position < 0) | (query_position >= n)).any():
-            raise ValueError(f"query_position must be (B,)=({b},) indices in 0..{n - 1}, got {query_position.tolist()}")
+            raise ValueError(
+                f"query_position must be (B,)=({b},) indices in 0..{n - 1}, got {query_position.tolist()}"
+            )
         logits = self.head(self.final_norm(x[torch.arange(b, device=ids.device), query_position]))
         return (logits, all_weights) if return_weights else logits

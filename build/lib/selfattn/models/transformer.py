@@ -18,6 +18,7 @@ Shapes: ``B`` batch, ``n`` tokens, ``d`` = ``d_model``, ``h`` heads, ``V`` vocab
 ``P`` patches. Positions are learned embeddings (chapter 6 compares the alternatives).
 Models are small on purpose: each trains on a CPU in seconds.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,7 +65,9 @@ def _check_ids(ids, name: str = "ids") -> None:
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype != torch.long or ids.dim() != 2:
-        raise TypeError(f"{name} must be a (B, n) torch.long tensor, got shape {tuple(ids.shape)} dtype {ids.dtype}")
+        raise TypeError(
+            f"{name} must be a (B, n) torch.long tensor, got shape {tuple(ids.shape)} dtype {ids.dtype}"
+        )
 
 
 class MLP(nn.Module):
@@ -97,7 +100,9 @@ class TransformerBlock(nn.Module):
         cross_attention: add a cross-attention sub-layer (a decoder reading an encoder).
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, mlp_ratio: int = 4, cross_attention: bool = False):
+    def __init__(
+        self, d_model: int, num_heads: int, *, mlp_ratio: int = 4, cross_attention: bool = False
+    ):
         super().__init__()
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, num_heads)
@@ -141,8 +146,13 @@ class TransformerBlock(nn.Module):
         if self.cross is not None:
             if context is None and (cross_cache is None or len(cross_cache) == 0):
                 raise ValueError("this block has cross-attention: pass context (B, m, d_model)")
-            c, weights["cross"] = self.cross(self.ln_cross(x), context=context, mask=context_mask,
-                                             cache=cross_cache, return_weights=True)
+            c, weights["cross"] = self.cross(
+                self.ln_cross(x),
+                context=context,
+                mask=context_mask,
+                cache=cross_cache,
+                return_weights=True,
+            )
             x = x + c
         x = x + self.mlp(self.ln2(x))
         return (x, weights) if return_weights else x
@@ -159,7 +169,9 @@ class Encoder(nn.Module):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        self.blocks = nn.ModuleList(TransformerBlock(d_model, num_heads, mlp_ratio=mlp_ratio) for _ in range(num_layers))
+        self.blocks = nn.ModuleList(
+            TransformerBlock(d_model, num_heads, mlp_ratio=mlp_ratio) for _ in range(num_layers)
+        )
         self.ln_f = nn.LayerNorm(d_model)
 
     def forward(self, x: torch.Tensor, *, mask=None, return_weights: bool = False):
@@ -181,13 +193,22 @@ class Decoder(nn.Module):
     positions' keys and values, so a generation step processes only the new token.
     """
 
-    def __init__(self, d_model: int, num_heads: int, num_layers: int, *, mlp_ratio: int = 4,
-                 cross_attention: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        num_layers: int,
+        *,
+        mlp_ratio: int = 4,
+        cross_attention: bool = False,
+    ):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, mlp_ratio=mlp_ratio, cross_attention=cross_attention)
+            TransformerBlock(
+                d_model, num_heads, mlp_ratio=mlp_ratio, cross_attention=cross_attention
+            )
             for _ in range(num_layers)
         )
         self.ln_f = nn.LayerNorm(d_model)
@@ -197,20 +218,35 @@ class Decoder(nn.Module):
         """Empty caches, one ``{"self": KVCache, "cross": KVCache}`` per layer."""
         return [{"self": KVCache(), "cross": KVCache()} for _ in self.blocks]
 
-    def forward(self, x: torch.Tensor, *, context: torch.Tensor | None = None, context_mask=None,
-                caches: list | None = None, return_weights: bool = False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        context: torch.Tensor | None = None,
+        context_mask=None,
+        caches: list | None = None,
+        return_weights: bool = False,
+    ):
         """Args: ``x`` ``(B, n, d)``; ``context`` ``(B, m, d)`` when built with cross-attention;
         ``caches`` from :meth:`new_caches`. Returns ``(B, n, d)`` (or with a list of per-layer weight dicts)."""
         if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"caches must hold one entry per layer ({len(self.blocks)}), got {len(caches)}")
+            raise ValueError(
+                f"caches must hold one entry per layer ({len(self.blocks)}), got {len(caches)}"
+            )
         weights = []
         for i, block in enumerate(self.blocks):
             c = caches[i] if caches is not None else {"self": None, "cross": None}
             # "causal" is aligned bottom-right: correct both for a full sequence and for new
             # tokens appended to a cache.
-            x, w = block(x, mask="causal", context=context, context_mask=context_mask,
-                         cache=c["self"], cross_cache=c["cross"] if self.cross_attention else None,
-                         return_weights=True)
+            x, w = block(
+                x,
+                mask="causal",
+                context=context,
+                context_mask=context_mask,
+                cache=c["self"],
+                cross_cache=c["cross"] if self.cross_attention else None,
+                return_weights=True,
+            )
             weights.append(w)
         x = self.ln_f(x)
         return (x, weights) if return_weights else x
@@ -232,7 +268,9 @@ class _TokenEmbedding(nn.Module):
         if start + n > self.max_len:
             raise ValueError(f"positions {start}..{start + n - 1} exceed max_len={self.max_len}")
         if ids.numel() and (ids.min() < 0 or ids.max() >= self.tok.num_embeddings):
-            raise ValueError(f"token ids must lie in 0..{self.tok.num_embeddings - 1}, got {ids.min().item()}..{ids.max().item()}")
+            raise ValueError(
+                f"token ids must lie in 0..{self.tok.num_embeddings - 1}, got {ids.min().item()}..{ids.max().item()}"
+            )
         positions = torch.arange(start, start + n, device=ids.device)
         return self.tok(ids) + self.pos(positions)
 
@@ -248,8 +286,16 @@ class MiniBERT(nn.Module):
         d_model, num_heads, num_layers: the encoder's size. max_len: longest sequence.
     """
 
-    def __init__(self, vocab_size: int, *, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
-                 max_len: int = 32, pad_id: int = 0):
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        max_len: int = 32,
+        pad_id: int = 0,
+    ):
         super().__init__()
         self.embed = _TokenEmbedding(vocab_size, d_model, max_len)
         self.encoder = Encoder(d_model, num_heads, num_layers)
@@ -275,7 +321,9 @@ def mlm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
     Args: logits ``(B, n, V)``, targets ``(B, n)``. Returns a scalar.
     """
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
+    )
 
 
 class MiniGPT(nn.Module):
@@ -286,8 +334,15 @@ class MiniGPT(nn.Module):
         max_len: context length (positions are learned, so generation stops there).
     """
 
-    def __init__(self, vocab_size: int, *, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
-                 max_len: int = 128):
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        max_len: int = 128,
+    ):
         super().__init__()
         self.embed = _TokenEmbedding(vocab_size, d_model, max_len)
         self.decoder = Decoder(d_model, num_heads, num_layers)
@@ -295,7 +350,9 @@ class MiniGPT(nn.Module):
         self.max_len = max_len
         _init_weights(self)
 
-    def forward(self, ids: torch.Tensor, *, caches: list | None = None, return_weights: bool = False):
+    def forward(
+        self, ids: torch.Tensor, *, caches: list | None = None, return_weights: bool = False
+    ):
         """ids ``(B, n)`` -> next-token logits ``(B, n, V)``.
 
         With ``caches`` (from ``self.decoder.new_caches()``), ``ids`` are the tokens that follow
@@ -314,9 +371,17 @@ class MiniGPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     @torch.no_grad()
-    def generate(self, ids: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True,
-                 temperature: float = 1.0, greedy: bool = False, generator: torch.Generator | None = None,
-                 return_logits: bool = False):
+    def generate(
+        self,
+        ids: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        use_cache: bool = True,
+        temperature: float = 1.0,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+        return_logits: bool = False,
+    ):
         """Continue ``ids`` ``(B, p)`` by ``max_new_tokens`` tokens.
 
         With ``use_cache`` the prompt is run once (prefill) and each later step feeds only the
@@ -336,7 +401,9 @@ class MiniGPT(nn.Module):
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if ids.shape[1] + max_new_tokens > self.max_len:
-            raise ValueError(f"prompt length {ids.shape[1]} + max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}")
+            raise ValueError(
+                f"prompt length {ids.shape[1]} + max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}"
+            )
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         was_training = self.training
@@ -382,9 +449,17 @@ class PatchEmbedding(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """images ``(B, C, H, W)`` -> tokens ``(B, 1 + P, d)``, the class token first."""
         expected = (self.channels, self.image_size, self.image_size)
-        if not isinstance(images, torch.Tensor) or images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-            raise ValueError(f"images must have shape (B, {expected[0]}, {expected[1]}, {expected[2]}), got {got}")
+        if (
+            not isinstance(images, torch.Tensor)
+            or images.dim() != 4
+            or tuple(images.shape[1:]) != expected
+        ):
+            got = (
+                tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+            )
+            raise ValueError(
+                f"images must have shape (B, {expected[0]}, {expected[1]}, {expected[2]}), got {got}"
+            )
         tokens = self.proj(patchify(images, self.patch))  # (B, P, d)
         cls = self.cls.expand(images.shape[0], -1, -1)
         return torch.cat([cls, tokens], dim=1) + self.pos
@@ -398,8 +473,17 @@ class MiniViT(nn.Module):
         d_model, num_heads, num_layers: the encoder's size.
     """
 
-    def __init__(self, num_classes: int, *, image_size: int = 24, patch: int = 4, channels: int = 3,
-                 d_model: int = 64, num_heads: int = 4, num_layers: int = 2):
+    def __init__(
+        self,
+        num_classes: int,
+        *,
+        image_size: int = 24,
+        patch: int = 4,
+        channels: int = 3,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+    ):
         super().__init__()
         self.embed = PatchEmbedding(image_size, patch, channels, d_model)
         self.encoder = Encoder(d_model, num_heads, num_layers)
@@ -434,7 +518,9 @@ def clip_loss(logits: torch.Tensor) -> torch.Tensor:
     image-to-text logits whose diagonal holds the true pairs.
     """
     if logits.dim() != 2 or logits.shape[0] != logits.shape[1]:
-        raise ValueError(f"clip_loss needs a square (B, B) logit matrix, got shape {tuple(logits.shape)}")
+        raise ValueError(
+            f"clip_loss needs a square (B, B) logit matrix, got shape {tuple(logits.shape)}"
+        )
     labels = torch.arange(logits.shape[0], device=logits.device)
     return 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
 
@@ -459,9 +545,20 @@ class MiniCLIP(nn.Module):
         embed_dim: the shared embedding space. max_text_len: longest caption.
     """
 
-    def __init__(self, text_vocab_size: int, *, image_size: int = 24, patch: int = 4, channels: int = 3,
-                 d_model: int = 64, num_heads: int = 4, num_layers: int = 2, embed_dim: int = 32,
-                 max_text_len: int = 16, pad_id: int = 0):
+    def __init__(
+        self,
+        text_vocab_size: int,
+        *,
+        image_size: int = 24,
+        patch: int = 4,
+        channels: int = 3,
+        d_model: int = 64,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        embed_dim: int = 32,
+        max_text_len: int = 16,
+        pad_id: int = 0,
+    ):
         super().__init__()
         self.image_embed = PatchEmbedding(image_size, patch, channels, d_model)
         self.image_encoder = Encoder(d_model, num_heads, num_layers)
@@ -514,14 +611,22 @@ class MiniCLIP(nn.Module):
         """Image-to-text logits ``(B_img, B_txt)``: ``exp(logit_scale) * cos(image_i, text_j)``."""
         return self.similarity(self.encode_image(images), self.encode_text(ids))
 
-    def match_tokens(self, image_tokens: torch.Tensor, word_tokens: torch.Tensor, real: torch.Tensor, *,
-                     return_weights: bool = False):
+    def match_tokens(
+        self,
+        image_tokens: torch.Tensor,
+        word_tokens: torch.Tensor,
+        real: torch.Tensor,
+        *,
+        return_weights: bool = False,
+    ):
         """:meth:`match` on encoder outputs (so a training step can encode once and reuse them).
 
         Args: image_tokens ``(B, 1 + P, d)``, word_tokens ``(B, L, d)``, real ``(B, L)``.
         """
         patches = image_tokens[:, 1:]  # the patch tokens, without the class token
-        fused, weights = self.cross(self.ln_cross(word_tokens), context=patches, return_weights=True)
+        fused, weights = self.cross(
+            self.ln_cross(word_tokens), context=patches, return_weights=True
+        )
         fused = word_tokens + fused
         w = real.unsqueeze(-1).to(fused.dtype)
         logit = self.match_head((fused * w).sum(1) / w.sum(1)).squeeze(-1)
@@ -537,4 +642,6 @@ class MiniCLIP(nn.Module):
             ``return_weights`` the cross-attention weights ``(B, h, L, P)``: word -> patch.
         """
         words, real = self.text_tokens(ids)
-        return self.match_tokens(self.image_tokens(images), words, real, return_weights=return_weights)
+        return self.match_tokens(
+            self.image_tokens(images), words, real, return_weights=return_weights
+        )

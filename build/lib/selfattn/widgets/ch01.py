@@ -6,9 +6,10 @@ RNN, an LSTM and one self-attention layer. For a chosen length ``n`` the view pl
 distance ``n - 1 - t`` on a log scale. The sequence is drawn once at the longest length;
 a shorter ``n`` uses its first ``n`` vectors, so the slider changes only the length.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -16,20 +17,37 @@ import torch
 from ..gradient_reach import gradient_reach
 from ..models.tiny_attention import SelfAttention
 
-__all__ = ["LENGTHS", "random_encoders", "reach_profiles", "plot_reach", "plot_reach_grid", "explorer"]
+__all__ = [
+    "LENGTHS",
+    "random_encoders",
+    "reach_profiles",
+    "plot_reach",
+    "plot_reach_grid",
+    "explorer",
+]
 
 LENGTHS: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
 COLORS = {"RNN (tanh)": "tab:red", "LSTM": "tab:orange", "self-attention": "tab:blue"}
 
 
-def random_encoders(d: int = 16, *, seed: int = 0) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+def random_encoders(
+    d: int = 16, *, seed: int = 0
+) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     """``{name: encoder}``: a tanh RNN, an LSTM and a self-attention layer, width ``d``, PyTorch's default init.
 
     Each encoder maps ``(1, n, d)`` to ``(1, n, d)``.
     """
     torch.manual_seed(seed)
-    rnn, lstm, attention = torch.nn.RNN(d, d, batch_first=True), torch.nn.LSTM(d, d, batch_first=True), SelfAttention(d)
-    return {"RNN (tanh)": lambda x: rnn(x)[0], "LSTM": lambda x: lstm(x)[0], "self-attention": attention}
+    rnn, lstm, attention = (
+        torch.nn.RNN(d, d, batch_first=True),
+        torch.nn.LSTM(d, d, batch_first=True),
+        SelfAttention(d),
+    )
+    return {
+        "RNN (tanh)": lambda x: rnn(x)[0],
+        "LSTM": lambda x: lstm(x)[0],
+        "self-attention": attention,
+    }
 
 
 def reach_profiles(n: int, *, d: int = 16, seed: int = 0) -> dict[str, np.ndarray]:
@@ -37,7 +55,9 @@ def reach_profiles(n: int, *, d: int = 16, seed: int = 0) -> dict[str, np.ndarra
     if not isinstance(n, int) or not 1 <= n <= LENGTHS[-1]:
         raise ValueError(f"n must be an int from 1 to {LENGTHS[-1]}, got {n!r}")
     x = torch.randn(LENGTHS[-1], d, generator=torch.Generator().manual_seed(seed + 1))[:n]
-    return {name: gradient_reach(enc, x).numpy() for name, enc in random_encoders(d, seed=seed).items()}
+    return {
+        name: gradient_reach(enc, x).numpy() for name, enc in random_encoders(d, seed=seed).items()
+    }
 
 
 def plot_reach(n: int, *, d: int = 16, seed: int = 0, ax=None):
@@ -71,7 +91,9 @@ def plot_reach_grid(lengths: Sequence[int] = (16, 64, 256), *, d: int = 16, seed
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(lengths), figsize=(4.3 * len(lengths), 3.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(lengths), figsize=(4.3 * len(lengths), 3.6), sharey=True, squeeze=False
+    )
     for ax, n in zip(axes[0], lengths):
         plot_reach(n, d=d, seed=seed, ax=ax)
         if ax is not axes[0, 0]:

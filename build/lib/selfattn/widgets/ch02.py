@@ -5,9 +5,10 @@ to every token as bars (the correct antecedent in green, the other noun in red) 
 whole weight matrix of that layer and head as a heatmap. The temperature divides the
 model's scaled scores (1 = as trained), as in :meth:`selfattn.models.tiny_attention.SelfAttention.forward`.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -18,17 +19,31 @@ from ..viz import plot_attention
 __all__ = ["sentence_weights", "plot_sentence", "plot_sentences", "explorer"]
 
 
-def sentence_weights(model, task: CorefTask, example: CorefExample, *, temperature: float = 1.0) -> list[np.ndarray]:
+def sentence_weights(
+    model, task: CorefTask, example: CorefExample, *, temperature: float = 1.0
+) -> list[np.ndarray]:
     """Weights of every layer for one sentence: a list of ``(n_heads, n, n)`` arrays (rows are queries)."""
     ids = task.encode(list(example.tokens))[None].to(next(model.parameters()).device)
     with torch.no_grad():
-        _, weights = model(ids, torch.tensor([example.it_position], device=ids.device), temperature=temperature,
-                           return_weights=True)
+        _, weights = model(
+            ids,
+            torch.tensor([example.it_position], device=ids.device),
+            temperature=temperature,
+            return_weights=True,
+        )
     return [w[0].cpu().numpy() for w in weights]
 
 
-def plot_sentence(model, task: CorefTask, example: CorefExample, *, layer: int = -1, head: int = 0,
-                  temperature: float = 1.0, axes=None):
+def plot_sentence(
+    model,
+    task: CorefTask,
+    example: CorefExample,
+    *,
+    layer: int = -1,
+    head: int = 0,
+    temperature: float = 1.0,
+    axes=None,
+):
     """Bars of the weights from ``it`` (left) and the full heatmap (right) for one layer and head.
 
     Returns:
@@ -53,14 +68,25 @@ def plot_sentence(model, task: CorefTask, example: CorefExample, *, layer: int =
     axes[0].set_ylim(0, 1)
     axes[0].set_xlabel("key token (green: antecedent, red: the other noun)")
     axes[0].set_ylabel("weight from 'it'")
-    axes[0].set_title(f"'{example.text}'\nlayer {layer_index + 1}/{n_layers}, head {head + 1}, T = {temperature:g}: "
-                      f"{row[example.antecedent_position]:.2f} on '{example.antecedent}'", fontsize=9)
-    plot_attention(w, x_labels=list(example.tokens), y_labels=list(example.tokens), ax=axes[1],
-                   title=f"All queries, layer {layer_index + 1}, head {head + 1}", annotate=False)
+    axes[0].set_title(
+        f"'{example.text}'\nlayer {layer_index + 1}/{n_layers}, head {head + 1}, T = {temperature:g}: "
+        f"{row[example.antecedent_position]:.2f} on '{example.antecedent}'",
+        fontsize=9,
+    )
+    plot_attention(
+        w,
+        x_labels=list(example.tokens),
+        y_labels=list(example.tokens),
+        ax=axes[1],
+        title=f"All queries, layer {layer_index + 1}, head {head + 1}",
+        annotate=False,
+    )
     return axes
 
 
-def plot_sentences(model, task: CorefTask, examples: Sequence[CorefExample], *, layer: int = -1, head: int = 0):
+def plot_sentences(
+    model, task: CorefTask, examples: Sequence[CorefExample], *, layer: int = -1, head: int = 0
+):
     """Bars of the weights from ``it`` for several sentences, one panel each (the static figure).
 
     Returns:
@@ -68,14 +94,18 @@ def plot_sentences(model, task: CorefTask, examples: Sequence[CorefExample], *, 
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(examples), figsize=(3.6 * len(examples), 3.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(examples), figsize=(3.6 * len(examples), 3.6), sharey=True, squeeze=False
+    )
     for ax, example in zip(axes[0], examples):
         w = sentence_weights(model, task, example)[layer][head][example.it_position]
         colors = ["tab:gray"] * len(w)
         colors[example.antecedent_position] = "tab:green"
         colors[example.other_position] = "tab:red"
         ax.bar(range(len(w)), w, color=colors)
-        ax.set_xticks(range(len(w)), labels=list(example.tokens), rotation=60, ha="right", fontsize=8)
+        ax.set_xticks(
+            range(len(w)), labels=list(example.tokens), rotation=60, ha="right", fontsize=8
+        )
         ax.set_ylim(0, 1)
         ax.set_title(f"... it was too {example.adjective}\n-> {example.antecedent}", fontsize=9)
     axes[0, 0].set_ylabel("weight from 'it'")
@@ -84,8 +114,15 @@ def plot_sentences(model, task: CorefTask, examples: Sequence[CorefExample], *, 
     return fig
 
 
-def explorer(model, task: CorefTask, examples: Sequence[CorefExample], *, layer: int = -1, head: int = 0,
-             temperature: float = 1.0):
+def explorer(
+    model,
+    task: CorefTask,
+    examples: Sequence[CorefExample],
+    *,
+    layer: int = -1,
+    head: int = 0,
+    temperature: float = 1.0,
+):
     """The interactive view: sentence, layer, head and temperature (0.1 to 10, log scale).
 
     Returns:
@@ -98,20 +135,40 @@ def explorer(model, task: CorefTask, examples: Sequence[CorefExample], *, layer:
     if not examples:
         raise ValueError("explorer needs at least one example sentence")
     n_layers, n_heads = len(model.attn), model.attn[0].n_heads
-    sentence = widgets.Dropdown(options=[(e.text, i) for i, e in enumerate(examples)], value=0,
-                                description="sentence", layout=widgets.Layout(width="95%"))
-    layer_w = widgets.Dropdown(options=[(str(i + 1), i) for i in range(n_layers)], value=layer % n_layers,
-                               description="layer")
-    head_w = widgets.Dropdown(options=[(str(h + 1), h) for h in range(n_heads)], value=head, description="head")
-    temp_w = widgets.FloatLogSlider(value=temperature, base=10, min=-1, max=1, step=0.1, description="temperature")
+    sentence = widgets.Dropdown(
+        options=[(e.text, i) for i, e in enumerate(examples)],
+        value=0,
+        description="sentence",
+        layout=widgets.Layout(width="95%"),
+    )
+    layer_w = widgets.Dropdown(
+        options=[(str(i + 1), i) for i in range(n_layers)],
+        value=layer % n_layers,
+        description="layer",
+    )
+    head_w = widgets.Dropdown(
+        options=[(str(h + 1), h) for h in range(n_heads)], value=head, description="head"
+    )
+    temp_w = widgets.FloatLogSlider(
+        value=temperature, base=10, min=-1, max=1, step=0.1, description="temperature"
+    )
     out = widgets.Output()
 
     def on_change(_change=None) -> None:
         with out:
             out.clear_output(wait=True)
-            fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
-            plot_sentence(model, task, examples[sentence.value], layer=layer_w.value, head=head_w.value,
-                          temperature=temp_w.value, axes=axes)
+            fig, axes = plt.subplots(
+                1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]}
+            )
+            plot_sentence(
+                model,
+                task,
+                examples[sentence.value],
+                layer=layer_w.value,
+                head=head_w.value,
+                temperature=temp_w.value,
+                axes=axes,
+            )
             fig.tight_layout()
             display(fig)
             plt.close(fig)

@@ -5,17 +5,26 @@ at the largest ``d_k``; a smaller ``d_k`` uses the first ``d_k`` components. So
 moving the slider changes only the dimension, not the random draw, and the reader
 sees the scores spread as ``sqrt(d_k)`` when the scale is off.
 """
+
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from ..attention import softmax
 
-__all__ = ["D_K_CHOICES", "QueryWeights", "query_weights", "plot_query_weights", "plot_explorer_grid", "explorer"]
+__all__ = [
+    "D_K_CHOICES",
+    "QueryWeights",
+    "query_weights",
+    "plot_query_weights",
+    "plot_explorer_grid",
+    "explorer",
+]
 
 D_K_CHOICES: tuple[int, ...] = tuple(2**i for i in range(2, 11))  # 4, 8, ..., 1024
 
@@ -29,12 +38,16 @@ class QueryWeights(NamedTuple):
     max_weight: float  #: the largest weight
 
 
-def _draw(n_keys: int, seed: int, d_max: int = D_K_CHOICES[-1]) -> tuple[torch.Tensor, torch.Tensor]:
+def _draw(
+    n_keys: int, seed: int, d_max: int = D_K_CHOICES[-1]
+) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(d_max, generator=g), torch.randn(n_keys, d_max, generator=g)
 
 
-def query_weights(d_k: int, scaled: bool = True, *, n_keys: int = 16, seed: int = 0) -> QueryWeights:
+def query_weights(
+    d_k: int, scaled: bool = True, *, n_keys: int = 16, seed: int = 0
+) -> QueryWeights:
     """Weights of one random query over ``n_keys`` random keys in dimension ``d_k``.
 
     Args:
@@ -77,7 +90,9 @@ def plot_query_weights(d_k: int, scaled: bool = True, *, n_keys: int = 16, seed:
     ax.set_xlabel("key index j")
     ax.set_ylabel("weight α_j")
     label = "scaled by 1/√d_k" if scaled else "unscaled"
-    ax.set_title(f"d_k = {d_k}, {label}\nentropy {r.entropy:.2f} nats (max {math.log(n_keys):.2f}), max α {r.max_weight:.2f}")
+    ax.set_title(
+        f"d_k = {d_k}, {label}\nentropy {r.entropy:.2f} nats (max {math.log(n_keys):.2f}), max α {r.max_weight:.2f}"
+    )
     return ax
 
 
@@ -89,7 +104,9 @@ def plot_explorer_grid(d_ks: Sequence[int] = (4, 64, 1024), *, n_keys: int = 16,
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(d_ks), figsize=(3.6 * len(d_ks), 5.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        2, len(d_ks), figsize=(3.6 * len(d_ks), 5.6), sharey=True, squeeze=False
+    )
     for col, d_k in enumerate(d_ks):
         for row, scaled in enumerate((True, False)):
             plot_query_weights(d_k, scaled, n_keys=n_keys, seed=seed, ax=axes[row, col])

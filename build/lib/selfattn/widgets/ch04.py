@@ -4,16 +4,26 @@ One random set of queries and keys is drawn per (n, seed); the mask type, the pa
 length and the window then change only the mask, so the reader sees which weights a
 mask removes and how the remaining ones renormalise.
 """
+
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, padding_mask, sliding_window_mask
 
-__all__ = ["MASK_KINDS", "MaskView", "mask_for", "mask_view", "plot_mask_view", "plot_explorer_grid", "explorer"]
+__all__ = [
+    "MASK_KINDS",
+    "MaskView",
+    "mask_for",
+    "mask_view",
+    "plot_mask_view",
+    "plot_explorer_grid",
+    "explorer",
+]
 
 MASK_KINDS: tuple[str, ...] = ("none", "causal", "padding", "padding + causal", "sliding window")
 
@@ -22,7 +32,9 @@ class MaskView(NamedTuple):
     """A mask and the weights of one head under it."""
 
     mask: torch.Tensor  #: ``(n, n)`` bool, True = may attend
-    weights: torch.Tensor  #: ``(n, n)`` attention weights (rows of masked-out queries are whatever the mask leaves)
+    weights: (
+        torch.Tensor
+    )  #: ``(n, n)`` attention weights (rows of masked-out queries are whatever the mask leaves)
 
 
 def mask_for(kind: str, n: int, *, length: int | None = None, window: int = 3) -> torch.Tensor:
@@ -44,7 +56,9 @@ def mask_for(kind: str, n: int, *, length: int | None = None, window: int = 3) -
     return pad & causal_mask(n) if kind == "padding + causal" else pad
 
 
-def mask_view(kind: str, n: int = 8, *, length: int | None = None, window: int = 3, seed: int = 0) -> MaskView:
+def mask_view(
+    kind: str, n: int = 8, *, length: int | None = None, window: int = 3, seed: int = 0
+) -> MaskView:
     """The mask for ``kind`` and single-head weights ``softmax(q k^T / sqrt(d) + mask)`` for random q, k (d = 8)."""
     mask = mask_for(kind, n, length=length, window=window)
     g = torch.Generator().manual_seed(seed)
@@ -61,7 +75,9 @@ def _title(kind: str, n: int, length: int | None, window: int) -> str:
     return f"{kind} (n={n})"
 
 
-def plot_mask_view(kind: str, n: int = 8, *, length: int | None = None, window: int = 3, seed: int = 0, axes=None):
+def plot_mask_view(
+    kind: str, n: int = 8, *, length: int | None = None, window: int = 3, seed: int = 0, axes=None
+):
     """Two heatmaps: the mask (white = may attend) and the weights it gives.
 
     Returns:
@@ -85,8 +101,14 @@ def plot_mask_view(kind: str, n: int = 8, *, length: int | None = None, window: 
     return axes
 
 
-def plot_explorer_grid(kinds: Sequence[str] = ("causal", "padding + causal", "sliding window"), *, n: int = 8,
-                       length: int = 5, window: int = 3, seed: int = 0):
+def plot_explorer_grid(
+    kinds: Sequence[str] = ("causal", "padding + causal", "sliding window"),
+    *,
+    n: int = 8,
+    length: int = 5,
+    window: int = 3,
+    seed: int = 0,
+):
     """The explorer's view for a few mask kinds, one row each (the static figure).
 
     Returns:
@@ -125,7 +147,14 @@ def explorer(*, kind: str = "causal", n: int = 8, length: int = 5, window: int =
         with out:
             out.clear_output(wait=True)
             fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6))
-            plot_mask_view(kind_w.value, n_w.value, length=length_w.value, window=window_w.value, seed=seed, axes=axes)
+            plot_mask_view(
+                kind_w.value,
+                n_w.value,
+                length=length_w.value,
+                window=window_w.value,
+                seed=seed,
+                axes=axes,
+            )
             fig.tight_layout()
             display(fig)
             plt.close(fig)

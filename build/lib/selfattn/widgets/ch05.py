@@ -4,9 +4,10 @@ The explorer takes attention weights that were already computed (``(h, n, n)`` f
 sequence, e.g. from :class:`~selfattn.models.heads.LookupHeadsModel`) and the sequence's token
 labels, so it needs no model and redraws instantly.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -15,7 +16,11 @@ __all__ = ["head_token_weights", "plot_head_token", "plot_explorer_grid", "explo
 
 
 def _as_weights(weights) -> np.ndarray:
-    w = weights.detach().cpu().double().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights, dtype=float)
+    w = (
+        weights.detach().cpu().double().numpy()
+        if isinstance(weights, torch.Tensor)
+        else np.asarray(weights, dtype=float)
+    )
     if w.ndim != 3 or w.shape[1] != w.shape[2]:
         raise ValueError(f"weights must have shape (h, n, n) for one sequence, got {w.shape}")
     return w
@@ -26,7 +31,9 @@ def head_token_weights(weights, head: int, query: int) -> np.ndarray:
     w = _as_weights(weights)
     h, n, _ = w.shape
     if not 0 <= head < h or not 0 <= query < n:
-        raise ValueError(f"head must be in 0..{h - 1} and query in 0..{n - 1}, got head={head}, query={query}")
+        raise ValueError(
+            f"head must be in 0..{h - 1} and query in 0..{n - 1}, got head={head}, query={query}"
+        )
     return w[head, query]
 
 
@@ -47,11 +54,19 @@ def plot_head_token(weights, tokens: Sequence[str], head: int, query: int, ax=No
     ax.bar(np.arange(n), row, color="tab:blue")
     # Mark the query's own position (its bar is often empty, so colour alone would not show it).
     ax.axvline(query, color="tab:orange", linestyle=":", linewidth=2)
-    ax.set_xticks(range(n), labels=[f"{j}:{t}" for j, t in enumerate(tokens)], rotation=45, ha="right", fontsize=8)
+    ax.set_xticks(
+        range(n),
+        labels=[f"{j}:{t}" for j, t in enumerate(tokens)],
+        rotation=45,
+        ha="right",
+        fontsize=8,
+    )
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("key (position:token); dotted orange line = the query's own position")
     ax.set_ylabel("weight")
-    ax.set_title(f"head {head}, query {query} ({tokens[query]}): largest weight on key {int(row.argmax())}")
+    ax.set_title(
+        f"head {head}, query {query} ({tokens[query]}): largest weight on key {int(row.argmax())}"
+    )
     return ax
 
 

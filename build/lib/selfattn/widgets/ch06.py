@@ -11,9 +11,10 @@ encoding ``PE`` ``(n, d)`` as a heatmap; the right panel plots, against the dist
 * RoPE's ``<R_p q, R_{p+k} k> / (|q| |k|)`` for one random ``q``, ``k`` (fixed seed): the
   relative-position property holds, but the curve is not a smooth decay.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -35,7 +36,9 @@ def _check(n: int, d: int, base: float) -> None:
         raise ValueError(f"base must be > 1, got {base!r}")
 
 
-def distance_curves(n: int, d: int, base: float = 10000.0, *, seed: int = 0) -> dict[str, np.ndarray]:
+def distance_curves(
+    n: int, d: int, base: float = 10000.0, *, seed: int = 0
+) -> dict[str, np.ndarray]:
     """The three curves of the right panel, each ``(n,)`` for distances ``k = 0 .. n-1``.
 
     Keys: ``"sinusoidal PE . PE"``, ``"RoPE, q = k = ones"``, ``"RoPE, random q, k"``.
@@ -45,13 +48,20 @@ def distance_curves(n: int, d: int, base: float = 10000.0, *, seed: int = 0) -> 
     dots = (pe[0] * pe).sum(-1) / (d / 2)  # position 0 against k; any start gives the same curve
     k_pos = torch.arange(n)
     ones = torch.ones(1, d, dtype=torch.float64)
-    rope_ones = (apply_rope(ones, [0], base=base) * apply_rope(ones.expand(n, d), k_pos, base=base)).sum(-1) / d
+    rope_ones = (
+        apply_rope(ones, [0], base=base) * apply_rope(ones.expand(n, d), k_pos, base=base)
+    ).sum(-1) / d
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(2, 1, d, generator=g, dtype=torch.float64)
-    rope_rand = (apply_rope(q, [0], base=base) * apply_rope(k.expand(n, d), k_pos, base=base)).sum(-1)
+    rope_rand = (apply_rope(q, [0], base=base) * apply_rope(k.expand(n, d), k_pos, base=base)).sum(
+        -1
+    )
     rope_rand = rope_rand / (q.norm() * k.norm())
-    return {"sinusoidal PE . PE": dots.numpy(), "RoPE, q = k = ones": rope_ones.numpy(),
-            "RoPE, random q, k": rope_rand.numpy()}
+    return {
+        "sinusoidal PE . PE": dots.numpy(),
+        "RoPE, q = k = ones": rope_ones.numpy(),
+        "RoPE, random q, k": rope_rand.numpy(),
+    }
 
 
 def plot_encodings(n: int = 64, d: int = 64, base: float = 10000.0, *, axes=None):
@@ -66,14 +76,19 @@ def plot_encodings(n: int = 64, d: int = 64, base: float = 10000.0, *, axes=None
         _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     ax_pe, ax_dist = axes
     pe = sinusoidal_encoding(n, d, base=base).numpy()
-    image = ax_pe.imshow(pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    image = ax_pe.imshow(
+        pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest"
+    )
     ax_pe.grid(False)
     ax_pe.set_xlabel("dimension (even: sin, odd: cos)")
     ax_pe.set_ylabel("position")
     ax_pe.set_title(f"Sinusoidal PE, n = {n}, d = {d}, base = {base:g}")
     ax_pe.figure.colorbar(image, ax=ax_pe, label="value")
-    styles = {"sinusoidal PE . PE": ("tab:blue", "-"), "RoPE, q = k = ones": ("tab:orange", "--"),
-              "RoPE, random q, k": ("tab:green", "-")}
+    styles = {
+        "sinusoidal PE . PE": ("tab:blue", "-"),
+        "RoPE, q = k = ones": ("tab:orange", "--"),
+        "RoPE, random q, k": ("tab:green", "-"),
+    }
     for name, curve in distance_curves(n, d, base).items():
         color, ls = styles[name]
         ax_dist.plot(np.arange(n), curve, color=color, linestyle=ls, label=name, lw=1.5)
@@ -86,7 +101,13 @@ def plot_encodings(n: int = 64, d: int = 64, base: float = 10000.0, *, axes=None
     return axes
 
 
-def plot_encodings_grid(settings: Sequence[tuple[int, int, float]] = ((64, 64, 10000.0), (64, 64, 100.0), (64, 16, 10000.0))):
+def plot_encodings_grid(
+    settings: Sequence[tuple[int, int, float]] = (
+        (64, 64, 10000.0),
+        (64, 64, 100.0),
+        (64, 16, 10000.0),
+    ),
+):
     """The explorer's view for a few ``(n, d, base)`` settings, one row each (the static figure).
 
     Returns:
@@ -116,7 +137,9 @@ def explorer(*, n: int = 64, d: int = 64, base: float = 10000.0):
         raise ValueError(f"base must be one of {BASES}, got {base!r}")
     n_slider = widgets.IntSlider(value=n, min=8, max=256, step=8, description="positions n")
     d_slider = widgets.IntSlider(value=d, min=2, max=128, step=2, description="dims d")
-    base_slider = widgets.SelectionSlider(options=[(f"{b:g}", b) for b in BASES], value=base, description="base")
+    base_slider = widgets.SelectionSlider(
+        options=[(f"{b:g}", b) for b in BASES], value=base, description="base"
+    )
     out = widgets.Output()
 
     def on_change(_change=None) -> None:

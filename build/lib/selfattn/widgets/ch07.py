@@ -7,9 +7,11 @@ sum ``l`` (and the rescale factor ``alpha`` that just shrank it), and the normal
 output ``O / l``: exact softmax attention over the keys seen so far, walking towards
 the final output.
 """
+
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -55,7 +57,10 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
     if axes is None:
         _, axes = plt.subplots(1, 3, figsize=(11.0, 3.4))
     ax_s, ax_l, ax_o = axes
-    colours = ["tab:blue" if j < now["start"] else "tab:orange" if j < now["stop"] else "lightgray" for j in range(n)]
+    colours = [
+        "tab:blue" if j < now["start"] else "tab:orange" if j < now["stop"] else "lightgray"
+        for j in range(n)
+    ]
     ax_s.bar(range(n), run.scores.numpy(), color=colours)
     ax_s.axhline(now["m"], color="tab:red", ls="--", label=f"running max m = {now['m']:.2f}")
     ax_s.set_title(f"step {step}/{len(steps)}: keys {now['start']}..{now['stop'] - 1} (orange)")
@@ -75,8 +80,17 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
     seen = v[: now["stop"]]
     ax_o.scatter(seen[:, 0], seen[:, 1], c="tab:blue", s=18)
     path = torch.stack([s["out"] for s in steps[:step]]).numpy()
-    ax_o.plot(path[:, 0], path[:, 1], "-o", color="tab:orange", ms=4, label="O / l after each step")
-    ax_o.scatter([run.exact[0]], [run.exact[1]], marker="*", s=160, c="tab:red", label="softmax attention (all keys)")
+    ax_o.plot(
+        path[:, 0], path[:, 1], "-o", color="tab:orange", ms=4, label="O / l after each step"
+    )
+    ax_o.scatter(
+        [run.exact[0]],
+        [run.exact[1]],
+        marker="*",
+        s=160,
+        c="tab:red",
+        label="softmax attention (all keys)",
+    )
     ax_o.set_title("output O / l in the plane of the values")
     ax_o.set_xlabel("value component 1")
     ax_o.set_ylabel("value component 2")
@@ -84,7 +98,9 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
     return axes
 
 
-def plot_explorer_grid(steps: Sequence[int] = (1, 3, 4), *, n: int = 16, block: int = 4, seed: int = 0):
+def plot_explorer_grid(
+    steps: Sequence[int] = (1, 3, 4), *, n: int = 16, block: int = 4, seed: int = 0
+):
     """The explorer's view after a few steps, one row each (the static figure).
 
     Returns:
@@ -121,7 +137,9 @@ def explorer(*, n: int = 16, block: int = 4, seed: int = 0):
         with out:
             out.clear_output(wait=True)
             fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.4))
-            plot_tile_step(min(step_w.value, step_w.max), n_w.value, block_w.value, seed_w.value, axes=axes)
+            plot_tile_step(
+                min(step_w.value, step_w.max), n_w.value, block_w.value, seed_w.value, axes=axes
+            )
             fig.tight_layout()
             display(fig)
             plt.close(fig)

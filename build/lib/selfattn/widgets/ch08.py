@@ -6,10 +6,11 @@ composing the mask with itself. A sliding window of ``w`` keys reaches ``w - 1``
 positions further back per layer; the Sparse Transformer's strided pattern reaches
 everything in two layers.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -54,9 +55,13 @@ def plot_pattern(pattern: str, n: int = 32, size: int = 4, layers: int = 2, axes
         _, axes = plt.subplots(1, 2, figsize=(8.0, 3.8))
     ax_m, ax_r = axes
     ax_m.imshow(mask.numpy(), cmap="gray", vmin=0, vmax=1)
-    ax_m.set_title(f"{pattern} (size {size}): one layer\n{int(mask.sum())} of {n * (n + 1) // 2} causal pairs")
+    ax_m.set_title(
+        f"{pattern} (size {size}): one layer\n{int(mask.sum())} of {n * (n + 1) // 2} causal pairs"
+    )
     ax_r.imshow(reach.numpy(), cmap="magma", vmin=0, vmax=1)
-    ax_r.set_title(f"reach after {layers} layer(s): last output sees\n{int(reach[-1].sum())} of {n} inputs")
+    ax_r.set_title(
+        f"reach after {layers} layer(s): last output sees\n{int(reach[-1].sum())} of {n} inputs"
+    )
     for ax in axes:
         ax.grid(False)
         ax.set_xlabel("key / input position j")
@@ -64,7 +69,9 @@ def plot_pattern(pattern: str, n: int = 32, size: int = 4, layers: int = 2, axes
     return axes
 
 
-def plot_explorer_grid(patterns: Sequence[str] = PATTERNS, *, n: int = 32, size: int = 4, layers: int = 2):
+def plot_explorer_grid(
+    patterns: Sequence[str] = PATTERNS, *, n: int = 32, size: int = 4, layers: int = 2
+):
     """The explorer's view for each pattern, one row each (the static figure).
 
     Returns:

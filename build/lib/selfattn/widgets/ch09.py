@@ -5,9 +5,10 @@ instantly: the ViT class token's attention (per layer) and the caption words'
 cross-attention in the miniature CLIP. Each is drawn as a heat map laid over the image,
 one cell per patch.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -16,7 +17,11 @@ __all__ = ["patch_grid", "overlay_attention", "plot_overlays", "explorer"]
 
 
 def _np(x) -> np.ndarray:
-    return x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=float)
+    return (
+        x.detach().cpu().double().numpy()
+        if isinstance(x, torch.Tensor)
+        else np.asarray(x, dtype=float)
+    )
 
 
 def patch_grid(weights) -> np.ndarray:
@@ -38,7 +43,9 @@ def _to_rgb(image) -> np.ndarray:
     return np.clip(x if x.shape[2] == 3 else np.repeat(x, 3, axis=2), 0.0, 1.0)
 
 
-def overlay_attention(image, weights, ax=None, title: str | None = None, *, vmax: float | None = None):
+def overlay_attention(
+    image, weights, ax=None, title: str | None = None, *, vmax: float | None = None
+):
     """Draw ``image (C, H, W)`` with the patch weights ``(P,)`` laid over it as a translucent heat map.
 
     Every patch cell is coloured by its weight (0 to ``vmax``, default the largest weight) and
@@ -57,13 +64,27 @@ def overlay_attention(image, weights, ax=None, title: str | None = None, *, vmax
         _, ax = plt.subplots(figsize=(3.2, 3.2))
     ax.imshow(rgb, extent=(0, W, H, 0))
     top = float(grid.max()) if vmax is None else vmax
-    ax.imshow(grid, cmap="magma", alpha=0.55, vmin=0.0, vmax=max(top, 1e-12), extent=(0, W, H, 0),
-              interpolation="nearest")
+    ax.imshow(
+        grid,
+        cmap="magma",
+        alpha=0.55,
+        vmin=0.0,
+        vmax=max(top, 1e-12),
+        extent=(0, W, H, 0),
+        interpolation="nearest",
+    )
     if g <= 6:
         for i in range(g):
             for j in range(g):
-                ax.text((j + 0.5) * W / g, (i + 0.5) * H / g, f"{grid[i, j]:.2f}", ha="center", va="center",
-                        fontsize=7, color="white")
+                ax.text(
+                    (j + 0.5) * W / g,
+                    (i + 0.5) * H / g,
+                    f"{grid[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white",
+                )
     ax.set_xticks(np.arange(0, W + 1, W // g))
     ax.set_yticks(np.arange(0, H + 1, H // g))
     ax.grid(True, color="white", alpha=0.4, linewidth=0.6)
@@ -73,7 +94,9 @@ def overlay_attention(image, weights, ax=None, title: str | None = None, *, vmax
     return ax
 
 
-def plot_overlays(images, weights, titles: Sequence[str], *, suptitle: str, ncols: int | None = None):
+def plot_overlays(
+    images, weights, titles: Sequence[str], *, suptitle: str, ncols: int | None = None
+):
     """One :func:`overlay_attention` panel per image (the static figure).
 
     Args:
@@ -86,7 +109,9 @@ def plot_overlays(images, weights, titles: Sequence[str], *, suptitle: str, ncol
 
     images, weights = _np(images), _np(weights)
     if images.shape[0] != weights.shape[0] or len(titles) != images.shape[0]:
-        raise ValueError(f"got {images.shape[0]} images, {weights.shape[0]} weight rows and {len(titles)} titles")
+        raise ValueError(
+            f"got {images.shape[0]} images, {weights.shape[0]} weight rows and {len(titles)} titles"
+        )
     n = images.shape[0]
     ncols = ncols or n
     nrows = (n + ncols - 1) // ncols
@@ -126,8 +151,12 @@ def explorer(images, views: dict, captions: Sequence[str], *, index: int = 0):
     if not 0 <= index < n:
         raise ValueError(f"index must be in 0..{n - 1}, got {index}")
     image_w = widgets.IntSlider(value=index, min=0, max=n - 1, description="image")
-    view_w = widgets.Dropdown(options=list(views), value=next(iter(views)), description="view",
-                              layout=widgets.Layout(width="28em"))
+    view_w = widgets.Dropdown(
+        options=list(views),
+        value=next(iter(views)),
+        description="view",
+        layout=widgets.Layout(width="28em"),
+    )
     out = widgets.Output()
 
     def on_change(_change=None) -> None:
@@ -135,8 +164,9 @@ def explorer(images, views: dict, captions: Sequence[str], *, index: int = 0):
             out.clear_output(wait=True)
             fig, ax = plt.subplots(figsize=(3.6, 3.6))
             w = views[view_w.value][image_w.value]
-            overlay_attention(images[image_w.value], w, ax=ax,
-                              title=f"{captions[image_w.value]}\n{view_w.value}")
+            overlay_attention(
+                images[image_w.value], w, ax=ax, title=f"{captions[image_w.value]}\n{view_w.value}"
+            )
             fig.tight_layout()
             display(fig)
             plt.close(fig)
