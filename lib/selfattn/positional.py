@@ -86,7 +86,7 @@ def sinusoidal_encoding(
     ``PE[pos, 2i] = sin(pos * omega_i)`` and ``PE[pos, 2i+1] = cos(pos * omega_i)`` with
     ``omega_i = base^(-2i/d)``: pair ``i`` is a point turning on the unit circle at
     frequency ``omega_i``, from one turn per ``2 pi`` positions (``i = 0``) down to one
-    per ``2 pi * base`` positions.
+    per ``2 pi * base^((d - 2) / d)`` positions (the last pair, ``i = d/2 - 1``).
 
     Args:
         n: number of positions (``>= 1``).
