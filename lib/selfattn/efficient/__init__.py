@@ -10,7 +10,7 @@
 """
 
 from . import io_model
-from .flash import flash_attention, online_softmax_steps
+from .flash import flash_attention, flash_attention_reference, online_softmax_steps
 from .io_model import TwoLevelMemory, flash_block_sizes, standard_attention_io, tiled_attention_io
 from .linear import (
     LinearAttentionState,
@@ -24,6 +24,7 @@ from .triton_flash import triton_available, triton_flash_attention
 
 __all__ = [
     "flash_attention",
+    "flash_attention_reference",
     "online_softmax_steps",
     "triton_flash_attention",
     "triton_available",
