@@ -70,7 +70,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_mask, require_float, require_tensor
+from ._checks import (
+    check_mask,
+    is_half,
+    require_bool,
+    require_float,
+    require_int,
+    require_number,
+    require_same_device,
+    require_tensor,
+)
 from .attention import softmax
 from .masks import causal_mask
 
@@ -88,11 +97,17 @@ __all__ = [
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``(B, n, d_model)`` -> ``(B, h, n, d_head)``: reshape the features into heads, then move heads forward.
+    """``(B, n, d_model)`` -> ``(B, h, n, d_head)``: split the features into heads, heads first.
 
     Raises:
-        ValueError: ``d_model`` not divisible by ``num_heads``.
+        TypeError: ``x`` not a tensor, ``num_heads`` not an int.
+        ValueError: ``x`` with fewer than 2 dims, ``num_heads < 1``, ``d_model`` not
+            divisible by ``num_heads``.
     """
+    require_tensor(x, "x")
+    num_heads = require_int(num_heads, "num_heads", 1)
+    if x.dim() < 2:
+        raise ValueError(f"x must have shape (..., n, d_model), got {tuple(x.shape)}")
     *batch, n, d = x.shape
     if d % num_heads:
         raise ValueError(
@@ -102,7 +117,13 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """``(B, h, n, d_head)`` -> ``(B, n, h * d_head)``: the inverse of :func:`split_heads` (concatenates the heads)."""
+    """``(B, h, n, d_head)`` -> ``(B, n, h * d_head)``: the inverse of :func:`split_heads`.
+
+    Concatenates the heads. Raises ``ValueError`` for fewer than 3 dims.
+    """
+    require_tensor(x, "x")
+    if x.dim() < 3:
+        raise ValueError(f"x must have shape (..., h, n, d_head), got {tuple(x.shape)}")
     *batch, h, n, dh = x.shape
     return x.transpose(-3, -2).reshape(*batch, n, h * dh)
 
@@ -159,10 +180,16 @@ class KVCache:
         Raises:
             ValueError: shapes that disagree with each other or with what is cached.
         """
+        require_float(k, "k")
+        require_float(v, "v")
         if k.shape != v.shape or k.dim() != 4:
             raise ValueError(
-                f"KVCache.append needs k and v of one shape (B, h, n_new, d_head), got {tuple(k.shape)} and {tuple(v.shape)}"
+                "KVCache.append needs k and v of one shape (B, h, n_new, d_head), "
+                f"got {tuple(k.shape)} and {tuple(v.shape)}"
             )
+        require_same_device(k=k, v=v)
+        if self.k is not None and self.k.device != k.device:
+            raise ValueError(f"the cache is on {self.k.device}, cannot append k on {k.device}")
         if self.k is None:
             self.k, self.v = k, v
         else:
@@ -172,8 +199,8 @@ class KVCache:
                 or self.k.dtype != k.dtype
             ):
                 raise ValueError(
-                    f"the cache holds k of shape {tuple(self.k.shape)} {self.k.dtype} (B, h, t, d_head); "
-                    f"cannot append {tuple(k.shape)} {k.dtype}"
+                    f"the cache holds k of shape {tuple(self.k.shape)} {self.k.dtype} "
+                    f"(B, h, t, d_head); cannot append {tuple(k.shape)} {k.dtype}"
                 )
             self.k = torch.cat([self.k, k], dim=-2)
             self.v = torch.cat([self.v, v], dim=-2)
@@ -191,7 +218,8 @@ class MultiHeadAttention(nn.Module):
 
     Attributes:
         qkv: ``nn.Linear(d_model, 3 * d_model)``; weight rows ``[0:d]`` make queries,
-            ``[d:2d]`` keys, ``[2d:3d]`` values (``nn.MultiheadAttention.in_proj_weight``'s layout).
+            ``[d:2d]`` keys, ``[2d:3d]`` values (the layout of
+            ``nn.MultiheadAttention.in_proj_weight``).
         out: ``nn.Linear(d_model, d_model)``, the output projection ``W_O``.
 
     See the module docstring for how masks are shaped for heads and how the cache is used.
@@ -199,13 +227,12 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, *, bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        d_model = require_int(d_model, "d_model", 1)
+        num_heads = require_int(num_heads, "num_heads", 1)
+        bias = require_bool(bias, "bias")
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
+        dropout = require_number(dropout, "dropout")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
@@ -214,17 +241,24 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, d_head={self.d_head}, dropout={self.dropout}"
+        return (
+            f"d_model={self.d_model}, num_heads={self.num_heads}, d_head={self.d_head}, "
+            f"dropout={self.dropout}"
+        )
 
     # -- interop with torch ------------------------------------------------------
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A copy of ``nn.MultiheadAttention``'s weights (it must use one ``in_proj_weight``, i.e. kdim = vdim = d)."""
+        """A copy of ``nn.MultiheadAttention``'s weights.
+
+        It must use one ``in_proj_weight``, i.e. kdim = vdim = d.
+        """
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(f"expected an nn.MultiheadAttention, got {type(mha).__name__}")
         if mha.in_proj_weight is None or mha.bias_k is not None or mha.add_zero_attn:
             raise ValueError(
-                "only nn.MultiheadAttention with a packed in_proj_weight, no bias_k/bias_v and no add_zero_attn"
+                "only nn.MultiheadAttention with a packed in_proj_weight, no bias_k/bias_v "
+                "and no add_zero_attn"
             )
         bias = mha.in_proj_bias is not None
         new = cls(mha.embed_dim, mha.num_heads, bias=bias, dropout=mha.dropout)
@@ -277,24 +311,26 @@ class MultiHeadAttention(nn.Module):
                 )
             if cross:
                 raise ValueError(
-                    "mask='causal' is for self-attention; cross-attention has no order between x and context"
+                    "mask='causal' is for self-attention; cross-attention has no order "
+                    "between x and context"
                 )
             return causal_mask(n, m, align="bottom_right", device=device)
         require_tensor(mask, "mask")
         if mask.dim() == 3:
-            mask = mask.unsqueeze(
-                1
-            )  # (B, n|1, m) -> (B, 1, n|1, m): one mask per sequence, shared by the heads
+            # (B, n|1, m) -> (B, 1, n|1, m): one mask per sequence, shared by the heads
+            mask = mask.unsqueeze(1)
         elif mask.dim() not in (2, 4):
             raise ValueError(
-                f"mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, h, n, m), got shape {tuple(mask.shape)}"
+                "mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, h, n, m), "
+                f"got shape {tuple(mask.shape)}"
             )
         if mask.shape[-1] != m:
-            # Broadcasting over keys is always a mistake (typically a mask that forgot the cached keys).
+            # Broadcasting over keys is always a mistake (a mask that forgot the cached keys).
             raise ValueError(
-                f"mask's last dimension must be the number of keys m={m} (cached + new), got shape {tuple(mask.shape)}"
+                f"mask's last dimension must be the number of keys m={m} (cached + new), "
+                f"got shape {tuple(mask.shape)}"
             )
-        check_mask(mask, (batch, self.num_heads, n, m))
+        check_mask(mask, (batch, self.num_heads, n, m), device)
         return mask
 
     def forward(
@@ -330,47 +366,67 @@ class MultiHeadAttention(nn.Module):
                 a mask that does not broadcast to ``(B, h, n, m)``.
         """
         require_float(x, "x")
+        return_weights = require_bool(return_weights, "return_weights")
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a selfattn.KVCache, got {type(cache).__name__}")
+        if context is not None:
+            require_float(context, "context")
+        weight = self.qkv.weight
+        require_same_device(x=x, context=context, weights=weight)
         unbatched = x.dim() == 2
         if unbatched:
             x = x.unsqueeze(0)
-            context = None if context is None else context.unsqueeze(0)
+            if context is not None:
+                if context.dim() != 2:
+                    raise ValueError(
+                        f"x is unbatched (n, d_model), so context must be (m, d_model), "
+                        f"got {tuple(context.shape)}"
+                    )
+                context = context.unsqueeze(0)
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
-                f"x must have shape (B, n, d_model={self.d_model}) or (n, d_model), got {tuple(x.shape)}"
+                f"x must have shape (B, n, d_model={self.d_model}) or (n, d_model), "
+                f"got {tuple(x.shape)}"
             )
-        if x.dtype != self.qkv.weight.dtype:
+        if x.dtype != weight.dtype:
             raise TypeError(
-                f"x has dtype {x.dtype} but the weights are {self.qkv.weight.dtype}; convert one of them"
+                f"x has dtype {x.dtype} but the weights are {weight.dtype}; convert one of them"
             )
         batch, n = x.shape[0], x.shape[1]
         cross = context is not None or (cache is not None and cache.cross)
         if context is not None:
-            require_float(context, "context")
             if (
                 context.dim() != 3
                 or context.shape[-1] != self.d_model
                 or context.shape[0] != batch
             ):
                 raise ValueError(
-                    f"context must have shape (B={batch}, m, d_model={self.d_model}), got {tuple(context.shape)}"
+                    f"context must have shape (B={batch}, m, d_model={self.d_model}), "
+                    f"got {tuple(context.shape)}"
                 )
             if context.dtype != x.dtype:
                 raise TypeError(f"context has dtype {context.dtype} but x has {x.dtype}")
 
         if context is not None and cache is not None and len(cache) and not cache.cross:
             raise ValueError(
-                "this cache holds a self-attention layer's keys; a cross-attention call needs its own KVCache"
+                "this cache holds a self-attention layer's keys; a cross-attention call "
+                "needs its own KVCache"
             )
         reuse_cross_cache = cross and cache is not None and len(cache) > 0
         if cross and not reuse_cross_cache and context is None:
             raise ValueError(
                 "cross-attention needs context on the first call (the cache is empty)"
             )
-        if cache is not None and len(cache) and cache.k.shape[0] != batch:
-            raise ValueError(f"the cache holds batch size {cache.k.shape[0]}, x has {batch}")
-        # Number of keys, known before anything is computed, so a bad mask leaves the cache untouched.
+        if cache is not None and len(cache):
+            if cache.k.shape[0] != batch:
+                raise ValueError(f"the cache holds batch size {cache.k.shape[0]}, x has {batch}")
+            if cache.k.device != x.device or cache.k.dtype != x.dtype:
+                raise ValueError(
+                    f"the cache holds {cache.k.dtype} on {cache.k.device}, "
+                    f"x is {x.dtype} on {x.device}"
+                )
+        # The number of keys, known before anything is computed, so that a bad mask leaves
+        # the cache untouched.
         if reuse_cross_cache:
             m = len(cache)
         else:
@@ -390,6 +446,11 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)  # (B, h, m, d_head): old positions then new
                 cache.cross = cross
 
+        dtype = q.dtype
+        if is_half(q):
+            # float16 scores overflow past 65504 (and the weights become NaN): half inputs
+            # get float32 scores, softmax and weighted sum, then return to their dtype.
+            q, k, v = q.float(), k.float(), v.float()
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, h, n, m)
         if mask is not None:
             if mask.dtype == torch.bool:
@@ -400,7 +461,9 @@ class MultiHeadAttention(nn.Module):
         attended = (
             F.dropout(weights, self.dropout) if (self.training and self.dropout > 0) else weights
         )
-        y = self.out(merge_heads(attended @ v))  # (B, h, n, d_head) -> (B, n, d_model)
+        # (B, h, n, d_head) -> (B, n, d_model)
+        y = self.out(merge_heads(attended @ v).to(dtype))
+        weights = weights.to(dtype)
         if unbatched:
             y, weights = y.squeeze(0), weights.squeeze(0)
         return (y, weights) if return_weights else y
@@ -416,8 +479,8 @@ def attention_stack(
 
     :func:`generate` runs them as a residual stack ``x <- x + layer(x, mask="causal")``.
     """
-    if num_layers < 1:
-        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    num_layers = require_int(num_layers, "num_layers", 1)
+    seed = require_int(seed, "seed", None)
     g = torch.Generator().manual_seed(seed)
     layers = nn.ModuleList(MultiHeadAttention(d_model, num_heads) for _ in range(num_layers))
     with torch.no_grad():
@@ -463,8 +526,7 @@ def generate(
     require_float(prompt, "prompt")
     if prompt.dim() != 3 or prompt.shape[1] < 1:
         raise ValueError(f"prompt must have shape (B, p >= 1, d_model), got {tuple(prompt.shape)}")
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    steps = require_int(steps, "steps", 1)
     out = []
     if use_cache:
         caches = [KVCache() for _ in layers]
@@ -491,18 +553,26 @@ def generate(
 
 
 def mha_param_count(d_model: int, *, bias: bool = True) -> int:
-    """Parameters of :class:`MultiHeadAttention`: ``4 d^2`` weights (+ ``4 d`` biases), whatever ``h``."""
+    """Parameters of :class:`MultiHeadAttention`: ``4 d^2`` weights (+ ``4 d`` biases).
+
+    The same for every number of heads ``h``.
+    """
+    d_model = require_int(d_model, "d_model", 1)
+    bias = require_bool(bias, "bias")
     return 4 * d_model * d_model + (4 * d_model if bias else 0)
 
 
 def mha_flops(n: int, d_model: int, m: int | None = None) -> int:
-    """Floating-point operations (multiply and add counted apart) of one forward pass, one sequence.
+    """Floating-point operations of one forward pass for one sequence (multiply, add apart).
 
     ``2 n d (3d)`` for the fused QKV projection (self-attention; for cross-attention the
     keys/values cost ``4 m d^2`` instead of ``4 n d^2``), ``2 n m d`` for the scores,
     ``2 n m d`` for weights @ values and ``2 n d^2`` for the output projection.
     Self-attention (``m = n``): ``8 n d^2 + 4 n^2 d``. Softmax and biases are ignored.
     """
+    n = require_int(n, "n", 0)
+    d_model = require_int(d_model, "d_model", 1)
+    m = None if m is None else require_int(m, "m", 0)
     if m is None:
         return 8 * n * d_model**2 + 4 * n * n * d_model
     return 4 * n * d_model**2 + 4 * m * d_model**2 + 4 * n * m * d_model
@@ -518,6 +588,13 @@ def kv_cache_bytes(
     batch: int = 1,
 ) -> int:
     """Memory of a KV cache: ``2 x layers x heads x d_head x n x bytes`` (x batch)."""
+    num_layers = require_int(num_layers, "num_layers", 1)
+    num_heads = require_int(num_heads, "num_heads", 1)
+    d_head = require_int(d_head, "d_head", 1)
+    n = require_int(n, "n", 0)
+    batch = require_int(batch, "batch", 1)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
     return (
         2
         * num_layers
