@@ -40,7 +40,7 @@ def test_time_case_reports_medians():
 
 
 def test_memory_case_sees_the_n_by_n_matrix():
-    # plain attention at n=1024 holds 4 x 1024 x 1024 float32 scores = 16 MiB; flash holds tiles only.
+    # plain attention at n=1024 holds 4 x 1024 x 1024 float32 scores = 16 MiB; flash: tiles.
     plain = bench.memory_case("plain", 1024)
     flash = bench.memory_case("flash_attention", 1024)
     assert 12 <= plain["extra_peak_mib"] <= 48, plain
@@ -90,3 +90,78 @@ def test_gpu_mode_refuses_without_cuda():
         pytest.skip("a GPU is present")
     with pytest.raises(RuntimeError, match="CUDA"):
         bench.run_gpu(out=None)
+
+
+def test_linear_decode_is_causal_linear_attention_and_its_memory_does_not_grow():
+    from selfattn.efficient import linear_attention
+
+    x = bench.make_inputs("linear_decode", 30)
+    last = bench._methods()["linear_decode"](x)
+    full = linear_attention(x["q"], x["k"], x["v"], causal=True)
+    torch.testing.assert_close(last, full[..., -1, :])
+    # The recurrent form keeps the state only: no n x d arrays, so the extra peak is tiny
+    # (the parallel form at n = 4096 needs several n x d arrays, 4 MiB each).
+    mem = bench.memory_case("linear_decode", 4096)
+    assert mem["extra_peak_mib"] < 2.0, mem
+
+
+def test_only_runs_the_named_methods_and_merges_into_the_file(tmp_path):
+    out = tmp_path / "bench.json"
+    quiet = {"log": lambda *_: None}
+    full = bench.run_cpu(quick=True, repeats=1, out=out, memory=False, **quiet)
+    part = bench.run_cpu(quick=True, out=out, timing=False, only=["sdpa"], **quiet)
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(part))
+    assert data["date"] == full["date"]  # the file keeps the full run's date ...
+    assert data["updates"][0]["methods"] == ["sdpa"]  # ... and lists the partial run
+    assert len(data["cases"]) == len(full["cases"])  # updated in place, nothing duplicated
+    untouched = [c for c in data["cases"] if c["method"] != "sdpa"]
+    assert untouched == [c for c in full["cases"] if c["method"] != "sdpa"]
+    for old, new in zip(
+        [c for c in full["cases"] if c["method"] == "sdpa"],
+        [c for c in data["cases"] if c["method"] == "sdpa"],
+    ):  # a memory-only update: the old times stay, the memory is added
+        assert new["times_s"] == old["times_s"] and "extra_peak_mib" in new
+    with pytest.raises(ValueError, match="unknown methods"):
+        bench.run_cpu(quick=True, out=None, only=["nope"], **quiet)
+    with pytest.raises(ValueError, match="nothing to measure"):
+        bench.run_cpu(quick=True, out=None, memory=False, timing=False, **quiet)
+
+
+def test_merge_keeps_old_fields_of_a_memory_only_update():
+    old = {
+        "quick": False,
+        "torch_threads": 1,
+        "date": "old",
+        "cases": [dict(method="linear_decode", n=1024, median_s=1.0, cpu_median_s=1.0)],
+    }
+    new = {
+        "quick": False,
+        "torch_threads": 1,
+        "date": "new",
+        "machine": {},
+        "only": ["linear_decode"],
+        "timing": False,
+        "cases": [dict(method="linear_decode", n=1024, extra_peak_mib=0.1)],
+    }
+    merged = bench.merge_results(old, new)
+    assert merged["cases"] == [
+        dict(method="linear_decode", n=1024, median_s=1.0, cpu_median_s=1.0, extra_peak_mib=0.1)
+    ]
+    assert merged["date"] == "old" and merged["updates"][0]["timing"] is False
+    assert "extra_peak_mib" not in old["cases"][0]  # the input is not modified
+    with pytest.raises(ValueError, match="same sizes"):
+        bench.merge_results(old, {**new, "quick": True})
+
+
+def test_the_default_output_is_the_checkout_and_otherwise_out_is_required(monkeypatch, capsys):
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    assert bench.DEFAULT_OUT == repo / "chapters" / "results" / "bench_cpu.json"
+    monkeypatch.setattr(bench, "DEFAULT_OUT", None)  # as in an installed wheel
+    with pytest.raises(SystemExit):
+        bench.main(["--quick"])
+    assert "--out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--quick", "--out", "x.json", "--only", "nope"])
