@@ -95,7 +95,7 @@ def test_receptive_field_grows_by_window_minus_one_per_layer():
     [
         (lambda q: sliding_window_attention(q, q, q, 0), ValueError, "window"),
         (lambda q: sliding_window_attention(q, q, q, 2.0), TypeError, "window"),
-        (lambda q: sliding_window_attention(q, q[:3], q[:3], 2), ValueError, "same length"),
+        (lambda q: sliding_window_attention(q, q[:, :3], q, 2), ValueError, "d_k"),
         (lambda q: sliding_window_attention(q, q, q, 2, block_size=0), ValueError, "block_size"),
         (
             lambda q: block_sparse_mask(5, 2, torch.ones(2, 2, dtype=torch.bool)),

@@ -1,11 +1,13 @@
-"""Efficient attention (chapters 7-8): FlashAttention in PyTorch and Triton, sparse and linear attention.
+"""Efficient attention (chapters 7-8): FlashAttention in PyTorch and Triton, sparse, linear.
 
-* ``flash``: ``flash_attention``, tiled with the online softmax, and the one-query
-  step-by-step ``online_softmax_steps``
+* ``flash``: ``flash_attention``, tiled with the online softmax, differentiable, beside
+  ``flash_attention_reference`` (the bare recurrence) and the one-query step-by-step
+  ``online_softmax_steps``
 * ``triton_flash``: ``triton_flash_attention``, the same forward pass as a Triton kernel
   (Triton is imported only when it is called)
 * ``io_model``: slow/fast-memory traffic of standard vs tiled attention
-* ``sparse``: ``sliding_window_attention`` (band only, O(n w)) and sparse masks
+* ``sparse``: ``sliding_window_attention`` (band only, O(n w), differentiable), its blocked
+  reference, and sparse masks
 * ``linear``: ``linear_attention`` (parallel/chunked), its recurrent form and decoding state
 """
 
@@ -19,7 +21,13 @@ from .linear import (
     linear_attention_recurrent,
     linear_attention_step,
 )
-from .sparse import block_sparse_mask, receptive_field, sliding_window_attention, strided_mask
+from .sparse import (
+    block_sparse_mask,
+    receptive_field,
+    sliding_window_attention,
+    sliding_window_attention_reference,
+    strided_mask,
+)
 from .triton_flash import triton_available, triton_flash_attention
 
 __all__ = [
@@ -33,6 +41,7 @@ __all__ = [
     "tiled_attention_io",
     "flash_block_sizes",
     "sliding_window_attention",
+    "sliding_window_attention_reference",
     "strided_mask",
     "block_sparse_mask",
     "receptive_field",
