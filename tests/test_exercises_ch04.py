@@ -1,4 +1,5 @@
-"""Chapter 4's checkers accept the reference solutions, reject plausible wrong answers, and see stubs."""
+"""Chapter 4's checkers accept the reference solutions, reject plausible wrong answers,
+and see stubs."""
 
 import torch
 from selfattn.exercises.ch04 import (

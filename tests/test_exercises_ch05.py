@@ -1,5 +1,5 @@
-"""Chapter 5's checkers accept the reference solutions, reject plausible wrong answers, and see stubs."""
-
+"""Chapter 5's checkers accept the reference solutions, reject plausible wrong answers,
+and see stubs."""
 
 from selfattn.exercises.ch05 import (
     check_cache_bytes,

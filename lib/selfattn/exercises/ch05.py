@@ -57,9 +57,10 @@ def check_merge_heads(answer) -> None:
 
 @checker("5.3", "cross-attention projections from one fused weight")
 def check_cross_projections(answer) -> None:
-    """``answer(x, context, weight, bias)`` with ``x (B, n, d)``, ``context (B, m, d)`` and the fused
-    ``weight (3d, d)``, ``bias (3d,)`` (rows ordered q, k, v) must return ``(q, k, v)``: queries
-    ``(B, n, d)`` from ``x``, keys and values ``(B, m, d)`` from ``context``."""
+    """``answer(x, context, weight, bias)`` with ``x (B, n, d)``, ``context (B, m, d)`` and
+    the fused ``weight (3d, d)``, ``bias (3d,)`` (rows ordered q, k, v) must return
+    ``(q, k, v)``: queries ``(B, n, d)`` from ``x``, keys and values ``(B, m, d)`` from
+    ``context``."""
     for B, n, m, d in ((2, 3, 5, 4), (1, 1, 7, 6), (2, 4, 1, 8)):
         g = _gen(n * 10 + m)
         x, ctx = (
@@ -101,7 +102,8 @@ def check_cache_bytes(answer) -> None:
         got = call_answer(answer, L, h, dh, n, nbytes, B)
         expect_true(
             int(got) == expected,
-            f"case layers={L}, heads={h}, d_head={dh}, n={n}, {nbytes} bytes, batch={B}: expected {expected} bytes, got {got}",
+            f"case layers={L}, heads={h}, d_head={dh}, n={n}, {nbytes} bytes, batch={B}: "
+            f"expected {expected} bytes, got {got}",
         )
 
 

@@ -59,7 +59,10 @@ def mask_for(kind: str, n: int, *, length: int | None = None, window: int = 3) -
 def mask_view(
     kind: str, n: int = 8, *, length: int | None = None, window: int = 3, seed: int = 0
 ) -> MaskView:
-    """The mask for ``kind`` and single-head weights ``softmax(q k^T / sqrt(d) + mask)`` for random q, k (d = 8)."""
+    """The mask for ``kind`` and single-head weights ``softmax(q k^T / sqrt(d) + mask)``.
+
+    The queries and keys are random, ``(n, 8)``, drawn from ``seed``.
+    """
     mask = mask_for(kind, n, length=length, window=window)
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(n, 8, generator=g), torch.randn(n, 8, generator=g)
@@ -125,7 +128,7 @@ def plot_explorer_grid(
 
 
 def explorer(*, kind: str = "causal", n: int = 8, length: int = 5, window: int = 3, seed: int = 0):
-    """The interactive view: mask type, sequence length n (2 to 16), real length (padding) and window.
+    """The interactive view: mask type, length n (2 to 16), real length (padding) and window.
 
     Returns:
         An ``ipywidgets.VBox``.

@@ -38,7 +38,7 @@ def head_token_weights(weights, head: int, query: int) -> np.ndarray:
 
 
 def plot_head_token(weights, tokens: Sequence[str], head: int, query: int, ax=None):
-    """Bar chart of one head's attention from one query over the keys (labelled ``position:token``).
+    """Bar chart of one head's attention from one query over the keys (``position:token``).
 
     Returns:
         The matplotlib axes.
