@@ -171,3 +171,16 @@ def check_mask(mask, scores_shape: tuple[int, ...], device: torch.device | None 
             f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
             f"{tuple(scores_shape)} (..., n, m)"
         )
+
+
+def check_token_ids(ids, name: str, vocab_size: int) -> torch.Tensor:
+    """Token ids: an integer tensor whose values lie in ``0 .. vocab_size - 1``."""
+    require_tensor(ids, name)
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer (torch.long) tensor, got dtype {ids.dtype}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(
+            f"{name} must lie in 0..{vocab_size - 1} (the vocabulary size is {vocab_size}), "
+            f"got values {int(ids.min())}..{int(ids.max())}"
+        )
+    return ids

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.images import patchify
+from .._checks import check_token_ids, require_int, require_number
 from ..multihead import KVCache, MultiHeadAttention
 
 __all__ = [
@@ -104,6 +105,7 @@ class TransformerBlock(nn.Module):
         self, d_model: int, num_heads: int, *, mlp_ratio: int = 4, cross_attention: bool = False
     ):
         super().__init__()
+        mlp_ratio = require_int(mlp_ratio, "mlp_ratio", 1)
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, num_heads)
         self.cross = None
@@ -140,6 +142,22 @@ class TransformerBlock(nn.Module):
             ``(B, n, d)``, or ``(y, weights)`` where ``weights`` is a dict with ``"self"``
             ``(B, h, n, m)`` and, with cross-attention, ``"cross"`` ``(B, h, n, m_context)``.
         """
+        if self.cross is None and not (
+            context is None and context_mask is None and cross_cache is None
+        ):
+            raise ValueError(
+                "this block has no cross-attention (built with cross_attention=False), so "
+                "context, context_mask and cross_cache must be None; got "
+                + ", ".join(
+                    name
+                    for name, value in (
+                        ("context", context),
+                        ("context_mask", context_mask),
+                        ("cross_cache", cross_cache),
+                    )
+                    if value is not None
+                )
+            )
         weights = {}
         a, weights["self"] = self.attn(self.ln1(x), mask=mask, cache=cache, return_weights=True)
         x = x + a
@@ -167,8 +185,7 @@ class Encoder(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, num_layers: int, *, mlp_ratio: int = 4):
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        num_layers = require_int(num_layers, "num_layers", 1)
         self.blocks = nn.ModuleList(
             TransformerBlock(d_model, num_heads, mlp_ratio=mlp_ratio) for _ in range(num_layers)
         )
@@ -203,8 +220,7 @@ class Decoder(nn.Module):
         cross_attention: bool = False,
     ):
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        num_layers = require_int(num_layers, "num_layers", 1)
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 d_model, num_heads, mlp_ratio=mlp_ratio, cross_attention=cross_attention
@@ -229,6 +245,11 @@ class Decoder(nn.Module):
     ):
         """Args: ``x`` ``(B, n, d)``; ``context`` ``(B, m, d)`` when built with cross-attention;
         ``caches`` from :meth:`new_caches`. Returns ``(B, n, d)`` (or with a list of per-layer weight dicts)."""
+        if not self.cross_attention and (context is not None or context_mask is not None):
+            raise ValueError(
+                "this decoder has no cross-attention (built with cross_attention=False), so "
+                "context and context_mask must be None"
+            )
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(
                 f"caches must hold one entry per layer ({len(self.blocks)}), got {len(caches)}"
@@ -257,6 +278,8 @@ class _TokenEmbedding(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int):
         super().__init__()
+        vocab_size = require_int(vocab_size, "vocab_size", 1)
+        max_len = require_int(max_len, "max_len", 1)
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
         self.max_len = max_len
@@ -264,13 +287,11 @@ class _TokenEmbedding(nn.Module):
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         """ids ``(B, n)`` at positions ``start .. start + n - 1`` -> ``(B, n, d)``."""
         _check_ids(ids)
+        start = require_int(start, "start", 0)
         n = ids.shape[1]
         if start + n > self.max_len:
             raise ValueError(f"positions {start}..{start + n - 1} exceed max_len={self.max_len}")
-        if ids.numel() and (ids.min() < 0 or ids.max() >= self.tok.num_embeddings):
-            raise ValueError(
-                f"token ids must lie in 0..{self.tok.num_embeddings - 1}, got {ids.min().item()}..{ids.max().item()}"
-            )
+        check_token_ids(ids, "ids", self.tok.num_embeddings)
         positions = torch.arange(start, start + n, device=ids.device)
         return self.tok(ids) + self.pos(positions)
 
@@ -398,14 +419,13 @@ class MiniGPT(nn.Module):
             ``(B, p + max_new_tokens)`` ids (and the logits on request).
         """
         _check_ids(ids)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        max_new_tokens = require_int(max_new_tokens, "max_new_tokens", 1)
         if ids.shape[1] + max_new_tokens > self.max_len:
             raise ValueError(
-                f"prompt length {ids.shape[1]} + max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}"
+                f"prompt length {ids.shape[1]} + max_new_tokens {max_new_tokens} "
+                f"exceeds max_len={self.max_len}"
             )
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        temperature = require_number(temperature, "temperature", positive=True)
         was_training = self.training
         self.eval()
         caches = self.decoder.new_caches() if use_cache else None
