@@ -1,8 +1,8 @@
-"""Chapter 7's explorer: step through the key blocks of the online softmax and watch m, l and O.
+"""Chapter 7's explorer: step through the key blocks of the online softmax; watch mu, l and O.
 
 One query attends to ``n`` keys with 2-D values (so the output is a point in the plane).
 The keys are processed ``block`` at a time, as FlashAttention's inner loop does. After
-each step the view shows the scores seen so far and the running max ``m``, the running
+each step the view shows the scores seen so far and the running max ``mu``, the running
 sum ``l`` (and the rescale factor ``alpha`` that just shrank it), and the normalised
 output ``O / l``: exact softmax attention over the keys seen so far, walking towards
 the final output.
@@ -42,7 +42,7 @@ def tile_run(n: int = 16, block: int = 4, seed: int = 0) -> TileRun:
 
 
 def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=None):
-    """Three panels after ``step`` blocks (1-based): scores and m; l per step; the output O / l in the plane.
+    """Three panels after ``step`` blocks (1-based): scores and mu; l per step; O / l in the plane.
 
     Returns:
         The three matplotlib axes.
@@ -62,7 +62,7 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
         for j in range(n)
     ]
     ax_s.bar(range(n), run.scores.numpy(), color=colours)
-    ax_s.axhline(now["m"], color="tab:red", ls="--", label=f"running max m = {now['m']:.2f}")
+    ax_s.axhline(now["m"], color="tab:red", ls="--", label=f"running max μ = {now['m']:.2f}")
     ax_s.set_title(f"step {step}/{len(steps)}: keys {now['start']}..{now['stop'] - 1} (orange)")
     ax_s.set_xlabel("key j")
     ax_s.set_ylabel("score s_j")
@@ -71,9 +71,9 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
     ls = [s["l"] for s in steps[:step]]
     ax_l.bar(range(1, step + 1), ls, color="tab:green")
     ax_l.set_xlim(0.4, len(steps) + 0.6)
-    ax_l.set_title(f"running sum l = {now['l']:.3f}, alpha = {now['alpha']:.3f}")
+    ax_l.set_title(f"running sum ℓ = {now['l']:.3f}, α = {now['alpha']:.3f}")
     ax_l.set_xlabel("step (key block)")
-    ax_l.set_ylabel("l = sum exp(s_j - m)")
+    ax_l.set_ylabel("ℓ = sum exp(s_j - μ)")
 
     v = run.values.numpy()
     ax_o.scatter(v[:, 0], v[:, 1], c="lightgray", s=18, label="values v_j")
@@ -81,7 +81,7 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
     ax_o.scatter(seen[:, 0], seen[:, 1], c="tab:blue", s=18)
     path = torch.stack([s["out"] for s in steps[:step]]).numpy()
     ax_o.plot(
-        path[:, 0], path[:, 1], "-o", color="tab:orange", ms=4, label="O / l after each step"
+        path[:, 0], path[:, 1], "-o", color="tab:orange", ms=4, label="O / ℓ after each step"
     )
     ax_o.scatter(
         [run.exact[0]],
@@ -91,7 +91,7 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
         c="tab:red",
         label="softmax attention (all keys)",
     )
-    ax_o.set_title("output O / l in the plane of the values")
+    ax_o.set_title("output O / ℓ in the plane of the values")
     ax_o.set_xlabel("value component 1")
     ax_o.set_ylabel("value component 2")
     ax_o.legend(loc="best", fontsize=7)
@@ -111,7 +111,7 @@ def plot_explorer_grid(
     fig, axes = plt.subplots(len(steps), 3, figsize=(11.0, 3.3 * len(steps)), squeeze=False)
     for row, step in enumerate(steps):
         plot_tile_step(step, n, block, seed, axes=axes[row])
-    fig.suptitle(f"Online softmax over {n} keys in blocks of {block}: m, l and O / l")
+    fig.suptitle(f"Online softmax over {n} keys in blocks of {block}: μ, ℓ and O / ℓ")
     fig.tight_layout()
     return fig
 

@@ -88,7 +88,7 @@ def plot_explorer_grid(
 
 
 def explorer(*, pattern: str = "sliding window", n: int = 32, size: int = 4, layers: int = 1):
-    """The interactive view: pattern, n (8 to 64), window / stride / block size, and layers (1 to 8).
+    """The interactive view: pattern, n (8 to 64), window / stride / block size, layers (1-8).
 
     Returns:
         An ``ipywidgets.VBox``.
