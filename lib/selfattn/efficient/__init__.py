@@ -5,6 +5,8 @@
   ``online_softmax_steps``
 * ``triton_flash``: ``triton_flash_attention``, the same forward pass as a Triton kernel
   (Triton is imported only when it is called)
+* ``decoding``: ``flash_decoding`` (split-KV decoding against a long cache), its
+  ``partial_attention`` per chunk and the exact ``merge_attention_states``
 * ``io_model``: slow/fast-memory traffic of standard vs tiled attention
 * ``sparse``: ``sliding_window_attention`` (band only, O(n w), differentiable), its blocked
   reference, and sparse masks
@@ -12,6 +14,7 @@
 """
 
 from . import io_model
+from .decoding import flash_decoding, merge_attention_states, partial_attention
 from .flash import flash_attention, flash_attention_reference, online_softmax_steps
 from .io_model import TwoLevelMemory, flash_block_sizes, standard_attention_io, tiled_attention_io
 from .linear import (
@@ -34,6 +37,9 @@ __all__ = [
     "flash_attention",
     "flash_attention_reference",
     "online_softmax_steps",
+    "flash_decoding",
+    "merge_attention_states",
+    "partial_attention",
     "triton_flash_attention",
     "triton_available",
     "TwoLevelMemory",
