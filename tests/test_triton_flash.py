@@ -100,7 +100,7 @@ def _sdpa(q, k, v, causal, alignment):
     """torch's own attention for each alignment: is_causal (top-left), causal_lower_right."""
     if not causal:
         return F.scaled_dot_product_attention(q, k, v)
-    if alignment == "top-left":
+    if alignment == "top_left":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     from torch.nn.attention.bias import causal_lower_right
 
@@ -119,12 +119,12 @@ GRAD_TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 4e-2}
 @pytest.mark.parametrize(
     "n,m,dk,dv,causal,alignment",
     [
-        (17, 17, 16, 16, False, "top-left"),  # n not a multiple of the block (16)
-        (20, 45, 16, 24, True, "top-left"),  # n < m
-        (20, 45, 16, 24, True, "bottom-right"),
-        (45, 20, 32, 16, False, "top-left"),  # n > m
-        (45, 20, 32, 16, True, "bottom-right"),  # the first 25 queries see no key
-        (1, 1, 8, 8, True, "top-left"),
+        (17, 17, 16, 16, False, "top_left"),  # n not a multiple of the block (16)
+        (20, 45, 16, 24, True, "top_left"),  # n < m
+        (20, 45, 16, 24, True, "bottom_right"),
+        (45, 20, 32, 16, False, "top_left"),  # n > m
+        (45, 20, 32, 16, True, "bottom_right"),  # the first 25 queries see no key
+        (1, 1, 8, 8, True, "top_left"),
     ],
 )
 def test_gradients_match_sdpa(dtype, n, m, dk, dv, causal, alignment):
@@ -152,10 +152,10 @@ def test_gradients_bf16_and_broadcast_batch():
     q = torch.randn(3, 19, 16, generator=g).bfloat16().requires_grad_()
     k = torch.randn(1, 23, 16, generator=g).bfloat16().requires_grad_()
     v = torch.randn(1, 23, 16, generator=g).bfloat16().requires_grad_()
-    out = triton_flash_attention(q, k, v, causal=True, alignment="bottom-right", block_m=32)
+    out = triton_flash_attention(q, k, v, causal=True, alignment="bottom_right", block_m=32)
     out.float().square().sum().backward()
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
-    ref = _sdpa(q64, k64.expand(3, 23, 16), v64.expand(3, 23, 16), True, "bottom-right")
+    ref = _sdpa(q64, k64.expand(3, 23, 16), v64.expand(3, 23, 16), True, "bottom_right")
     ref.square().sum().backward()
     tol = GRAD_TOL[torch.bfloat16]
     for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
@@ -168,10 +168,10 @@ def test_gradients_bf16_and_broadcast_batch():
 def test_bottom_right_alignment_matches_causal_lower_right(n, m):
     g = torch.Generator().manual_seed(n + 10 * m)
     q, k, v = (torch.randn(2, r, 16, generator=g) for r in (n, m, m))
-    out = triton_flash_attention(q, k, v, causal=True, alignment="bottom-right")
-    torch.testing.assert_close(out, _sdpa(q, k, v, True, "bottom-right"), atol=1e-5, rtol=1e-5)
+    out = triton_flash_attention(q, k, v, causal=True, alignment="bottom_right")
+    torch.testing.assert_close(out, _sdpa(q, k, v, True, "bottom_right"), atol=1e-5, rtol=1e-5)
     top = triton_flash_attention(q, k, v, causal=True)  # the default stays top-left
-    torch.testing.assert_close(top, _sdpa(q, k, v, True, "top-left"), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(top, _sdpa(q, k, v, True, "top_left"), atol=1e-5, rtol=1e-5)
     assert (n == m) == torch.allclose(out, top)  # the two alignments differ unless n == m
     if n > m:
         assert out[:, : n - m].eq(0).all()  # queries that see no key: output 0, not nan

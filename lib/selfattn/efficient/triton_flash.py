@@ -380,21 +380,21 @@ def _pow2(x: int, at_least: int = 16) -> int:
     return max(at_least, 1 << (x - 1).bit_length())
 
 
-_ALIGNMENTS = ("top-left", "bottom-right")
+_ALIGNMENTS = ("top_left", "bottom_right")
 
 
-def causal_diagonal(n: int, m: int, alignment: str = "top-left") -> int:
+def causal_diagonal(n: int, m: int, alignment: str = "top_left") -> int:
     """The causal mask's diagonal: key ``j`` is visible to query ``i`` iff ``j <= i + diag``.
 
-    ``"top-left"`` (SDPA's ``is_causal``): ``diag = 0``, query 0 sees key 0.
-    ``"bottom-right"`` (``torch.nn.attention.bias.causal_lower_right``, flash-attn >= 2.1):
+    ``"top_left"`` (SDPA's ``is_causal``): ``diag = 0``, query 0 sees key 0.
+    ``"bottom_right"`` (``torch.nn.attention.bias.causal_lower_right``, flash-attn >= 2.1):
     ``diag = m - n``, the last query sees every key, as when ``n`` new queries are decoded
     against a cache of ``m`` keys. With ``n > m`` the first ``n - m`` queries see no key;
     their output (and gradient) is 0.
     """
     if alignment not in _ALIGNMENTS:
-        raise ValueError(f"alignment must be 'top-left' or 'bottom-right', got {alignment!r}")
-    return 0 if alignment == "top-left" else m - n
+        raise ValueError(f"alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
+    return 0 if alignment == "top_left" else m - n
 
 
 def _dot_in_fp32(dtype: torch.dtype, device: torch.device) -> bool:
@@ -566,7 +566,7 @@ def triton_flash_attention(
     scale: float | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
-    alignment: str = "top-left",
+    alignment: str = "top_left",
 ) -> torch.Tensor:
     r"""softmax(q k^T * scale) v by the Triton FlashAttention kernels, differentiable.
 
@@ -584,8 +584,8 @@ def triton_flash_attention(
         block_m, block_n: queries and keys per tile (powers of two >= 16) for the forward and
             backward kernels. Default: chosen for the device's shared memory
             (:func:`~selfattn.efficient.triton_configs.choose_config`); 16 in the interpreter.
-        alignment: ``"top-left"`` (query ``i`` sees keys ``j <= i``, SDPA's ``is_causal``) or
-            ``"bottom-right"`` (``j <= i + m - n``, ``causal_lower_right``: the last query sees
+        alignment: ``"top_left"`` (query ``i`` sees keys ``j <= i``, SDPA's ``is_causal``) or
+            ``"bottom_right"`` (``j <= i + m - n``, ``causal_lower_right``: the last query sees
             every key, as in decoding against a cache); see :func:`causal_diagonal`.
 
     Returns:
