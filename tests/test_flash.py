@@ -1,14 +1,17 @@
 """flash_attention (tiled, online softmax) against torch SDPA, the oracle."""
 
+import inspect
 import math
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from selfattn import scaled_dot_product_attention
-from selfattn.efficient import flash_attention, online_softmax_steps
+from selfattn.efficient import flash as fl
+from selfattn.efficient import flash_attention, flash_attention_reference, online_softmax_steps
 
 
 def sdpa(q, k, v, causal=False, scale=None):
@@ -154,3 +157,237 @@ def test_no_n_squared_tensor(monkeypatch):
     flash_attention(q, q, q, block_q=32, block_k=48)
     assert max(sizes) <= 32 * 48 < 200 * 200
     assert math.isfinite(sum(sizes))
+
+
+# --- the reference, both causal alignments, the backward pass, robustness -----------------------
+
+ALIGN = ["top_left", "bottom_right"]
+LENGTHS = [(3, 8), (8, 8), (8, 3), (1, 5), (5, 1)]  # n < m, n = m, n > m, one query, one key
+
+
+def torch_attention(q, k, v, causal=False, alignment="top_left", scale=None):
+    """torch's own: SDPA's is_causal (top-left) or the causal_lower_right bias (bottom-right)."""
+    if causal and alignment == "bottom_right":
+        from torch.nn.attention.bias import causal_lower_right
+
+        with warnings.catch_warnings():  # torch warns about n > m; its result is still defined
+            warnings.simplefilter("ignore")
+            bias = causal_lower_right(q.shape[-2], k.shape[-2])
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+def qkv(n, m, d=8, dv=5, batch=(2, 3), dtype=torch.float32, seed=0, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    out = [
+        torch.randn(*batch, length, width, generator=g, dtype=torch.float64).to(dtype)
+        for length, width in ((n, d), (m, d), (m, dv))
+    ]
+    return [t.requires_grad_(requires_grad) for t in out]
+
+
+@given(
+    n=st.integers(1, 30),
+    m=st.integers(1, 30),
+    bq=st.integers(1, 12),
+    bk=st.integers(1, 12),
+    causal=st.booleans(),
+    alignment=st.sampled_from(ALIGN),
+    seed=st.integers(0, 1000),
+)
+@settings(max_examples=30)
+def test_reference_matches_torch_and_fast_matches_reference(n, m, bq, bk, causal, alignment, seed):
+    q, k, v = qkv(n, m, seed=seed)
+    ref = flash_attention_reference(
+        q, k, v, causal=causal, alignment=alignment, block_q=bq, block_k=bk
+    )
+    torch.testing.assert_close(
+        ref, torch_attention(q, k, v, causal, alignment), atol=1e-5, rtol=1e-5
+    )
+    fast = flash_attention(q, k, v, causal=causal, alignment=alignment, block_q=bq, block_k=bk)
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_reference_reads_like_the_recurrence():
+    # The reference is the bare recurrence: no buffer reuse, no lazy rescale, no matmul tricks.
+    src = inspect.getsource(flash_attention_reference)
+    for step in ("mu_new = torch.maximum(mu", "torch.exp(s - mu_new)", "alpha * ell", "acc / "):
+        assert step in src
+    assert "out=" not in src and "baddbmm" not in src
+
+
+@pytest.mark.parametrize("alignment", ALIGN)
+@pytest.mark.parametrize("n,m", LENGTHS)
+def test_both_alignments_match_torch(n, m, alignment):
+    q, k, v = qkv(n, m)
+    want = torch_attention(q, k, v, True, alignment)
+    for fn in (flash_attention, flash_attention_reference):
+        got = fn(q, k, v, causal=True, alignment=alignment, block_q=2, block_k=3)
+        assert not torch.isnan(got).any()
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # The two alignments differ exactly when n != m.
+    other = "top_left" if alignment == "bottom_right" else "bottom_right"
+    differs = not torch.allclose(
+        flash_attention(q, k, v, causal=True, alignment=alignment),
+        flash_attention(q, k, v, causal=True, alignment=other),
+    )
+    assert differs == (n != m)
+
+
+def test_rows_that_see_no_key_are_zeros():
+    # Bottom-right with n > m: the first n - m queries come before every key.
+    q, k, v = qkv(6, 2)
+    for fn in (flash_attention, flash_attention_reference):
+        out = fn(q, k, v, causal=True, alignment="bottom_right", block_q=4, block_k=1)
+        assert torch.equal(out[..., :4, :], torch.zeros_like(out[..., :4, :]))
+        assert out[..., 4:, :].abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    "n,m,bq,bk,causal,alignment",
+    [
+        (5, 7, 2, 3, False, "top_left"),
+        (7, 5, 3, 2, True, "top_left"),
+        (4, 9, 3, 4, True, "bottom_right"),
+        (9, 4, 4, 3, True, "bottom_right"),  # five rows see no key
+        (1, 6, 1, 4, True, "bottom_right"),  # one query: decoding
+        (1, 1, 1, 1, True, "top_left"),
+        (6, 6, 4, 4, True, "top_left"),
+    ],
+)
+def test_gradcheck_float64(n, m, bq, bk, causal, alignment):
+    q, k, v = qkv(n, m, d=3, dv=2, batch=(2,), dtype=torch.float64, requires_grad=True)
+    fn = lambda q, k, v: flash_attention(
+        q, k, v, causal=causal, alignment=alignment, block_q=bq, block_k=bk
+    )
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+def test_gradcheck_with_broadcast_batch_and_scale():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(4, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    k = torch.randn(2, 5, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    v = torch.randn(1, 5, 2, dtype=torch.float64, generator=g, requires_grad=True)
+    fn = lambda q, k, v: flash_attention(q, k, v, causal=True, scale=0.7, block_q=3, block_k=2)
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+@given(
+    n=st.integers(1, 40),
+    m=st.integers(1, 40),
+    bq=st.integers(1, 16),
+    bk=st.integers(1, 16),
+    causal=st.booleans(),
+    alignment=st.sampled_from(ALIGN),
+    seed=st.integers(0, 1000),
+)
+@settings(max_examples=25)
+def test_gradients_match_torch_float32(n, m, bq, bk, causal, alignment, seed):
+    q, k, v = qkv(n, m, d=16, dv=8, batch=(2, 2), seed=seed, requires_grad=True)
+    g = torch.randn(2, 2, n, 8, generator=torch.Generator().manual_seed(seed + 1))
+    ours = torch.autograd.grad(
+        flash_attention(q, k, v, causal=causal, alignment=alignment, block_q=bq, block_k=bk),
+        (q, k, v),
+        g,
+    )
+    theirs = torch.autograd.grad(torch_attention(q, k, v, causal, alignment), (q, k, v), g)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 5e-3), (torch.bfloat16, 4e-2)])
+def test_half_precision_gradients(dtype, tol):
+    q, k, v = qkv(33, 40, d=16, dv=16, dtype=dtype, requires_grad=True)
+    g = torch.randn(2, 3, 33, 16).to(dtype)
+    grads = torch.autograd.grad(
+        flash_attention(q, k, v, causal=True, block_q=8, block_k=16), (q, k, v), g
+    )
+    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    want = torch.autograd.grad(torch_attention(*ref, causal=True), ref, g.double())
+    for a, b, t in zip(grads, want, (q, k, v)):
+        assert a.dtype == dtype and a.shape == t.shape
+        torch.testing.assert_close(a.double(), b, atol=tol, rtol=tol)
+
+
+def test_backward_holds_no_n_by_m_tensor(monkeypatch):
+    # The backward recomputes P one block_q x block_k tile at a time: no bmm result is n x m.
+    q, k, v = qkv(96, 80, d=8, dv=8, batch=(1,), requires_grad=True)
+    out = flash_attention(q, k, v, block_q=16, block_k=32)
+    sizes, real_bmm = [], torch.bmm
+
+    def spy(a, b, **kw):
+        res = real_bmm(a, b, **kw)
+        sizes.append(res.shape[-2] * res.shape[-1])
+        return res
+
+    monkeypatch.setattr(torch, "bmm", spy)
+    out.sum().backward()
+    assert sizes and max(sizes) <= max(16 * 32, 96 * 8) < 96 * 80
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_forward_without_grad_skips_autograd(monkeypatch):
+    # The chapters and `make bench` time the forward: without gradients it must not save state.
+    calls = []
+    real_apply = fl._FlashAttention.apply
+    monkeypatch.setattr(fl._FlashAttention, "apply", lambda *a: calls.append(a) or real_apply(*a))
+    q, k, v = qkv(10, 10)
+    flash_attention(q, k, v)
+    with torch.no_grad():
+        flash_attention(*(t.requires_grad_() for t in (q, k, v)))
+    assert calls == []
+    flash_attention(q, k, v)
+    assert len(calls) == 1
+
+
+def test_half_inputs_with_large_finite_scores_stay_finite():
+    for dtype in (torch.float16, torch.bfloat16):
+        q = torch.full((1, 4, 8), 100.0, dtype=dtype)  # scores 100 * 100 * 8 / sqrt(8): finite
+        v = torch.randn(1, 4, 8).to(dtype)
+        for fn in (flash_attention, flash_attention_reference):
+            out = fn(q, q, v, causal=True)
+            assert out.dtype == dtype and torch.isfinite(out).all()
+            want = torch_attention(q.float(), q.float(), v.float(), True)
+            torch.testing.assert_close(out, want.to(dtype))  # the dtype's own tolerance
+
+
+@pytest.mark.parametrize(
+    "shape_q,shape_k,shape_v",
+    [
+        ((2, 0, 8), (2, 5, 8), (2, 5, 4)),  # no queries
+        ((2, 3, 8), (2, 0, 8), (2, 0, 4)),  # no keys: zeros, as SDPA
+        ((2, 3, 8), (2, 5, 8), (2, 5, 0)),  # d_v = 0
+        ((0, 3, 8), (0, 5, 8), (0, 5, 4)),  # empty batch
+        ((2, 3, 0), (2, 5, 0), (2, 5, 4)),  # d_k = 0: every score is 0
+    ],
+)
+def test_zero_length_dims_behave_like_sdpa(shape_q, shape_k, shape_v):
+    q, k, v = torch.randn(shape_q), torch.randn(shape_k), torch.randn(shape_v)
+    want = F.scaled_dot_product_attention(q, k, v, scale=1.0 if q.shape[-1] == 0 else None)
+    for fn in (flash_attention, flash_attention_reference):
+        for causal in (False, True):
+            got = fn(q, k, v, causal=causal, alignment="bottom_right")
+            assert got.shape == want.shape
+            if not causal:
+                torch.testing.assert_close(got, want)
+
+
+def test_robust_arguments():
+    q = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="device"):
+        flash_attention(q, q.to("meta"), q)
+    with pytest.raises(ValueError, match="alignment"):
+        flash_attention(q, q, q, causal=True, alignment="lower_right")
+    with pytest.raises(TypeError, match="scale"):
+        flash_attention(q, q, q, scale="2")
+    with pytest.raises(ValueError, match="block_k"):
+        flash_attention_reference(q, q, q, block_k=0)
+
+
+def test_online_softmax_steps_masked_scores_give_zeros_not_nan():
+    s = torch.tensor([float("-inf")] * 3 + [0.5, 1.0])
+    steps = online_softmax_steps(s, torch.ones(5, 2), block=3)
+    assert torch.equal(steps[0]["out"], torch.zeros(2)) and steps[0]["l"] == 0.0
+    torch.testing.assert_close(steps[-1]["out"], torch.ones(2, dtype=torch.float64))
+    all_masked = online_softmax_steps(torch.full((4,), float("-inf")), torch.ones(4, 2), 2)
+    assert all(torch.equal(st_["out"], torch.zeros(2, dtype=torch.float64)) for st_ in all_masked)

@@ -197,8 +197,8 @@ def _flash_forward(
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     work = _work_dtype(q.dtype)
     # Flatten the batch dimensions so every tile product is one batched matmul (bmm).
-    qf = (q.to(work) * scale).expand(*batch, n, d_k).reshape(-1, n, d_k)
-    bh = qf.shape[0]
+    bh = math.prod(batch)
+    qf = (q.to(work) * scale).expand(*batch, n, d_k).reshape(bh, n, d_k)
     out = torch.empty(bh, n, d_v, dtype=work, device=q.device)
     lse = torch.full((bh, n), float("-inf"), dtype=work, device=q.device) if want_lse else None
     if out.numel() == 0 or m == 0:  # no keys: zeros, as torch SDPA gives
@@ -207,11 +207,11 @@ def _flash_forward(
     # tile product [q | -mu] @ [k | 1]^T = q k^T - mu already has the running max subtracted:
     # one pass over the tile saved (the CPU analogue of keeping work inside the matmul).
     k1 = torch.cat(
-        [k.to(work).expand(*batch, m, d_k).reshape(-1, m, d_k), k.new_ones(bh, m, 1, dtype=work)],
+        [k.to(work).expand(*batch, m, d_k).reshape(bh, m, d_k), k.new_ones(bh, m, 1, dtype=work)],
         dim=-1,
     )
     kt = k1.transpose(1, 2)  # (B, d_k + 1, m), a view
-    vf = v.to(work).expand(*batch, m, d_v).reshape(-1, m, d_v)
+    vf = v.to(work).expand(*batch, m, d_v).reshape(bh, m, d_v)
     neg_inf = float("-inf")
     # Reused buffers: a fresh multi-megabyte tile per step would cost page faults every time.
     s_buf = torch.empty(bh, min(block_q, n), min(block_k, m), dtype=work, device=q.device)
@@ -447,7 +447,9 @@ def flash_attention(
         )
         return out.reshape(*batch, n, d_v).to(q.dtype)
     # Autograd sees the broadcast as expand + reshape, and sums the gradients back for us.
-    q3, k3, v3 = (t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:]) for t in (q, k, v))
+    q3, k3, v3 = (
+        t.expand(*batch, *t.shape[-2:]).reshape(math.prod(batch), *t.shape[-2:]) for t in (q, k, v)
+    )
     out = _FlashAttention.apply(q3, k3, v3, scale, causal, offset, block_q, block_k)
     return out.reshape(*batch, n, d_v)
 

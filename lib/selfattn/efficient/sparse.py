@@ -210,8 +210,8 @@ def _window_forward(
     right = 0 if causal else back
     span = block + back + right  # keys one query block can reach
 
-    qf = q.to(work).expand(*batch, n, d_k).reshape(-1, n, d_k)
-    bh = qf.shape[0]
+    bh = math.prod(batch)
+    qf = q.to(work).expand(*batch, n, d_k).reshape(bh, n, d_k)
     if bh * n * d_v == 0 or m == 0:  # nothing to compute, or no keys: zeros
         out = torch.zeros(bh, n, d_v, dtype=work, device=q.device)
         lse = torch.full((bh, n), float("-inf"), dtype=work, device=q.device)
@@ -225,11 +225,11 @@ def _window_forward(
     seg = max(0, stop - first)
 
     def padded(t, d):
-        t = t.to(work).expand(*batch, m, d).reshape(-1, m, d)[:, first : first + seg]
+        t = t.to(work).expand(*batch, m, d).reshape(bh, m, d)[:, first : first + seg]
         return F.pad(t, (0, 0, front, length - front - seg))
 
     kp, vp = padded(k, d_k), padded(v, d_v)
-    qb = F.pad(qf, (0, 0, 0, pad_end)).reshape(-1, nb, block, d_k)  # (B, nb, block, d_k)
+    qb = F.pad(qf, (0, 0, 0, pad_end)).reshape(bh, nb, block, d_k)  # (B, nb, block, d_k)
     kw = kp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_k) view, no copy
     vw = vp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_v)
 
@@ -375,6 +375,8 @@ def sliding_window_attention(
             block=block,
         )
         return out.reshape(*batch, n, d_v).to(q.dtype)
-    q3, k3, v3 = (t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:]) for t in (q, k, v))
+    q3, k3, v3 = (
+        t.expand(*batch, *t.shape[-2:]).reshape(math.prod(batch), *t.shape[-2:]) for t in (q, k, v)
+    )
     out = _SlidingWindow.apply(q3, k3, v3, window, causal, offset, scale, block)
     return out.reshape(*batch, n, d_v)
