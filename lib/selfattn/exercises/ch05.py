@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..multihead import kv_cache_bytes, merge_heads, mha_param_count, split_heads
-from ._core import call_answer, checker, expect_close, expect_true
+from ._core import call_answer, checker, expect_close, expect_int, expect_true
 
 __all__ = [
     "check_split_heads",
@@ -100,10 +100,11 @@ def check_cache_bytes(answer) -> None:
     for L, h, dh, n, nbytes, B in cases:
         expected = kv_cache_bytes(L, h, dh, n, sizes[nbytes], batch=B)
         got = call_answer(answer, L, h, dh, n, nbytes, B)
-        expect_true(
-            int(got) == expected,
-            f"case layers={L}, heads={h}, d_head={dh}, n={n}, {nbytes} bytes, batch={B}: "
-            f"expected {expected} bytes, got {got}",
+        expect_int(
+            got,
+            expected,
+            case=f"layers={L}, heads={h}, d_head={dh}, n={n}, {nbytes} bytes, batch={B} "
+            "(in bytes)",
         )
 
 
@@ -121,7 +122,4 @@ def check_param_count(answer) -> None:
     ):
         expected = mha_param_count(d, bias=bias)
         got = call_answer(answer, d, h, bias)
-        expect_true(
-            int(got) == expected,
-            f"case d_model={d}, num_heads={h}, bias={bias}: expected {expected}, got {got}",
-        )
+        expect_int(got, expected, case=f"d_model={d}, num_heads={h}, bias={bias}")
