@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import check_token_ids, require_int
 from ..attention import scaled_dot_product_attention
 from ..data.order_tasks import IGNORE_INDEX
 from ..positional import (
@@ -99,6 +100,8 @@ class OrderModel(nn.Module):
         if encoding not in ENCODINGS:
             raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
         cfg = self.cfg = OrderModelConfig(vocab_size=vocab_size, encoding=encoding, **kwargs)
+        for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
+            require_int(getattr(cfg, name), name, 1)
         if cfg.d_model % cfg.num_heads or (cfg.d_model // cfg.num_heads) % 2:
             raise ValueError(
                 f"d_model={cfg.d_model} must split into num_heads={cfg.num_heads} heads of even size"
@@ -138,6 +141,7 @@ class OrderModel(nn.Module):
                 else type(tokens).__name__
             )
             raise TypeError(f"tokens must be a torch.long tensor (B, n), got {got}")
+        check_token_ids(tokens, "tokens", self.cfg.vocab_size)
         n = tokens.shape[1]
         x = self.embed(tokens)
         if self.cfg.encoding == "sinusoidal":
