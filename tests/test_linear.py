@@ -1,5 +1,7 @@
 """Linear attention: parallel == chunked == recurrent == the written-out kernel formula."""
 
+import warnings
+
 import pytest
 import torch
 from hypothesis import given
@@ -97,3 +99,51 @@ def test_bad_input():
         linear_attention_step(state, torch.randn(3), torch.randn(3), torch.randn(4))
     with pytest.raises(TypeError, match="q_t"):
         linear_attention_step(state, [1.0] * 4, torch.randn(4), torch.randn(4))
+
+
+# --- causal alignment with n != m, half precision, robustness --------------------------------
+
+
+def torch_causal_mask(n, m, alignment):
+    """torch's own causal masks: SDPA's is_causal (upper left) and causal_lower_right."""
+    from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that lower-right with n > m has empty rows
+        bias = (causal_upper_left if alignment == "top_left" else causal_lower_right)(n, m)
+        return bias._materialize()  # bool (n, m), True = may attend
+
+
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("n,m", [(3, 9), (9, 9), (9, 3), (1, 5), (5, 1)])
+@pytest.mark.parametrize("chunk", [1, 2, 4, 128])
+def test_causal_alignment_matches_torchs_masks(n, m, alignment, chunk):
+    q, k, v = torch.randn(2, n, 4), torch.randn(2, m, 4), torch.randn(2, m, 3)
+    a = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)
+    a = a * torch_causal_mask(n, m, alignment)
+    want = (a @ v) / (a.sum(-1, keepdim=True) + 1e-6)  # a row with no key: 0 / eps = 0
+    got = linear_attention(q, k, v, causal=True, alignment=alignment, chunk_size=chunk)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_half_inputs_with_large_finite_scores_stay_finite():
+    for dtype in (torch.float16, torch.bfloat16):
+        q = torch.full((1, 6, 8), 60.0, dtype=dtype)  # phi(q).phi(k) = 61^2 * 8 > float16's max
+        for causal in (False, True):
+            out = linear_attention(q, q, q, causal=causal)
+            assert out.dtype == dtype and torch.isfinite(out).all()
+            torch.testing.assert_close(out, q)
+
+
+@pytest.mark.parametrize("n,m,dv", [(0, 5, 4), (3, 0, 4), (3, 5, 0)])
+def test_zero_length_dims(n, m, dv):
+    q, k, v = torch.randn(2, n, 4), torch.randn(2, m, 4), torch.randn(2, m, dv)
+    for causal in (False, True):
+        out = linear_attention(q, k, v, causal=causal, alignment="bottom_right")
+        assert out.shape == (2, n, dv) and not out.abs().sum()
+
+
+def test_devices_must_agree():
+    q = torch.randn(5, 4)
+    with pytest.raises(ValueError, match="device"):
+        linear_attention(q, q.to("meta"), q)
