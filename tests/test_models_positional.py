@@ -1,9 +1,20 @@
 """OrderModel (chapter 6's experiment model) and the shifted-copy task."""
 
+import json
+
+import numpy as np
 import pytest
 import torch
 from selfattn.data import IGNORE_INDEX, ShiftedCopyTask, shifted_copy_batch
-from selfattn.models import ENCODINGS, OrderModel, token_accuracy, train_order_model
+from selfattn.models import (
+    ENCODINGS,
+    OrderModel,
+    extrapolation_run,
+    extrapolation_study,
+    steps_to_loss,
+    token_accuracy,
+    train_order_model,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +117,71 @@ def test_training_learns_the_shift_and_accuracy_counts_only_scored_positions():
     per_position = token_accuracy(model, x, y, per_position=True)
     assert losses[-1] < 0.2 * losses[0] and acc > 0.9
     assert torch.isnan(per_position[0]) and abs(per_position[1:].mean().item() - acc) < 1e-6
+
+
+# ---- chapter 6's experiment over seeds ---------------------------------------------
+
+
+def _steps_to_loss_oracle(losses, threshold, window):
+    # the chapter's original formula: a "valid" moving average, first index below
+    smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
+    below = np.flatnonzero(smooth < threshold)
+    return int(below[0]) + window if below.size else None
+
+
+def test_steps_to_loss_matches_the_moving_average():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        losses = np.exp(-np.linspace(0, 6, 300) + 0.3 * rng.standard_normal(300))
+        for threshold, window in ((0.1, 20), (0.5, 1), (0.01, 7), (1e-9, 20)):
+            expected = _steps_to_loss_oracle(losses, threshold, window)
+            assert steps_to_loss(losses.tolist(), threshold, window=window) == expected
+    assert steps_to_loss([1.0] * 30, 0.5) is None
+    assert steps_to_loss([0.0] * 20, 0.1) == 20  # the earliest possible step is the window
+    assert steps_to_loss([0.0] * 19, 0.1) is None  # shorter than one window
+    with pytest.raises(ValueError, match="window must be an int >= 1, got 0"):
+        steps_to_loss([1.0], 0.1, window=0)
+
+
+def test_extrapolation_run_is_seeded_and_its_metrics_are_the_model_s():
+    kwargs = dict(n_train=8, n_test=12, steps=4, num_test=16)
+    model, losses, metrics = extrapolation_run("sinusoidal", 3, **kwargs)
+    _, losses_again, metrics_again = extrapolation_run("sinusoidal", 3, **kwargs)
+    _, losses_other, _ = extrapolation_run("sinusoidal", 4, **kwargs)
+    assert losses == losses_again
+    positions, positions_again = metrics.pop("per_position"), metrics_again.pop("per_position")
+    assert metrics == metrics_again
+    np.testing.assert_array_equal(positions, positions_again)  # NaN where nothing is scored
+    assert losses != losses_other  # another seed: other weights and batches
+    task = ShiftedCopyTask(shift=3, vocab_size=16, seed=3)
+    x, y = task.test_set(16, 12)
+    assert metrics["acc_long"] == token_accuracy(model, x, y)
+    assert metrics["acc_short"] == token_accuracy(model, *task.test_set(16, 8))
+    per_position = token_accuracy(model, x, y, per_position=True)
+    assert metrics["acc_beyond"] == pytest.approx(per_position[8:].mean().item())
+    assert len(positions) == 12 and len(losses) == 4 and np.isnan(positions[:3]).all()
+    assert metrics["steps_to_loss01"] == steps_to_loss(losses, 0.1)
+
+
+def test_extrapolation_run_bad_input():
+    with pytest.raises(TypeError, match="seed must be an int, got float"):
+        extrapolation_run("rope", 1.0)
+    with pytest.raises(ValueError, match="n_test must exceed n_train=16, got 16"):
+        extrapolation_run("rope", 0, n_test=16)
+    with pytest.raises(ValueError, match="encoding must be one of"):
+        extrapolation_run("absolute", 0, steps=1, num_test=2)
+
+
+def test_extrapolation_study_collects_every_encoding_and_seed():
+    study = extrapolation_study(
+        [0, 1], encodings=("none", "rope"), n_train=8, n_test=10, steps=2, num_test=4
+    )
+    assert study["seeds"] == [0, 1] and set(study["runs"]) == {"none", "rope"}
+    assert study["settings"]["steps"] == 2 and study["settings"]["lr"] == 3e-3
+    _, _, direct = extrapolation_run("rope", 1, n_train=8, n_test=10, steps=2, num_test=4)
+    row = study["runs"]["rope"]["1"]
+    assert set(row) == {"acc_short", "acc_long", "acc_beyond", "steps_to_loss01"}
+    assert row["acc_long"] == round(direct["acc_long"], 4)
+    json.dumps(study)  # JSON-ready, as the recorded table is
+    with pytest.raises(ValueError, match="seeds must name at least one seed"):
+        extrapolation_study([])
