@@ -59,7 +59,8 @@ def test_recall_data_is_consistent_and_deterministic():
 
 @pytest.fixture
 def one_thread():
-    # Tiny matrices: a second thread only adds synchronisation, which on a busy machine costs seconds.
+    # Tiny matrices: a second thread only adds synchronisation, which on a busy machine costs
+    # seconds.
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -93,3 +94,24 @@ def test_recall_model_shapes_and_learning(one_thread):
             .item()
         )
     assert acc > 0.9
+
+
+@pytest.mark.parametrize("d_k", [16, 512])
+def test_the_chapters_control_starts_where_the_scaled_model_starts(d_k):
+    # Chapter 3's control: the unscaled model with W_q and W_k shrunk by d_k^(-1/4) computes
+    # exactly the scaled model's function (same seed, same draws), although it is unscaled.
+    b = key_value_recall(32, generator=torch.Generator().manual_seed(0))
+    outputs = {}
+    for name in ("scaled", "unscaled", "control"):
+        torch.manual_seed(0)
+        model = KeyValueRecallModel(16, 16, 64, d_k, scaled=name == "scaled")
+        if name == "control":
+            with torch.no_grad():
+                model.attention.w_q.weight.mul_(d_k**-0.25)
+                model.attention.w_k.weight.mul_(d_k**-0.25)
+        outputs[name] = model(b.keys, b.values, b.query, return_weights=True)
+    for got, expected in zip(outputs["control"], outputs["scaled"]):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    # ...and the unscaled model does not: its weights are far sharper.
+    sharp, flat = outputs["unscaled"][1].amax(-1).mean(), outputs["scaled"][1].amax(-1).mean()
+    assert sharp > flat + 0.1

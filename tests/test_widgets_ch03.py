@@ -53,7 +53,8 @@ def test_static_figure_has_titles_and_labels():
 
 
 def test_explorer_redraws_when_a_control_changes(monkeypatch):
-    # Outside a kernel the Output widget captures nothing, so record what the explorer draws instead.
+    # Outside a kernel the Output widget captures nothing, so record what the explorer draws
+    # instead.
     calls = []
     real = ch03.plot_query_weights
 

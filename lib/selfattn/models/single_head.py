@@ -43,7 +43,7 @@ class SingleHeadSelfAttention(nn.Module):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         d_v = d_model if d_v is None else d_v
-        # No biases: the scores are then exactly the bilinear form x_i^T W_q W_k^T x_j of the chapter.
+        # No biases: the scores are then exactly the chapter's bilinear form x_i^T W_q W_k^T x_j.
         self.w_q = nn.Linear(d_model, d_k, bias=False)
         self.w_k = nn.Linear(d_model, d_k, bias=False)
         self.w_v = nn.Linear(d_model, d_v, bias=False)
@@ -84,7 +84,8 @@ class KeyValueRecallModel(nn.Module):
 
     Args:
         n_keys, n_values: vocabulary sizes of keys and values.
-        d_model: embedding width; d_k: query/key width; scaled: see :class:`SingleHeadSelfAttention`.
+        d_model: embedding width; d_k: query/key width.
+        scaled: see :class:`SingleHeadSelfAttention`.
 
     Shapes:
         ``forward(keys (B, p), values (B, p), query (B,)) -> logits (B, n_values)``.
@@ -106,8 +107,8 @@ class KeyValueRecallModel(nn.Module):
         """The input sequence ``(B, p + 1, d_model)``: p pair tokens, then the query token."""
         if keys.shape != values.shape or keys.dim() != 2 or query.shape != keys.shape[:1]:
             raise ValueError(
-                f"expected keys (B, p), values (B, p) and query (B,), got keys {tuple(keys.shape)}, "
-                f"values {tuple(values.shape)}, query {tuple(query.shape)}"
+                "expected keys (B, p), values (B, p) and query (B,), got keys "
+                f"{tuple(keys.shape)}, values {tuple(values.shape)}, query {tuple(query.shape)}"
             )
         pairs = self.key_embedding(keys) + self.value_embedding(values)
         marker = torch.full_like(query, self.n_values)

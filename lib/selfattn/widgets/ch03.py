@@ -54,7 +54,8 @@ def query_weights(
         d_k: dimension of query and keys, 1 to 1024.
         scaled: multiply the scores by ``1/sqrt(d_k)``.
         n_keys: number of keys ``m``.
-        seed: the draw (the same for every ``d_k``: smaller ``d_k`` use a prefix of the components).
+        seed: the draw (the same for every ``d_k``: smaller ``d_k`` use a prefix of the
+            components).
 
     Returns:
         :class:`QueryWeights` with ``(n_keys,)`` scores and weights, their entropy and maximum.
@@ -74,7 +75,8 @@ def query_weights(
 
 
 def plot_query_weights(d_k: int, scaled: bool = True, *, n_keys: int = 16, seed: int = 0, ax=None):
-    """Bar chart of one query's weights over its keys, titled with ``d_k``, the entropy and the largest weight.
+    """Bar chart of one query's weights over its keys, titled with ``d_k``, the entropy and
+    the largest weight.
 
     Returns:
         The matplotlib axes.
@@ -91,13 +93,15 @@ def plot_query_weights(d_k: int, scaled: bool = True, *, n_keys: int = 16, seed:
     ax.set_ylabel("weight α_j")
     label = "scaled by 1/√d_k" if scaled else "unscaled"
     ax.set_title(
-        f"d_k = {d_k}, {label}\nentropy {r.entropy:.2f} nats (max {math.log(n_keys):.2f}), max α {r.max_weight:.2f}"
+        f"d_k = {d_k}, {label}\nentropy {r.entropy:.2f} nats"
+        f" (max {math.log(n_keys):.2f}), max α {r.max_weight:.2f}"
     )
     return ax
 
 
 def plot_explorer_grid(d_ks: Sequence[int] = (4, 64, 1024), *, n_keys: int = 16, seed: int = 0):
-    """The explorer's view for a few ``d_k``: top row scaled, bottom row unscaled (the static figure).
+    """The explorer's view for a few ``d_k``: top row scaled, bottom row unscaled (the static
+    figure).
 
     Returns:
         The matplotlib figure.
