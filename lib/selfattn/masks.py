@@ -70,6 +70,8 @@ def padding_mask(lengths, max_len: int, *, device=None) -> torch.Tensor:
             f"lengths must be a 1-D integer sequence (B,), got {type(lengths).__name__} "
             f"{lengths!r}"
         ) from None
+    if lengths.dim() == 1 and lengths.numel() == 0:
+        lengths = lengths.long()  # an empty batch: torch reads [] as float
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
         raise TypeError(
             f"lengths must be a 1-D integer sequence (B,), got shape {tuple(lengths.shape)} "
