@@ -55,7 +55,7 @@ def check_merge_heads(answer) -> None:
         )
 
 
-@checker("5.3", "cross-attention projections from one fused weight")
+@checker("5.3", "cross-attention from one fused weight")
 def check_cross_projections(answer) -> None:
     """``answer(x, context, weight, bias)`` with ``x (B, n, d)``, ``context (B, m, d)`` and
     the fused ``weight (3d, d)``, ``bias (3d,)`` (rows ordered q, k, v) must return
