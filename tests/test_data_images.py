@@ -21,7 +21,8 @@ def test_deterministic_and_consistent():
         assert (
             a.captions[i] == f"a {SIZES[a.sizes[i]]} {COLORS[a.colors[i]]} {SHAPES[a.shapes[i]]}"
         )
-        # the shape is drawn in its colour's channel: that channel is brightest on the shape's pixels
+        # the shape is drawn in its colour's channel: that channel is brightest on the shape's
+        # pixels
         on = a.images[i][:, a.masks[i]].mean(dim=1)
         assert on.argmax().item() == [0, 1, 2][a.colors[i]]
     caption_vocab().encode(" ".join(a.captions).split())

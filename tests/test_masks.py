@@ -1,7 +1,17 @@
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
-from selfattn import causal_mask, padding_mask
+from selfattn import (
+    causal_mask,
+    dependency_matrix,
+    padding_mask,
+    scaled_dot_product_attention,
+    sliding_window_mask,
+    to_additive_mask,
+    to_ignore_mask,
+)
 
 
 def test_causal_mask_matches_sdpa_is_causal():
@@ -38,16 +48,6 @@ def test_padding_mask():
 
 
 # ---- chapter 4: sliding windows, conventions, additive masks, dependency ---------
-
-import math
-
-from selfattn import (
-    dependency_matrix,
-    scaled_dot_product_attention,
-    sliding_window_mask,
-    to_additive_mask,
-    to_ignore_mask,
-)
 
 
 def test_sliding_window_mask_values():

@@ -38,7 +38,8 @@ def test_two_heads_learn_the_two_lookups():
     assert (prev_logits.argmax(-1) == test.prev)[:, 1:].float().mean() > 0.95
     assert (first_logits.argmax(-1) == test.first)[:, 1:].float().mean() > 0.95
     assert w.shape == (256, 2, 12, 12)
-    # one head looks at the previous position, the other at position 0 (queries i >= 2, where they differ)
+    # one head looks at the previous position, the other at position 0 (queries i >= 2, where they
+    # differ)
     mean = w.mean(0)
     prev_w = torch.stack([mean[:, i, i - 1] for i in range(2, 12)], -1).mean(-1)  # (h,)
     first_w = mean[:, 2:, 0].mean(-1)

@@ -1,5 +1,5 @@
-"""MultiHeadAttention against torch.nn.MultiheadAttention (same weights), and the KV cache against recomputation."""
-
+"""MultiHeadAttention against torch.nn.MultiheadAttention (same weights), and the KV cache against
+recomputation."""
 
 import pytest
 import selfattn
@@ -32,7 +32,8 @@ def pair(d=16, h=4, bias=True, seed=0):
 
 
 def torch_mha(mha, x, ctx=None, mask=None, key_padding=None):
-    """torch's layer in our conventions: bool masks flipped (torch: True = ignore), per-head weights."""
+    """torch's layer in our conventions: bool masks flipped (torch: True = ignore), per-head
+    weights."""
     ctx = x if ctx is None else ctx
     attn_mask = None if mask is None else ~mask
     kpm = None if key_padding is None else ~key_padding

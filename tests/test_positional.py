@@ -1,4 +1,5 @@
-"""Positional encodings against their formulas, the papers' reference code, and their defining properties."""
+"""Positional encodings against their formulas, the papers' reference code, and their defining
+properties."""
 
 import math
 
@@ -126,7 +127,8 @@ def test_learned_embedding_rows_never_used_get_no_gradient():
 
 
 def _paper_slopes(n):
-    """ALiBi's reference code (ofirpress/attention_with_linear_biases, get_slopes), verbatim in logic."""
+    """ALiBi's reference code (ofirpress/attention_with_linear_biases, get_slopes), verbatim in
+    logic."""
 
     def get_slopes_power_of_2(n):
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))

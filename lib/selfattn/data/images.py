@@ -97,7 +97,8 @@ def make_shapes(
         n: number of images.
         image_size: height = width in pixels (at least 16).
         grid: if given, the image is a ``grid x grid`` board of cells and each shape sits in
-            one random cell (centre jittered by up to one pixel); with ``patch = image_size / grid``
+            one random cell (centre jittered by up to one pixel); with ``patch = image_size /
+            grid``
             a ViT patch then holds most of the shape. ``None``: anywhere in the image.
         noise: standard deviation of the Gaussian background noise.
         seed: random seed.
@@ -124,7 +125,8 @@ def make_shapes(
     else:
         if not isinstance(grid, int) or grid < 1 or image_size % grid or image_size // grid < 6:
             raise ValueError(
-                f"grid must be an int dividing image_size={image_size} into cells of >= 6 pixels, got {grid!r}"
+                f"grid must be an int dividing image_size={image_size} into cells of >= 6 pixels, "
+                f"got {grid!r}"
             )
         cell = image_size // grid
         radii = torch.where(sizes == 0, cell * 0.3, cell * 0.44)
@@ -160,7 +162,8 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
         images: ``(N, C, H, W)`` with ``H`` and ``W`` multiples of ``patch``.
 
     Returns:
-        ``(N, (H // patch) * (W // patch), C * patch * patch)``; patch ``k`` is row ``k // (W // patch)``,
+        ``(N, (H // patch) * (W // patch), C * patch * patch)``; patch ``k`` is row ``k // (W //
+        patch)``,
         column ``k % (W // patch)``.
     """
     if images.dim() != 4:

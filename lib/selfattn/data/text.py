@@ -113,7 +113,8 @@ def generate_sentences(n: int, *, seed: int = 0, clause_prob: float = 0.5) -> li
 
 
 def is_grammatical(sentence: str) -> bool:
-    """Whether ``sentence`` (space-separated words) is one the grammar of :func:`generate_sentences` can produce."""
+    """Whether ``sentence`` (space-separated words) is one the grammar of
+    :func:`generate_sentences` can produce."""
     w = sentence.split()
     if len(w) < 6 or w[0] != "the" or w[-1] != ".":
         return False
@@ -142,14 +143,15 @@ def is_grammatical(sentence: str) -> bool:
 
 
 def corpus(n_sentences: int = 4000, *, seed: int = 0) -> str:
-    """The character-level corpus: ``n_sentences`` sentences, one per line (about 40 characters each)."""
+    """The character-level corpus: ``n_sentences`` sentences, one per line (about 40 characters
+    each)."""
     return "\n".join(generate_sentences(n_sentences, seed=seed)) + "\n"
 
 
 def word_vocab() -> Vocab:
     """Every word the grammar can produce, with ``<pad>`` (id 0) and :data:`MASK` (id 1) first."""
     words = set(_FUNCTION_WORDS) | set(ADJECTIVES) | set(_STATES)
-    for (sing, plur), verbs in SUBJECT_VERBS.items():
+    for sing, plur in SUBJECT_VERBS:
         words |= {sing, plur}
     for (plural, singular), objects in VERB_OBJECTS.items():
         words |= {plural, singular, *objects}
@@ -157,7 +159,8 @@ def word_vocab() -> Vocab:
 
 
 def char_vocab(text: str | None = None) -> Vocab:
-    """Characters of ``text`` (default: every character the grammar uses), sorted; no padding token."""
+    """Characters of ``text`` (default: every character the grammar uses), sorted; no padding
+    token."""
     if text is None:
         text = "\n" + " ".join(word_vocab().itos[2:])
     return Vocab(sorted(set(text)), pad=None)
@@ -223,7 +226,8 @@ def mask_tokens(
     """
     if ids.dim() != 2 or lengths.shape != ids.shape[:1]:
         raise ValueError(
-            f"ids must be (B, L) and lengths (B,), got {tuple(ids.shape)} and {tuple(lengths.shape)}"
+            f"ids must be (B, L) and lengths (B,), "
+            f"got {tuple(ids.shape)} and {tuple(lengths.shape)}"
         )
     if (lengths < 1).any() or (lengths > ids.shape[1]).any():
         raise ValueError(f"every length must lie in 1..{ids.shape[1]}, got {lengths.tolist()}")
@@ -256,7 +260,8 @@ def char_windows(
     """Random windows of a 1-D id tensor for next-character prediction.
 
     Returns:
-        ``(x, y)``, both ``(batch_size, block_size)`` long tensors, ``y`` = ``x`` shifted left by one.
+        ``(x, y)``, both ``(batch_size, block_size)`` long tensors, ``y`` = ``x`` shifted left by
+        one.
     """
     if data.dim() != 1:
         raise ValueError(f"data must be a 1-D tensor of ids, got shape {tuple(data.shape)}")

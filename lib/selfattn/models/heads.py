@@ -1,6 +1,7 @@
 """The smallest model on which heads divide the work (chapter 5, "what heads learn").
 
-Token and learned position embeddings, **one** causal :class:`~selfattn.multihead.MultiHeadAttention`
+Token and learned position embeddings, **one** causal
+:class:`~selfattn.multihead.MultiHeadAttention`
 layer and a linear read-out that predicts two things at every position: the previous
 token and the first token (:func:`selfattn.data.lookup.prev_first_lookup`). There is no
 residual connection and no MLP, so everything the read-out knows came through attention,
@@ -43,7 +44,8 @@ class LookupHeadsModel(nn.Module):
         self.readout = nn.Linear(d_model, 2 * vocab_size)
 
     def forward(self, tokens: torch.Tensor):
-        """``tokens (B, n)`` long -> ``(prev_logits (B, n, V), first_logits (B, n, V), weights (B, h, n, n))``."""
+        """``tokens (B, n)`` long -> ``(prev_logits (B, n, V), first_logits (B, n, V), weights (B,
+        h, n, n))``."""
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(
                 f"tokens must be a (B, n) long tensor, got {tuple(tokens.shape)} {tokens.dtype}"
@@ -60,7 +62,8 @@ class LookupHeadsModel(nn.Module):
 def lookup_loss(model: LookupHeadsModel, batch) -> torch.Tensor:
     """Sum of the two cross-entropies (previous token, first token); position 0 is ignored.
 
-    ``batch`` is a :class:`selfattn.data.lookup.LookupBatch`. Fits :func:`~selfattn.train.train_loop`'s ``loss_fn``.
+    ``batch`` is a :class:`selfattn.data.lookup.LookupBatch`. Fits
+    :func:`~selfattn.train.train_loop`'s ``loss_fn``.
     """
     prev_logits, first_logits, _ = model(batch.tokens)
     V = model.vocab_size

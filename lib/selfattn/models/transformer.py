@@ -5,14 +5,14 @@ in GPT-2 and ViT: normalise, attend, add; normalise, MLP, add), on top of
 :class:`~selfattn.multihead.MultiHeadAttention`. The four models differ only in what becomes a
 token and which mask the attention uses:
 
-===========  ===========================  ================================  ==========================
-model        tokens                        mask                              objective
-===========  ===========================  ================================  ==========================
-MiniBERT     words                         padding only (bidirectional)      predict masked words
-MiniGPT      characters                    causal (+ KV cache to generate)   predict the next character
-MiniViT      image patches + class token   none                              classify the image
-MiniCLIP     patches / caption words       none / padding; cross-attention   match images and captions
-===========  ===========================  ================================  ==========================
+========  ==========================  ===============================  ======================
+model     tokens                      mask                             objective
+========  ==========================  ===============================  ======================
+MiniBERT  words                       padding only (bidirectional)     predict masked words
+MiniGPT   characters                  causal (+ KV cache to generate)  predict the next char
+MiniViT   image patches, class token  none                             classify the image
+MiniCLIP  patches / caption words     none / padding; cross-attention  match images, captions
+========  ==========================  ===============================  ======================
 
 Shapes: ``B`` batch, ``n`` tokens, ``d`` = ``d_model``, ``h`` heads, ``V`` vocabulary,
 ``P`` patches. Positions are learned embeddings (chapter 6 compares the alternatives).
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.images import patchify
 from .._checks import check_token_ids, require_int, require_number
+from ..data.images import patchify
 from ..multihead import KVCache, MultiHeadAttention
 
 __all__ = [
@@ -67,7 +67,8 @@ def _check_ids(ids, name: str = "ids") -> None:
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype != torch.long or ids.dim() != 2:
         raise TypeError(
-            f"{name} must be a (B, n) torch.long tensor, got shape {tuple(ids.shape)} dtype {ids.dtype}"
+            f"{name} must be a (B, n) torch.long tensor, "
+            f"got shape {tuple(ids.shape)} dtype {ids.dtype}"
         )
 
 
@@ -131,11 +132,13 @@ class TransformerBlock(nn.Module):
         Args:
             x: ``(B, n, d)``.
             mask: self-attention mask (``None``, ``"causal"``, or bool ``(n, m)`` / ``(B, 1, m)`` /
-                ``(B, n, m)``; ``True`` = may attend), passed to :class:`~selfattn.multihead.MultiHeadAttention`.
+                ``(B, n, m)``; ``True`` = may attend), passed to
+                :class:`~selfattn.multihead.MultiHeadAttention`.
             context: ``(B, m, d)`` for the cross-attention sub-layer (required when it exists,
                 unless ``cross_cache`` already holds the context's keys and values).
             context_mask: mask for the cross-attention, e.g. ``(B, 1, m)`` padding.
-            cache, cross_cache: :class:`~selfattn.multihead.KVCache` of each attention, for decoding.
+            cache, cross_cache: :class:`~selfattn.multihead.KVCache` of each attention, for
+                decoding.
             return_weights: also return the attention weights.
 
         Returns:
@@ -192,7 +195,8 @@ class Encoder(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
 
     def forward(self, x: torch.Tensor, *, mask=None, return_weights: bool = False):
-        """``x`` ``(B, n, d)`` and an optional self-attention mask -> ``(B, n, d)`` (and the per-layer weights)."""
+        """``x`` ``(B, n, d)`` and an optional self-attention mask -> ``(B, n, d)`` (and the
+        per-layer weights)."""
         weights = []
         for block in self.blocks:
             x, w = block(x, mask=mask, return_weights=True)
@@ -202,7 +206,8 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """A stack of causal :class:`TransformerBlock` (optionally with cross-attention) and a final LayerNorm.
+    """A stack of causal :class:`TransformerBlock` (optionally with cross-attention) and a final
+    LayerNorm.
 
     Position ``i`` sees positions ``0..i`` only, so the whole sequence trains in one pass
     and the model can generate one token at a time. With ``caches`` (one
@@ -244,7 +249,8 @@ class Decoder(nn.Module):
         return_weights: bool = False,
     ):
         """Args: ``x`` ``(B, n, d)``; ``context`` ``(B, m, d)`` when built with cross-attention;
-        ``caches`` from :meth:`new_caches`. Returns ``(B, n, d)`` (or with a list of per-layer weight dicts)."""
+        ``caches`` from :meth:`new_caches`. Returns ``(B, n, d)`` (or with a list of per-layer
+        weight dicts)."""
         if not self.cross_attention and (context is not None or context_mask is not None):
             raise ValueError(
                 "this decoder has no cross-attention (built with cross_attention=False), so "
@@ -329,7 +335,8 @@ class MiniBERT(nn.Module):
         return (ids != self.pad_id).unsqueeze(1)
 
     def forward(self, ids: torch.Tensor, *, return_weights: bool = False):
-        """ids ``(B, n)`` -> logits ``(B, n, V)`` (and per-layer weights ``(B, h, n, n)`` on request)."""
+        """ids ``(B, n)`` -> logits ``(B, n, V)`` (and per-layer weights ``(B, h, n, n)`` on
+        request)."""
         x = self.embed(ids)
         out = self.encoder(x, mask=self.padding_mask(ids), return_weights=return_weights)
         if return_weights:
@@ -446,7 +453,8 @@ class MiniGPT(nn.Module):
 
 
 class PatchEmbedding(nn.Module):
-    """Images -> tokens: cut into patches, project each linearly, prepend a class token, add positions.
+    """Images -> tokens: cut into patches, project each linearly, prepend a class token, add
+    positions.
 
     Args:
         image_size: side ``H = W``; patch: side of a patch (divides ``image_size``);
@@ -478,7 +486,8 @@ class PatchEmbedding(nn.Module):
                 tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             )
             raise ValueError(
-                f"images must have shape (B, {expected[0]}, {expected[1]}, {expected[2]}), got {got}"
+                f"images must have shape (B, {expected[0]}, {expected[1]}, {expected[2]}), "
+                f"got {got}"
             )
         tokens = self.proj(patchify(images, self.patch))  # (B, P, d)
         cls = self.cls.expand(images.shape[0], -1, -1)
@@ -486,7 +495,8 @@ class PatchEmbedding(nn.Module):
 
 
 class MiniViT(nn.Module):
-    """A Vision Transformer in miniature: patches are tokens, the class token's output is classified.
+    """A Vision Transformer in miniature: patches are tokens, the class token's output is
+    classified.
 
     Args:
         num_classes: number of labels. image_size, patch, channels: the images.
@@ -515,7 +525,8 @@ class MiniViT(nn.Module):
         return self.encoder(self.embed(images), return_weights=return_weights)
 
     def forward(self, images: torch.Tensor, *, return_weights: bool = False):
-        """images ``(B, C, H, W)`` -> logits ``(B, num_classes)`` (and per-layer weights ``(B, h, 1+P, 1+P)``)."""
+        """images ``(B, C, H, W)`` -> logits ``(B, num_classes)`` (and per-layer weights ``(B, h,
+        1+P, 1+P)``)."""
         out = self.tokens(images, return_weights=return_weights)
         x = out[0] if return_weights else out
         logits = self.head(x[:, 0])
@@ -523,7 +534,8 @@ class MiniViT(nn.Module):
 
     @torch.no_grad()
     def class_token_attention(self, images: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
-        """How much the class token attends to each patch in ``layer``, averaged over heads: ``(B, P)``.
+        """How much the class token attends to each patch in ``layer``, averaged over heads: ``(B,
+        P)``.
 
         The class token's weight on itself is left out, so a row sums to at most 1.
         """
@@ -532,7 +544,8 @@ class MiniViT(nn.Module):
 
 
 def clip_loss(logits: torch.Tensor) -> torch.Tensor:
-    """CLIP's symmetric contrastive loss: pair ``i`` of a batch must pick caption ``i`` and vice versa.
+    """CLIP's symmetric contrastive loss: pair ``i`` of a batch must pick caption ``i`` and vice
+    versa.
 
     ``(CE(logits, arange(B)) + CE(logits^T, arange(B))) / 2`` for a ``(B, B)`` matrix of
     image-to-text logits whose diagonal holds the true pairs.
@@ -546,7 +559,8 @@ def clip_loss(logits: torch.Tensor) -> torch.Tensor:
 
 
 class MiniCLIP(nn.Module):
-    """CLIP in miniature: an image encoder and a text encoder trained to agree, plus cross-attention.
+    """CLIP in miniature: an image encoder and a text encoder trained to agree, plus
+    cross-attention.
 
     * ``encode_image``: a :class:`MiniViT`-style encoder; the class token's output, projected
       to ``embed_dim`` and L2-normalised.
@@ -599,7 +613,8 @@ class MiniCLIP(nn.Module):
         return self.image_encoder(self.image_embed(images))
 
     def text_tokens(self, ids: torch.Tensor):
-        """The text encoder's output ``(B, L, d)`` and the real-token mask ``(B, L)`` (False at padding)."""
+        """The text encoder's output ``(B, L, d)`` and the real-token mask ``(B, L)`` (False at
+        padding)."""
         _check_ids(ids)
         real = ids != self.pad_id
         if not real.any(dim=1).all():
@@ -607,11 +622,13 @@ class MiniCLIP(nn.Module):
         return self.text_encoder(self.text_embed(ids), mask=real.unsqueeze(1)), real
 
     def embed_image(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Image tokens ``(B, 1 + P, d)`` -> unit vectors ``(B, embed_dim)`` (from the class token)."""
+        """Image tokens ``(B, 1 + P, d)`` -> unit vectors ``(B, embed_dim)`` (from the class
+        token)."""
         return F.normalize(self.image_proj(tokens[:, 0]), dim=-1)
 
     def embed_text(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """Word tokens ``(B, L, d)`` and mask ``(B, L)`` -> unit vectors ``(B, embed_dim)`` (mean of real words)."""
+        """Word tokens ``(B, L, d)`` and mask ``(B, L)`` -> unit vectors ``(B, embed_dim)`` (mean
+        of real words)."""
         w = real.unsqueeze(-1).to(tokens.dtype)
         return F.normalize(self.text_proj((tokens * w).sum(1) / w.sum(1)), dim=-1)
 
