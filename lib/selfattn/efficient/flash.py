@@ -295,6 +295,7 @@ def _band_backward(
     delta = (d_out * out).sum(dim=-1, keepdim=True)  # D_i = rowsum(dO_i * O_i) = sum_j P dP
     # A row that saw no key has lse = -inf; +inf makes its P = exp(S - inf) = 0, not NaN.
     lse = torch.where(torch.isfinite(lse), lse, float("inf")).unsqueeze(-1)
+    q_scaled = q * scale  # S = (scale Q) K^T, and dK_j += dS^T (scale Q_i)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for ks in range(0, m, block_k):  # outer loop over key blocks: dK_j, dV_j stay local
         ke = min(ks + block_k, m)
@@ -305,9 +306,11 @@ def _band_backward(
         q_stop = n if lo is None else min(n, ke - 1 - offset - lo + 1)
         for qs in range(q_start, q_stop, block_q):
             qe = min(qs + block_q, q_stop)
-            q_i, do_i = q[:, qs:qe], d_out[:, qs:qe]
-            s = torch.bmm(q_i, k_j.transpose(1, 2)) * scale
-            if lo is not None or hi is not None:
+            q_i, do_i = q_scaled[:, qs:qe], d_out[:, qs:qe]
+            s = torch.bmm(q_i, k_j.transpose(1, 2))
+            # Mask only the tiles that cross an edge of the band (j - i - offset in [lo, hi]).
+            rel_min, rel_max = ks - (qe - 1) - offset, ke - 1 - qs - offset
+            if (lo is not None and rel_min < lo) or (hi is not None and rel_max > hi):
                 rel = (
                     torch.arange(ks, ke, device=q.device)[None, :]
                     - torch.arange(qs, qe, device=q.device)[:, None]
@@ -319,12 +322,11 @@ def _band_backward(
                 if hi is not None:
                     hidden |= rel > hi
                 s.masked_fill_(hidden, float("-inf"))
-            p = torch.exp(s - lse[:, qs:qe])  # the tile of P, recomputed
+            p = s.sub_(lse[:, qs:qe]).exp_()  # the tile of P, recomputed (in place)
             dv_j.add_(torch.bmm(p.transpose(1, 2), do_i))
-            dp = torch.bmm(do_i, v_j.transpose(1, 2))
-            ds = p * (dp - delta[:, qs:qe])
+            ds = torch.bmm(do_i, v_j.transpose(1, 2)).sub_(delta[:, qs:qe]).mul_(p)  # P(dP - D)
             dq[:, qs:qe].add_(torch.bmm(ds, k_j), alpha=scale)
-            dk_j.add_(torch.bmm(ds.transpose(1, 2), q_i), alpha=scale)
+            dk_j.add_(torch.bmm(ds.transpose(1, 2), q_i))
     return dq, dk, dv
 
 
