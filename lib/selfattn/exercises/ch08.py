@@ -78,7 +78,7 @@ def check_linear_attention(answer) -> None:
         )
 
 
-@checker("8.4", "one recurrent step of causal linear attention")
+@checker("8.4", "a step of causal linear attention")
 def check_linear_step(answer) -> None:
     """``answer(S, z, q_t, k_t, v_t)`` with state ``S (d, d_v)``, ``z (d,)`` and the new token's
     ``q_t, k_t (d,)``, ``v_t (d_v,)`` must return ``(out_t, S_new, z_new)``: absorb token t first
