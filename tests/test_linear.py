@@ -147,3 +147,8 @@ def test_devices_must_agree():
     q = torch.randn(5, 4)
     with pytest.raises(ValueError, match="device"):
         linear_attention(q, q.to("meta"), q)
+    with pytest.raises(ValueError, match="device"):
+        linear_attention_recurrent(q, q, q.to("meta"))
+    state = LinearAttentionState.empty((), 4, 4, device="meta")
+    with pytest.raises(ValueError, match="device"):
+        linear_attention_step(state, q[0], q[0], q[0])

@@ -200,6 +200,7 @@ def linear_attention_step(
             f"step shapes do not match the state: q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)}, "
             f"v_t {tuple(v_t.shape)}, state s {tuple(state.s.shape)} (..., d, d_v)"
         )
+    _check_devices(q_t=q_t, k_t=k_t, v_t=v_t, state=state.s)
     fq, fk = _features(q_t, k_t, feature_map)
     s = state.s + fk.unsqueeze(-1) * v_t.unsqueeze(-2)  # + phi(k_t) v_t^T
     z = state.z + fk
@@ -224,6 +225,7 @@ def linear_attention_recurrent(
         ``(..., n, d_v)``, equal to ``linear_attention(q, k, v, causal=True)`` up to rounding.
     """
     batch = check_qkv(q, k, v)
+    _check_devices(q=q, k=k, v=v)
     n = q.shape[-2]
     if k.shape[-2] != n:
         raise ValueError(
