@@ -301,3 +301,15 @@ def test_robust_arguments():
         sliding_window_attention_reference(q, q, q, -1)
     with pytest.raises(TypeError, match="block_size"):
         sliding_window_attention_reference(q, q, q, 2, block_size=1.5)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 3e-3), (torch.bfloat16, 2e-2)])
+def test_half_precision_gradients(dtype, tol):
+    q, k, v = qkv(40, 40, d=16, dv=16, dtype=dtype, requires_grad=True)
+    g = torch.randn(2, 40, 16).to(dtype)
+    grads = torch.autograd.grad(sliding_window_attention(q, k, v, 5, block_size=8), (q, k, v), g)
+    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    want = torch.autograd.grad(dense(*ref, 5, True, "top_left"), ref, g.double())
+    for a, b in zip(grads, want):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), b, atol=tol, rtol=tol)
