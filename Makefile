@@ -79,5 +79,15 @@ execute: install
 bench: install
 	$(PY) -m selfattn.bench
 
+# The book on a GPU in one command (tools/gpu_check.py, at most ~8 minutes): versions, the
+# kernels against SDPA in float64, every chapter executed on the GPU, the Triton-vs-SDPA-flash
+# benchmark (writes chapters/results/bench_gpu.json), one summary line. DRY_RUN=1: the same
+# script on the CPU at tiny sizes (Triton interpreter, two chapters; tests/test_gpu_check.py
+# runs it). Without the venv (a GPU machine with torch and Triton installed) it uses python3;
+# or say which: make gpu-check PY=/path/to/python
+.PHONY: gpu-check
+gpu-check:
+	$(if $(wildcard $(PY)),$(PY),python3) tools/gpu_check.py $(if $(filter-out 0,$(DRY_RUN)),--dry-run)
+
 clean:
 	rm -rf _build .pytest_cache .hypothesis

@@ -62,7 +62,11 @@ def _kernels():
     import triton
     import triton.language as tl
 
-    @triton.jit
+    # Sizes are not specialised: one compiled kernel serves every n, m (and n = 1), instead of
+    # a recompilation per divisibility class of each size.
+    sizes = ["n_q", "n_k", "d_k", "d_v", "diag"]
+
+    @triton.jit(do_not_specialize=sizes)
     def _flash_fwd(
         Q,
         K,
@@ -159,10 +163,10 @@ def _kernels():
             acc.to(Out.dtype.element_ty),
             mask=(offs_m[:, None] < n_q) & (offs_dv[None, :] < d_v),
         )
-        lse = tl.where(l_i == 0.0, float("inf"), m_i + tl.log2(l_i))
+        lse = tl.where(l_i == 0.0, float("inf"), m_i + tl.log2(l_div))
         tl.store(LSE + bh * n_q + offs_m, lse, mask=offs_m < n_q)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["n_q", "d_v"])
     def _flash_bwd_delta(
         Out,
         DO,
@@ -203,7 +207,7 @@ def _kernels():
         ).to(tl.float32)
         tl.store(DELTA + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=sizes)
     def _flash_bwd_dkdv(
         Q,
         K,
@@ -289,7 +293,7 @@ def _kernels():
         )
         tl.store(DV + v_off + offs_dv[None, :], dv.to(DV.dtype.element_ty), mask=v_mask)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=sizes)
     def _flash_bwd_dq(
         Q,
         K,

@@ -1,0 +1,102 @@
+"""tools/gpu_check.py (make gpu-check): its dry run on the CPU, and its checking helpers.
+
+The dry run is the whole script at tiny sizes: Triton in the interpreter, two chapters
+executed from copies, the benchmark timed with a wall clock and written to a temporary path.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import gpu_check
+import pytest
+import torch
+from book import ROOT
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def test_dry_run(tmp_path):
+    out = tmp_path / "bench.json"
+    committed = ROOT / "chapters" / "results" / "bench_gpu.json"
+    before = _digest(committed)
+    env = dict(os.environ, SELFATTN_PROGRESS="0", MPLBACKEND="Agg")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--dry-run", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,  # generous: the dry run tests the script, not this machine's speed
+    )
+    text = proc.stdout
+    assert proc.returncode == 0, text[-4000:] + proc.stderr[-2000:]
+    for step in range(1, 6):
+        assert f"[{step}/5]" in text
+    summary = [line for line in text.splitlines() if line.startswith("gpu-check ")]
+    assert len(summary) == 1 and summary[0].startswith("gpu-check PASSED"), summary
+    assert " 0 failed" in summary[0] and "chapters 2/2 ok" in summary[0]
+    for name in ("triton_flash_attention", "flash_attention", "linear_attention"):
+        assert f"  {name}: " in text
+    result = json.loads(out.read_text())
+    assert {"gpu", "date", "versions", "rows", "dtype", "target"} <= set(result)
+    assert result["versions"]["triton"] and result["versions"]["torch"] == torch.__version__
+    row = result["rows"][0]
+    for key in ("triton_fwd_tflops", "sdpa_flash_fwd_bwd_tflops", "fwd_ratio", "fwd_bwd_ratio"):
+        assert row[key] > 0
+    assert [r["seconds"] > 0 and r["error"] is None for r in result["chapters"]] == [True] * 2
+    # the chapters ran from copies (the committed notebooks keep their outputs), and nothing
+    # was written to chapters/results
+    chapters = (ROOT / "chapters").resolve()
+    for r in result["chapters"]:
+        assert chapters not in Path(r["executed"]).resolve().parents, r["executed"]
+    assert _digest(committed) == before
+
+
+def test_a_wrong_kernel_fails_its_case():
+    report = gpu_check.Report()
+    q, k, v, do = gpu_check._inputs(9, 12, 8, torch.float32, torch.device("cpu"), 0)
+    mask = gpu_check._causal_mask(9, 12, "bottom_right", q.device)
+
+    def oracle(q, k, v):
+        return gpu_check._sdpa(q, k, v, mask)
+
+    gpu_check.run_case(report, "k", oracle, oracle, q, k, v, do, "float32", "right", True)
+    assert (report.passed, report.failed) == (4, 0)  # out, dq, dk, dv
+
+    def top_left(q, k, v):  # the classic mistake: top-left alignment against a cache
+        return gpu_check._sdpa(q, k, v, gpu_check._causal_mask(9, 12, "top_left", q.device))
+
+    gpu_check.run_case(report, "k", top_left, oracle, q, k, v, do, "float32", "wrong", True)
+    assert report.failed == 4 and report.failures[0].startswith("k wrong out error")
+
+    def broken(q, k, v):
+        raise RuntimeError("no kernel image")
+
+    gpu_check.run_case(report, "k", broken, oracle, q, k, v, do, "float32", "raises", False)
+    assert report.failed == 5 and "no kernel image" in report.failures[-1]
+
+
+@pytest.mark.parametrize("n,m", [(4, 9), (9, 9), (9, 4)])
+def test_masks_match_torch(n, m):
+    from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        lower_right = causal_lower_right(n, m)._materialize()
+    assert torch.equal(gpu_check._causal_mask(n, m, "bottom_right", "cpu"), lower_right)
+    upper_left = causal_upper_left(n, m)._materialize()
+    assert torch.equal(gpu_check._causal_mask(n, m, "top_left", "cpu"), upper_left)
+    band = gpu_check._band(n, m, m - n, 3, True, "cpu")
+    assert torch.equal(band, lower_right & ~gpu_check._band(n, m, m - n - 3, m + n, True, "cpu"))
+
+
+def test_sdpa_oracle_zeroes_rows_without_keys():
+    q, k, v, _ = gpu_check._inputs(6, 2, 4, torch.float64, torch.device("cpu"), 1)
+    out = gpu_check._sdpa(q, k, v, gpu_check._causal_mask(6, 2, "bottom_right", "cpu"))
+    assert out[..., :4, :].eq(0).all() and out[..., 4:, :].ne(0).all()

@@ -1,0 +1,661 @@
+"""Prove the book on a GPU in one command: ``make gpu-check`` (``make gpu-check DRY_RUN=1``).
+
+    python tools/gpu_check.py              # on a machine with CUDA: at most ~8 minutes
+    python tools/gpu_check.py --dry-run    # on the CPU at tiny sizes (Triton interpreter)
+
+Five steps:
+
+1. versions: the GPU, its compute capability, torch, Triton, CUDA, Python;
+2. the kernel suite against a float64 SDPA oracle: ``triton_flash_attention`` forward and
+   backward over dtype {fp16, bf16 where native, fp32} x head dim {32, 64, 128, 256} x causal
+   {none, top_left, bottom_right} x (n, m) in {1, 17, 113 x 203, 1023 x 1024, 4096}; the same
+   for ``flash_attention``, ``sliding_window_attention`` and ``linear_attention`` on CUDA
+   tensors. A case passes when its error is at most ``max(floor, 4 x`` the error of the same
+   computation done by torch in that dtype``)``, so the bar follows the dtype's rounding;
+3. every chapter executed top to bottom on the GPU in a fresh kernel (nbclient), from a copy
+   in a temporary folder; any error or any stderr output fails it; each chapter's time;
+4. ``triton_flash_attention`` against torch SDPA's flash backend, n = 1k..16k, d = 64 and
+   128, bf16 (fp16 where bf16 is not native), forward and forward + backward, timed with
+   ``triton.testing.do_bench``; written to ``chapters/results/bench_gpu.json`` (GPU name,
+   date, versions, TFLOP/s, ratio);
+5. one summary line: passed/failed counts and the worst errors. Exit status 1 on any failure.
+
+The dry run does the same at tiny sizes on the CPU: the Triton kernels in the interpreter,
+two short chapters, the benchmark timed with a wall clock, its json written to a temporary
+folder (never to chapters/results). ``tests/test_gpu_check.py`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import functools
+import inspect
+import json
+import math
+import multiprocessing
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+def _use_source_tree() -> None:
+    """Without an installed selfattn (a bare GPU machine), use lib/ here and in the kernels."""
+    try:
+        import selfattn  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(ROOT / "lib"))
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT / "lib"), os.environ.get("PYTHONPATH")) if p
+        )
+
+
+CAUSAL_MODES = ("none", "top_left", "bottom_right")
+# Below these an error is rounding whatever torch does (max abs error, unit-variance inputs).
+FLOOR = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+# Times torch's own error in that dtype that a kernel may reach.
+SLACK = 4.0
+
+
+@dataclass
+class Plan:
+    """Sizes of one run: the full GPU check or the CPU dry run."""
+
+    dry_run: bool
+    dtypes: tuple[str, ...]
+    head_dims: tuple[int, ...]
+    shapes: tuple[tuple[int, int], ...]
+    torch_shapes: tuple[tuple[int, int], ...]
+    chapters: tuple[str, ...]
+    bench_n: tuple[int, ...]
+    bench_d: tuple[int, ...]
+    bench_tokens: int
+    bench_width: int  # heads x head dim
+    window: int = 16
+
+
+@dataclass
+class Report:
+    passed: int = 0
+    failed: int = 0
+    failures: list[str] = field(default_factory=list)
+    worst: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+    def check(self, ok: bool, label: str, detail: str = "") -> None:
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+            self.failures.append(f"{label} {detail}".strip())
+            print(f"  FAIL {label} {detail}", flush=True)
+
+    def error(self, key: str, err: float, label: str) -> None:
+        if key not in self.worst or err > self.worst[key][0] or math.isnan(err):
+            self.worst[key] = (err, label)
+
+
+def make_plan(dry_run: bool, device) -> Plan:
+    import torch
+    from selfattn.runtime import preferred_dtype
+
+    if dry_run:
+        return Plan(
+            dry_run=True,
+            dtypes=("float32", "float16"),
+            head_dims=(16,),
+            shapes=((1, 1), (17, 17), (20, 33), (33, 20)),
+            torch_shapes=((1, 1), (17, 17), (20, 33), (33, 20)),
+            chapters=("04_masking.ipynb", "08_sparse_and_linear.ipynb"),
+            bench_n=(32, 64),
+            bench_d=(16,),
+            bench_tokens=64,
+            bench_width=32,
+        )
+    dtypes = ["float16"]
+    if preferred_dtype(device) == torch.bfloat16:
+        dtypes.append("bfloat16")
+    dtypes.append("float32")
+    from book import toc_chapters
+
+    return Plan(
+        dry_run=False,
+        dtypes=tuple(dtypes),
+        head_dims=(32, 64, 128, 256),
+        shapes=((1, 1), (17, 17), (113, 203), (1023, 1024), (4096, 4096)),
+        torch_shapes=((1, 1), (17, 17), (113, 203), (1023, 1024), (4096, 4096)),
+        chapters=tuple(p.name for p in toc_chapters()),
+        bench_n=(1024, 2048, 4096, 8192, 16384),
+        bench_d=(64, 128),
+        bench_tokens=16384,
+        bench_width=2048,
+    )
+
+
+# ---------------------------------------------------------------- step 1: versions
+
+
+def versions(device) -> dict:
+    import torch
+
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": str(device),
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        info["capability"] = f"{major}.{minor}"
+        from selfattn.efficient.triton_configs import device_shared_memory
+
+        info["shared_memory_per_block"] = device_shared_memory(device)
+    else:
+        info["gpu"] = None
+        info["capability"] = None
+    return info
+
+
+# ---------------------------------------------------------------- step 2: kernel suite
+
+
+def _inputs(n, m, d, dtype, device, seed):
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    shape = (1, 2)  # batch x heads
+    q = torch.randn(*shape, n, d, generator=g)
+    k = torch.randn(*shape, m, d, generator=g)
+    v = torch.randn(*shape, m, d, generator=g)
+    do = torch.randn(*shape, n, d, generator=g)
+    return [t.to(device=device, dtype=dtype) for t in (q, k, v, do)]
+
+
+def _band(n, m, diag, window, causal, device):
+    """Sliding-window mask, True = may attend: the band around each query's diagonal."""
+    import torch
+
+    i = torch.arange(n, device=device)[:, None] + diag
+    j = torch.arange(m, device=device)[None, :]
+    if causal:
+        return (j <= i) & (j > i - window)
+    return (j - i).abs() < window
+
+
+def _causal_mask(n, m, mode, device):
+    import torch
+
+    if mode == "none":
+        return None
+    diag = 0 if mode == "top_left" else m - n
+    i = torch.arange(n, device=device)[:, None]
+    return torch.arange(m, device=device)[None, :] <= i + diag
+
+
+def _sdpa(q, k, v, mask):
+    import torch
+    import torch.nn.functional as F
+
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v)
+    # Rows with no visible key: 0 (as flash-attn and causal_lower_right do), not NaN.
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return torch.where(mask.any(-1, keepdim=True), out, torch.zeros_like(out))
+
+
+def _linear_ref(q, k, v, mask, eps=1e-6):
+    """Linear attention by its definition: phi(q) phi(k)^T (masked), normalised; phi = elu + 1."""
+    import torch
+    import torch.nn.functional as F
+
+    a = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)
+    if mask is not None:
+        a = torch.where(mask, a, torch.zeros_like(a))
+    return (a @ v) / (a.sum(-1, keepdim=True) + eps)
+
+
+def _grads(fn, q, k, v, do):
+    import torch
+
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = fn(q, k, v)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    return out.detach(), grads
+
+
+def _maxerr(a, b) -> float:
+    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+
+
+def run_case(report, kernel, fn, oracle, q, k, v, do, dtype_name, label, backward):
+    """One case: forward (and backward) of ``fn`` against ``oracle`` in float64 and in dtype."""
+    import torch
+
+    q64, k64, v64, do64 = (t.double() for t in (q, k, v, do))
+    try:
+        if backward:
+            out, grads = _grads(fn, q, k, v, do)
+            ref, ref_grads = _grads(oracle, q64, k64, v64, do64)
+            low, low_grads = _grads(oracle, q, k, v, do)
+        else:
+            with torch.no_grad():
+                out, ref, low = fn(q, k, v), oracle(q64, k64, v64), oracle(q, k, v)
+            grads = ref_grads = low_grads = ()
+    except Exception as e:  # noqa: BLE001  (any exception is a failed case, reported)
+        report.check(False, f"{kernel} {label}", f"raised {type(e).__name__}: {e}")
+        return
+    parts = [("out", out, ref, low)] + [
+        (f"d{name}", g, r, lo) for name, g, r, lo in zip("qkv", grads, ref_grads, low_grads)
+    ]
+    for part, got, want, torch_low in parts:
+        err = _maxerr(got, want)
+        bar = max(FLOOR[dtype_name], SLACK * _maxerr(torch_low, want))
+        ok = got.shape == want.shape and err <= bar and not math.isnan(err)
+        report.error(f"{kernel} {dtype_name}", err, f"{label} {part}")
+        report.check(ok, f"{kernel} {label} {part}", f"error {err:.2e} > bar {bar:.2e}")
+
+
+def kernel_suite(plan: Plan, device, report: Report, deadline: float) -> None:
+    import torch
+    from selfattn import efficient
+
+    kernels = []
+    if efficient.triton_available() and (device.type == "cuda" or plan.dry_run):
+        kernels.append(("triton_flash_attention", efficient.triton_flash_attention))
+    else:
+        report.check(False, "triton_flash_attention", "Triton is not installed")
+    kernels += [
+        ("flash_attention", efficient.flash_attention),
+        ("sliding_window_attention", efficient.sliding_window_attention),
+        ("linear_attention", efficient.linear_attention),
+    ]
+    for name, fn in kernels:
+        start = time.perf_counter()
+        before = report.passed + report.failed
+        params = inspect.signature(fn).parameters
+        has_alignment = "alignment" in params
+        shapes = plan.shapes if name == "triton_flash_attention" else plan.torch_shapes
+        skipped = []
+        seed = 0
+        for dtype_name in plan.dtypes:
+            dtype = getattr(torch, dtype_name)
+            for d in plan.head_dims:
+                for n, m in shapes:
+                    for mode in CAUSAL_MODES:
+                        if time.perf_counter() > deadline:
+                            report.check(False, name, "not finished: out of time")
+                            return
+                        if mode == "bottom_right" and not has_alignment:
+                            skipped.append(mode)
+                            continue
+                        seed += 1
+                        q, k, v, do = _inputs(n, m, d, dtype, device, seed)
+                        call, oracle = _kernel_pair(name, fn, mode, n, m, plan.window, device)
+                        label = f"{dtype_name} d={d} n={n} m={m} causal={mode}"
+                        run_case(report, name, call, oracle, q, k, v, do, dtype_name, label, True)
+        took = time.perf_counter() - start
+        count = report.passed + report.failed - before
+        note = f" (no alignment argument: {len(skipped)} bottom_right cases skipped)" * bool(
+            skipped
+        )
+        print(f"  {name}: {count} checks in {took:.1f} s{note}", flush=True)
+
+
+def _kernel_pair(name, fn, mode, n, m, window, device):
+    """(kernel call, oracle) for one causal mode; both take (q, k, v)."""
+    causal = mode != "none"
+    kw = {"alignment": mode} if causal else {}
+    if name in ("triton_flash_attention", "flash_attention"):
+        mask = _causal_mask(n, m, mode, device)
+        return (lambda q, k, v: fn(q, k, v, causal=causal, **kw)), (
+            lambda q, k, v: _sdpa(q, k, v, mask)
+        )
+    if name == "sliding_window_attention":
+        diag = m - n if mode == "bottom_right" else 0
+        if not causal and n != m:  # non-causal bands are defined for n == m only
+            diag = 0
+        band = _band(n, m, diag, window, causal, device)
+        return (lambda q, k, v: fn(q, k, v, window, causal=causal, **kw)), (
+            lambda q, k, v: _sdpa(q, k, v, band)
+        )
+    mask = _causal_mask(n, m, mode, device)
+    return (lambda q, k, v: fn(q, k, v, causal=causal, **kw)), (
+        lambda q, k, v: _linear_ref(q, k, v, mask)
+    )
+
+
+def shared_memory_report(device) -> list[dict]:
+    """Shared memory Triton allocated for each compiled kernel (compare with the estimate)."""
+    if device.type != "cuda":
+        return []
+    from selfattn.efficient import triton_flash
+
+    rows = []
+    for jit_fn in triton_flash._kernels():
+        try:
+            caches = jit_fn.device_caches[device.index or 0][0]
+            for compiled in caches.values():
+                md = compiled.metadata
+                rows.append(
+                    {
+                        "kernel": md.name,
+                        "shared": md.shared,
+                        "num_warps": md.num_warps,
+                        "num_stages": md.num_stages,
+                    }
+                )
+        except Exception:  # noqa: BLE001  (Triton's cache layout differs between versions)
+            continue
+    return rows
+
+
+# ---------------------------------------------------------------- step 3: chapters
+
+
+def _execute_chapter(path: str, timeout: int) -> dict:
+    """Run one notebook (a copy) in a fresh kernel; errors and stderr output fail it."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    os.environ["SELFATTN_PROGRESS"] = "0"
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(Path(path).parent)}},
+    )
+    start = time.perf_counter()
+    try:
+        client.execute()
+        error = None
+    except Exception as e:  # noqa: BLE001  (CellExecutionError, timeouts, dead kernels)
+        error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e) else ''}"
+    seconds = time.perf_counter() - start
+    stderr = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                stderr.append(f"cell {i}: {out.get('text', '').strip()[:200]}")
+    return {
+        "chapter": Path(path).name,
+        "executed": str(path),
+        "seconds": seconds,
+        "error": error,
+        "stderr": stderr,
+    }
+
+
+def run_chapters(plan: Plan, workdir: Path, jobs: int, timeout: int):
+    """Copy the chapters (and their results folder) to ``workdir``; execute them in parallel."""
+    shutil.copytree(ROOT / "chapters" / "results", workdir / "results")
+    paths = []
+    for name in plan.chapters:
+        shutil.copy(ROOT / "chapters" / name, workdir / name)
+        paths.append(str(workdir / name))
+    # spawn: the workers only drive nbclient, and must not inherit this process's CUDA state
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=max(1, jobs), mp_context=multiprocessing.get_context("spawn")
+    )
+    futures = [pool.submit(_execute_chapter, p, timeout) for p in paths]
+    return pool, futures
+
+
+def report_chapters(futures, report: Report, deadline: float) -> list[dict]:
+    rows = []
+    for future in futures:
+        try:
+            row = future.result(timeout=max(1.0, deadline - time.perf_counter()))
+        except concurrent.futures.TimeoutError:
+            report.check(False, "chapters", "not finished: out of time")
+            break
+        except Exception as e:  # noqa: BLE001  (e.g. nbclient missing on this machine)
+            report.check(False, "chapters", f"could not run: {type(e).__name__}: {e}")
+            break
+        rows.append(row)
+        ok = row["error"] is None and not row["stderr"]
+        detail = row["error"] or "; ".join(row["stderr"])
+        print(f"  {row['chapter']:<40} {row['seconds']:6.1f} s  {'ok' if ok else 'FAILED'}")
+        report.check(ok, f"chapter {row['chapter']}", detail)
+    return rows
+
+
+# ---------------------------------------------------------------- step 4: benchmark
+
+
+def _timer(device):
+    """``triton.testing.do_bench`` on a GPU (ms, median); a wall clock in the dry run."""
+    if device.type == "cuda":
+        import triton.testing
+
+        return lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100)
+
+    def wall(fn):
+        fn()
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return sorted(times)[1]
+
+    return wall
+
+
+def _time_both(bench, fn, q, k, v, do) -> tuple[float, float]:
+    """(forward ms, forward + backward ms) of ``fn(q, k, v)``."""
+    import torch
+
+    with torch.no_grad():
+        fwd_ms = bench(lambda: fn(q, k, v))
+
+    def step():
+        fn(q, k, v).backward(do)
+        q.grad = k.grad = v.grad = None
+
+    return fwd_ms, bench(step)
+
+
+def benchmark(plan: Plan, device, info: dict, report: Report, deadline: float) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from selfattn.efficient import triton_flash_attention
+    from selfattn.runtime import preferred_dtype
+
+    dtype = preferred_dtype(device) if device.type == "cuda" else torch.float16
+    if device.type == "cuda":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def sdpa(q, k, v, causal):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    else:  # the CPU has no flash backend: the dry run times the default one
+
+        def sdpa(q, k, v, causal):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    bench = _timer(device)
+    rows = []
+    for d in plan.bench_d:
+        heads = max(1, plan.bench_width // d)
+        for n in plan.bench_n:
+            batch = max(1, plan.bench_tokens // n)
+            for causal in (False, True):
+                if time.perf_counter() > deadline:
+                    report.check(False, "benchmark", "not finished: out of time")
+                    return _bench_json(info, dtype, rows)
+                g = torch.Generator().manual_seed(n + d)
+                q, k, v = (
+                    torch.randn(batch, heads, n, d, generator=g).to(device, dtype).requires_grad_()
+                    for _ in range(3)
+                )
+                do = torch.randn_like(q)
+                flops = 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+                row = {"n": n, "d": d, "batch": batch, "heads": heads, "causal": causal}
+                impls = {
+                    "triton": functools.partial(triton_flash_attention, causal=causal),
+                    "sdpa_flash": functools.partial(sdpa, causal=causal),
+                }
+                for impl, fn in impls.items():
+                    try:
+                        fwd_ms, both_ms = _time_both(bench, fn, q, k, v, do)
+                    except Exception as e:  # noqa: BLE001  (reported as a failed case)
+                        report.check(False, f"benchmark {impl} n={n} d={d}", repr(e)[:200])
+                        fwd_ms = both_ms = float("nan")
+                    row[f"{impl}_fwd_ms"] = fwd_ms
+                    row[f"{impl}_fwd_bwd_ms"] = both_ms
+                    # backward = 2.5 forwards of matmul work (FlashAttention-2's count)
+                    row[f"{impl}_fwd_tflops"] = flops / fwd_ms * 1e-9
+                    row[f"{impl}_fwd_bwd_tflops"] = 3.5 * flops / both_ms * 1e-9
+                row["fwd_ratio"] = row["triton_fwd_tflops"] / row["sdpa_flash_fwd_tflops"]
+                row["fwd_bwd_ratio"] = (
+                    row["triton_fwd_bwd_tflops"] / row["sdpa_flash_fwd_bwd_tflops"]
+                )
+                rows.append(row)
+                print(
+                    f"  n={n:>5} d={d:>3} causal={causal!s:<5} fwd: Triton "
+                    f"{row['triton_fwd_tflops']:7.3g} SDPA {row['sdpa_flash_fwd_tflops']:7.3g} "
+                    f"TFLOP/s ({row['fwd_ratio']:.2f}x)  fwd+bwd: "
+                    f"{row['triton_fwd_bwd_tflops']:7.3g} / "
+                    f"{row['sdpa_flash_fwd_bwd_tflops']:7.3g} ({row['fwd_bwd_ratio']:.2f}x)",
+                    flush=True,
+                )
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    return _bench_json(info, dtype, rows)
+
+
+def _bench_json(info, dtype, rows) -> dict:
+    target = [r["fwd_ratio"] for r in rows if r["n"] >= 4096 and r["d"] == 64 and not r["causal"]]
+    return {
+        "gpu": info.get("gpu"),
+        "capability": info.get("capability"),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "versions": {k: info.get(k) for k in ("python", "torch", "triton", "cuda")},
+        "dtype": str(dtype).removeprefix("torch."),
+        "timer": "triton.testing.do_bench (median ms)" if info.get("gpu") else "wall clock",
+        "flops": "forward 4 B H n^2 d (half when causal); forward+backward 3.5 x that",
+        "rows": rows,
+        "target": "Triton forward >= 0.7 x SDPA flash throughput at n >= 4096, d = 64",
+        "target_min_ratio": min(target) if target else None,
+        "target_met": bool(target) and min(target) >= 0.7,
+    }
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU")
+    parser.add_argument("--out", type=Path, help="where to write bench_gpu.json")
+    parser.add_argument("--jobs", type=int, default=None, help="chapters executed at once")
+    parser.add_argument("--time-limit", type=float, default=None, help="seconds in all")
+    parser.add_argument("--skip-chapters", action="store_true")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    _use_source_tree()
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"  # before Triton is first used
+    os.environ["SELFATTN_PROGRESS"] = "0"
+    import torch
+
+    torch.set_num_threads(1)
+    if not args.dry_run and not torch.cuda.is_available():
+        print("gpu-check: no CUDA device here; run `make gpu-check DRY_RUN=1` to test the script")
+        return 2
+    device = torch.device("cpu") if args.dry_run else torch.device("cuda", 0)
+    limit = args.time_limit or (300.0 if args.dry_run else 470.0)
+    deadline = t0 + limit
+    plan = make_plan(args.dry_run, device)
+    report = Report()
+    tmp = Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    out_path = args.out or (
+        tmp / "bench_gpu.json"
+        if args.dry_run
+        else ROOT / "chapters" / "results" / "bench_gpu.json"
+    )
+    mode = "DRY RUN on the CPU (Triton interpreter, tiny sizes)" if args.dry_run else "GPU"
+    print(f"gpu-check: {mode}, time limit {limit:.0f} s", flush=True)
+
+    print("[1/5] versions", flush=True)
+    info = versions(device)
+    for key, value in info.items():
+        print(f"  {key:<24} {value}")
+
+    # Chapters run in their own kernels while the kernel suite runs here; the benchmark waits
+    # for both, so nothing else uses the GPU while it is timed.
+    pool = futures = None
+    if not args.skip_chapters:
+        jobs = args.jobs or (1 if args.dry_run else max(1, min(5, (os.cpu_count() or 2) // 2)))
+        pool, futures = run_chapters(plan, tmp / "chapters", jobs, timeout=int(limit))
+
+    print("[2/5] kernel suite against SDPA in float64", flush=True)
+    try:
+        kernel_suite(plan, device, report, deadline - (60 if not args.dry_run else 30))
+    except Exception:  # noqa: BLE001  (a crash of the suite itself is reported and counted)
+        traceback.print_exc()
+        report.check(False, "kernel suite", "crashed")
+    smem = shared_memory_report(device)
+    for row in smem:
+        print(f"  compiled {row['kernel']}: {row['shared']} bytes of shared memory")
+
+    print(f"[3/5] chapters ({len(plan.chapters)}, fresh kernels, from copies)", flush=True)
+    chapter_rows = []
+    if futures is not None:
+        chapter_rows = report_chapters(
+            futures, report, deadline - (45 if not args.dry_run else 20)
+        )
+        pool.shutdown(wait=False, cancel_futures=True)
+    else:
+        print("  skipped (--skip-chapters)")
+
+    print(f"[4/5] benchmark: Triton vs SDPA flash -> {out_path}", flush=True)
+    result = {}
+    try:
+        result = benchmark(plan, device, info, report, deadline)
+        result["kernel_suite"] = {"passed": report.passed, "failed": report.failed}
+        result["shared_memory"] = smem
+        result["chapters"] = chapter_rows
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(result, indent=1) + "\n")
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        report.check(False, "benchmark", "crashed")
+
+    print("[5/5] summary", flush=True)
+    worst = ", ".join(f"{k} {e:.1e} ({where})" for k, (e, where) in sorted(report.worst.items()))
+    ratio = result.get("target_min_ratio")
+    status = "PASSED" if report.failed == 0 else "FAILED"
+    print(
+        f"gpu-check {status}: {report.passed} passed, {report.failed} failed in "
+        f"{time.perf_counter() - t0:.0f} s; chapters "
+        f"{sum(r['error'] is None and not r['stderr'] for r in chapter_rows)}/"
+        f"{len(plan.chapters)} ok; Triton/SDPA forward at n>=4k, d=64: "
+        f"{'n/a' if ratio is None else f'{ratio:.2f}x'}; worst errors: {worst}",
+        flush=True,
+    )
+    for failure in report.failures[:20]:
+        print(f"  - {failure}")
+    shutil.rmtree(tmp / "chapters", ignore_errors=True)
+    return 0 if report.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
