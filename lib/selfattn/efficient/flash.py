@@ -11,9 +11,11 @@ block by block:
 
 When a new block raises the maximum from ``mu`` to ``mu_new``, everything accumulated
 so far is rescaled by ``alpha = exp(mu - mu_new)`` (not by its inverse: FA-2's
-Algorithm 1 prints ``diag(exp(m_old - m_new))^{-1}``, a typo). Only after the last
-key block is the output divided by ``ell``. The working memory is a few tiles of
-``block_q x block_k`` scores, so it does not grow with ``n m``.
+Algorithm 1, whose ``m`` is this running maximum, prints
+``diag(exp(m_old - m_new))^{-1}``, a typo). Only after the last key block is the output
+divided by ``ell``. The working memory is a few tiles of ``block_q x block_k`` scores,
+so it does not grow with ``n m``. (``M``, in chapter 7 and
+:mod:`selfattn.efficient.io_model`, is the fast-memory size; nothing here is called ``M``.)
 
 Two versions: :func:`flash_attention_reference` is that recurrence and nothing else;
 :func:`flash_attention` is the optimised CPU version (lazy rescaling, reused buffers)
