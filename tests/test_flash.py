@@ -336,8 +336,9 @@ def test_forward_without_grad_skips_autograd(monkeypatch):
     with torch.no_grad():
         flash_attention(*(t.requires_grad_() for t in (q, k, v)))
     assert calls == []
-    flash_attention(q, k, v)
+    with_grad = flash_attention(q, k, v)
     assert len(calls) == 1
+    torch.testing.assert_close(with_grad, flash_attention(*(t.detach() for t in (q, k, v))))
 
 
 def test_half_inputs_with_large_finite_scores_stay_finite():
