@@ -348,3 +348,108 @@ def test_low_and_high_precision_against_float64(dtype, tol):
     low = ours.to(dtype)(x.to(dtype), mask=mask)
     assert low.dtype == dtype and torch.isfinite(low).all()
     assert (low.double() - ref).abs().max().item() <= tol
+
+
+# ---- grouped-query and multi-query attention (num_kv_heads) -------------------------
+
+
+def _gqa_reference(layer, x, context=None, causal=False):
+    """torch SDPA with enable_gqa=True on the layer's own projections."""
+    d, d_kv = layer.d_model, layer.d_kv
+    w, b = layer.qkv.weight, layer.qkv.bias
+    src = x if context is None else context
+    q = torch.nn.functional.linear(x, w[:d], b[:d])
+    k, v = torch.nn.functional.linear(src, w[d:], b[d:]).split(d_kv, dim=-1)
+    q = split_heads(q, layer.num_heads)
+    k, v = split_heads(k, layer.num_kv_heads), split_heads(v, layer.num_kv_heads)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=causal, enable_gqa=True
+    )
+    return layer.out(merge_heads(o))
+
+
+@pytest.mark.parametrize("h,h_kv", [(4, 4), (4, 2), (4, 1), (6, 3)])
+def test_gqa_matches_sdpa_enable_gqa(h, h_kv):
+    torch.manual_seed(h * 10 + h_kv)
+    layer = MultiHeadAttention(6 * h, h, num_kv_heads=h_kv).eval()
+    x, ctx = torch.randn(2, 5, 6 * h), torch.randn(2, 7, 6 * h)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x, mask="causal"), _gqa_reference(layer, x, causal=True))
+        torch.testing.assert_close(layer(x, context=ctx), _gqa_reference(layer, x, ctx))
+    assert layer.qkv.out_features == 6 * h + 2 * 6 * h_kv
+    params = sum(p.numel() for p in layer.parameters())
+    assert params == mha_param_count(6 * h, num_heads=h, num_kv_heads=h_kv)
+    no_bias = MultiHeadAttention(6 * h, h, num_kv_heads=h_kv, bias=False)
+    assert sum(p.numel() for p in no_bias.parameters()) == mha_param_count(
+        6 * h, bias=False, num_heads=h, num_kv_heads=h_kv
+    )
+    assert mha_flops(5, 6 * h, num_heads=h, num_kv_heads=h) == mha_flops(5, 6 * h)
+    assert mha_flops(5, 6 * h, 7, num_heads=h, num_kv_heads=h) == mha_flops(5, 6 * h, 7)
+
+
+def test_gqa_equals_mha_with_repeated_kv_heads_and_grouped_pools_them():
+    torch.manual_seed(0)
+    gqa = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    mha = MultiHeadAttention(16, 4).eval()
+    with torch.no_grad():
+        w, b = gqa.qkv.weight, gqa.qkv.bias
+
+        def repeat(t):  # (h_kv * d_head, ...) -> (h * d_head, ...): head j serves 2j, 2j+1
+            return t.reshape(2, 1, 4, *t.shape[1:]).expand(2, 2, 4, *t.shape[1:]).flatten(0, 2)
+
+        mha.qkv.weight.copy_(torch.cat([w[:16], repeat(w[16:24]), repeat(w[24:])]))
+        mha.qkv.bias.copy_(torch.cat([b[:16], repeat(b[16:24]), repeat(b[24:])]))
+        mha.out.load_state_dict(gqa.out.state_dict())
+        x = torch.randn(3, 6, 16)
+        torch.testing.assert_close(mha(x, mask="causal"), gqa(x, mask="causal"))
+        # heads equal within each group: mean-pooling loses nothing
+        pooled = mha.grouped(2)
+        torch.testing.assert_close(pooled.qkv.weight, gqa.qkv.weight)
+        torch.testing.assert_close(pooled(x, mask="causal"), gqa(x, mask="causal"))
+        # grouped(h) is an exact copy; grouped(1) is multi-query attention
+        torch.testing.assert_close(mha.grouped(4)(x), mha(x))
+        mqa = mha.grouped(1)
+        assert mqa.num_kv_heads == 1 and mqa.qkv.out_features == 16 + 2 * 4
+        k_rows = mha.qkv.weight[16:32].reshape(4, 4, 16)
+        torch.testing.assert_close(mqa.qkv.weight[16:20], k_rows.mean(0))
+
+
+def test_gqa_cache_stores_only_kv_heads_and_decodes_like_recomputation():
+    torch.manual_seed(1)
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    x = torch.randn(2, 7, 16)
+    cache = KVCache()
+    with torch.no_grad():
+        parts = [layer(x[:, :4], mask="causal", cache=cache)]
+        parts += [layer(x[:, t : t + 1], mask="causal", cache=cache) for t in range(4, 7)]
+        full = layer(x, mask="causal")
+    torch.testing.assert_close(torch.cat(parts, dim=1), full)
+    assert cache.k.shape == (2, 2, 7, 4)
+    assert cache.nbytes == kv_cache_bytes(1, 4, 4, 7, batch=2, num_kv_heads=2)
+    assert kv_cache_bytes(1, 4, 4, 7, batch=2) == 2 * cache.nbytes
+    layers = attention_stack(2, 16, 4, seed=0, num_kv_heads=1)
+    prompt = torch.randn(1, 3, 16)
+    torch.testing.assert_close(
+        generate(layers, prompt, 5, use_cache=True),
+        generate(layers, prompt, 5, use_cache=False),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+def test_gqa_bad_input():
+    with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=4"):
+        MultiHeadAttention(16, 4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="num_kv_heads must be >= 1"):
+        MultiHeadAttention(16, 4, num_kv_heads=0)
+    with pytest.raises(TypeError, match="num_kv_heads must be an int"):
+        MultiHeadAttention(16, 4, num_kv_heads=2.0)
+    with pytest.raises(ValueError, match="no grouped-query form"):
+        MultiHeadAttention(16, 4, num_kv_heads=2).to_torch()
+    with pytest.raises(ValueError, match="already has num_kv_heads=2"):
+        MultiHeadAttention(16, 4, num_kv_heads=2).grouped(1)
+    with pytest.raises(ValueError, match="num_kv_heads needs num_heads"):
+        mha_param_count(16, num_kv_heads=2)
+    with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=4"):
+        kv_cache_bytes(1, 4, 8, 10, num_kv_heads=3)
+    assert "num_kv_heads=2" in repr(MultiHeadAttention(16, 4, num_kv_heads=2))
