@@ -1,4 +1,4 @@
-"""Chapter 6's checkers accept the reference solutions, reject plausible mistakes, and spot the stub."""
+"""Chapter 6's checkers: the reference solutions pass, plausible mistakes and the stub do not."""
 
 import math
 

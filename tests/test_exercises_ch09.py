@@ -1,4 +1,4 @@
-"""Chapter 9's checkers accept the reference solutions, reject plausible wrong answers, and see stubs."""
+"""Chapter 9's checkers: the reference solutions pass, plausible wrong answers and stubs do not."""
 
 import torch
 import torch.nn.functional as F

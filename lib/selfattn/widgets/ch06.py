@@ -123,7 +123,9 @@ def plot_encodings_grid(
 
 
 def explorer(*, n: int = 64, d: int = 64, base: float = 10000.0):
-    """The interactive view: sliders for positions ``n`` (8-256), dimensions ``d`` (2-128, even) and the base.
+    """The interactive view: sliders for positions ``n`` (8-256), dimensions ``d`` and the base.
+
+    ``d`` runs over the even numbers from 2 to 128.
 
     Returns:
         An ``ipywidgets.VBox``.

@@ -46,7 +46,7 @@ def _to_rgb(image) -> np.ndarray:
 def overlay_attention(
     image, weights, ax=None, title: str | None = None, *, vmax: float | None = None
 ):
-    """Draw ``image (C, H, W)`` with the patch weights ``(P,)`` laid over it as a translucent heat map.
+    """Draw ``image (C, H, W)`` with the patch weights ``(P,)`` over it as a translucent heat map.
 
     Every patch cell is coloured by its weight (0 to ``vmax``, default the largest weight) and
     labelled with it when the grid is at most 6 x 6.
@@ -110,7 +110,8 @@ def plot_overlays(
     images, weights = _np(images), _np(weights)
     if images.shape[0] != weights.shape[0] or len(titles) != images.shape[0]:
         raise ValueError(
-            f"got {images.shape[0]} images, {weights.shape[0]} weight rows and {len(titles)} titles"
+            f"got {images.shape[0]} images, {weights.shape[0]} weight rows "
+            f"and {len(titles)} titles"
         )
     n = images.shape[0]
     ncols = ncols or n
@@ -127,11 +128,12 @@ def plot_overlays(
 
 
 def explorer(images, views: dict, captions: Sequence[str], *, index: int = 0):
-    """Pick an image and a view (a ViT layer's class token, or a CLIP caption word) and see its attention.
+    """Pick an image and a view (a ViT layer's class token, or a CLIP caption word): its attention.
 
     Args:
         images: ``(N, C, H, W)`` test images.
-        views: ``{name: (N, P) weights}``, e.g. ``{"ViT layer 1, class token": ..., "CLIP word 'red'": ...}``.
+        views: ``{name: (N, P) weights}``, e.g.
+            ``{"ViT layer 1, class token": ..., "CLIP word 'red'": ...}``.
         captions: ``N`` strings shown in the title (true label or caption).
         index: the image shown first.
 
