@@ -112,13 +112,18 @@ def test_gpu_path_picks_configs_for_the_device(monkeypatch):
 
 
 def test_grid_puts_batch_heads_on_axis_0():
-    assert launch_grid(70000, 4096, 128) == (70000, 32)
-    assert launch_grid(1, 1, 16) == (1, 1)
-    assert launch_grid(2, 17, 16) == (2, 2)
-    with pytest.raises(ValueError, match="axis-1 limit 65535"):
-        launch_grid(1, (MAX_GRID_AXIS1 + 1) * 16, 16)
-    with pytest.raises(ValueError, match="axis-0"):
-        launch_grid(2**31, 16, 16)
+    # B*H = 70000 is over the 65535 limit of axes 1 and 2: one axis, up to 2^31 - 1.
+    assert launch_grid(70000, 4096, 128) == (70000 * 32,)
+    assert 70000 > MAX_GRID_AXIS1 and launch_grid(70000, 1, 16) == (70000,)
+    assert launch_grid(1, 1, 16) == (1,)
+    assert launch_grid(2, 17, 16) == (4,)
+    with pytest.raises(ValueError, match="axis-0 limit"):
+        launch_grid(70000, 2**20, 16)  # 70000 x 65536 programs
+    # program p -> (head p // blocks, block p % blocks), the kernels' arithmetic, covers each
+    # (head, block) once with the block varying fastest
+    blocks = 3
+    pairs = [(p // blocks, p % blocks) for p in range(launch_grid(4, 40, 16)[0])]
+    assert pairs == [(h, b) for h in range(4) for b in range(blocks)]
 
 
 def test_the_kernel_launch_uses_that_grid(monkeypatch):
@@ -146,38 +151,44 @@ def test_the_kernel_launch_uses_that_grid(monkeypatch):
     out = triton_flash.triton_flash_attention(q, k, k)
     out.sum().backward()
     assert launches == [
-        ("fwd", (70000, 1)),
-        ("delta", (70000, 1)),
-        ("dkdv", (70000, 3)),  # 33 keys in blocks of 16
-        ("dq", (70000, 1)),
+        ("fwd", (70000,)),
+        ("delta", (70000,)),
+        ("dkdv", (70000 * 3,)),  # 33 keys in blocks of 16
+        ("dq", (70000,)),
     ]
 
 
-def test_offsets_are_int64_beyond_2_to_the_31():
-    # One head with n * d > 2^31 elements (n = 2^22 + 5 rows, d = 1024 after padding would be
-    # too many; d = 512 is enough) and B*H = 70000 heads of stride n*d.
-    n, d, bh = 2**22 + 5, 512, 70000
+@pytest.mark.parametrize(
+    "bh,n,d,block",
+    [
+        (70000, 4096, 128, 128),  # B*H = 70000: the batch offset passes 2^31
+        (1, 2**23 + 5, 256, 128),  # one head with n*d > 2^31
+    ],
+)
+def test_offsets_are_int64_beyond_2_to_the_31(bh, n, d, block):
     stride_n, stride_b = d, n * d
-    assert n * d > 2**31
-    row0 = (n - 1) // 16 * 16  # the last row block
-    exact = (bh - 1) * stride_b + row0 * stride_n + 15 * stride_n + (d - 1)
+    assert bh * n * d > 2**31
+    (programs,) = launch_grid(bh, n, block)  # fits the grid
+    blocks = -(-n // block)
+    exact = (bh - 1) * stride_b + (blocks - 1) * block * stride_n + (block - 1) * stride_n + d - 1
 
-    # The kernel's arithmetic: program ids are int32, cast to int64 before the multiply by a
-    # stride; inside a tile, offsets (at most block x stride) stay int32.
+    # The kernel's arithmetic for the last program: program ids are int32; head and row block
+    # are cast to int64 before the multiply by a stride; offsets inside a tile stay int32.
     def kernel_offset(int_base):
-        pid0, pid1 = np.int32(bh - 1), np.int32((n - 1) // 16)
-        row = (pid1 * np.int32(16)).astype(int_base)
-        local = np.int32(15) * np.int32(stride_n) + np.int32(d - 1)
-        # stride_b > 2^31 reaches the kernel as an int64 argument (Triton's specialisation)
-        batch = pid0.astype(np.int64) * np.int64(stride_b)
-        return int(batch + row * np.int32(stride_n) + local)
+        pid, nb = np.int32(programs - 1), np.int32(blocks)
+        head = (pid // nb).astype(int_base)
+        row0 = ((pid % nb) * np.int32(block)).astype(int_base)
+        local = np.int32(block - 1) * np.int32(stride_n) + np.int32(d - 1)
+        # a stride over 2^31 reaches the kernel as an int64 argument (Triton's specialisation)
+        sb = np.int64(stride_b) if stride_b >= 2**31 else np.int32(stride_b)
+        return int(head * sb + row0 * np.int32(stride_n) + local)
 
     assert kernel_offset(np.int64) == exact
     with np.errstate(over="ignore"):
-        assert kernel_offset(np.int32) != exact  # what an int32 base offset would compute
+        assert kernel_offset(np.int32) != exact  # what int32 offsets would compute
     # ... and the kernels do cast: every base offset is built from an int64 value.
     src = inspect.getsource(triton_flash._kernels)
-    assert src.count("bh = tl.program_id(0).to(tl.int64)") == 4
+    assert src.count("bh = (tl.program_id(0) // blocks).to(tl.int64)") == 4
     assert src.count("row0.to(tl.int64) * stride") == 6
     assert "col0.to(tl.int64) * stride_kn" in src and "lo.to(tl.int64) * stride_qn" in src
     assert "offs_m[:, None] * stride_qn" not in src.split("_flash_bwd_dkdv")[0]

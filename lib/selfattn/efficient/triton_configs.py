@@ -13,8 +13,8 @@ device, with headroom for the kernel's own scratch (row reductions, layout conve
 :func:`shared_memory_bytes` is the estimate; ``tools/gpu_check.py`` compares it with what
 Triton actually allocated on a real GPU.
 
-The grid puts ``batch x heads`` on axis 0 (up to 2^31 - 1 programs) and the row blocks on axis 1
-(at most 65535), see :func:`launch_grid`; the kernels compute their base offsets in int64.
+The grid is one axis of ``batch x heads x row blocks`` programs (axis 0 takes up to 2^31 - 1;
+axes 1 and 2 only 65535), see :func:`launch_grid`; the kernels compute base offsets in int64.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ SHARED_MEMORY_BUDGET: dict[int, int] = {
 #: Bytes kept free for what the estimate does not count (reductions, layout conversions).
 SCRATCH_HEADROOM = 4 * 1024
 
-#: CUDA's grid limit on axis 0: 2^31 - 1 blocks (batch x heads go here).
+#: CUDA's grid limit on axis 0: 2^31 - 1 blocks (the kernels' one axis).
 MAX_GRID_AXIS0 = 2**31 - 1
-#: CUDA's grid limit on axes 1 and 2: 65535 blocks (the row blocks go on axis 1).
+#: CUDA's grid limit on axes 1 and 2: 65535 blocks (too few for batch x heads).
 MAX_GRID_AXIS1 = 65535
 
 
@@ -204,23 +204,21 @@ def choose_config(
     )
 
 
-def launch_grid(batch_heads: int, rows: int, block: int) -> tuple[int, int]:
-    """The grid ``(batch_heads, ceil(rows / block))``: batch x heads on axis 0.
+def launch_grid(batch_heads: int, rows: int, block: int) -> tuple[int]:
+    """The one-axis grid ``(batch_heads * ceil(rows / block),)`` of the Triton kernels.
 
-    Axis 0 takes up to 2^31 - 1 programs, axis 1 only 65535, so batch x heads (which grows
-    with the batch) goes on axis 0 and the row blocks on axis 1.
+    Program ``p`` handles row block ``p % blocks`` of head ``p // blocks``: neighbouring
+    programs share a head, so its keys and values stay in L2 (the order of Triton's
+    fused-attention tutorial, whose grid is ``(blocks, batch x heads)``), and batch x heads
+    sits on axis 0, which takes up to 2^31 - 1 programs, not on axis 1 or 2 (65535 at most).
 
     Raises:
-        ValueError: either axis exceeds CUDA's limit.
+        ValueError: more than 2^31 - 1 programs.
     """
     blocks = -(-rows // block)
-    if batch_heads > MAX_GRID_AXIS0:
+    if batch_heads * blocks > MAX_GRID_AXIS0:
         raise ValueError(
-            f"batch x heads = {batch_heads} exceeds the grid's axis-0 limit {MAX_GRID_AXIS0}"
+            f"batch x heads = {batch_heads} times {blocks} blocks of {block} rows exceeds the "
+            f"grid's axis-0 limit {MAX_GRID_AXIS0}; use a larger block or a smaller batch"
         )
-    if blocks > MAX_GRID_AXIS1:
-        raise ValueError(
-            f"{rows} rows in blocks of {block} make {blocks} blocks, over the grid's axis-1 "
-            f"limit {MAX_GRID_AXIS1}; use a larger block"
-        )
-    return (batch_heads, blocks)
+    return (batch_heads * blocks,)

@@ -53,7 +53,8 @@ def _kernels():
     """Define the kernels on first use (importing triton here, not at module import).
 
     Conventions shared by the four kernels: tensors are ``(batch x heads, rows, head dim)``
-    with a contiguous last dim; program axis 0 is batch x head, axis 1 a block of rows; base
+    with a contiguous last dim; a one-axis grid of ``batch x heads x row blocks`` programs,
+    the row block varying fastest (:func:`~selfattn.efficient.triton_configs.launch_grid`); base
     offsets are int64 (a tensor may hold more than 2^31 elements), offsets inside a tile int32.
     Key ``j`` is visible to query ``i`` when ``j <= i + diag`` (``diag`` = 0 top-left,
     ``m - n`` bottom-right). Scores are in base 2: ``qk_scale`` = softmax scale * log2(e), and
@@ -95,8 +96,11 @@ def _kernels():
         PRECISION: tl.constexpr,
         DOT_IN_FP32: tl.constexpr,
     ):
-        bh = tl.program_id(0).to(tl.int64)
-        row0 = tl.program_id(1) * BLOCK_M
+        # One grid axis: program = head * blocks + block, so neighbouring programs share a
+        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
+        blocks = tl.cdiv(n_q, BLOCK_M)
+        bh = (tl.program_id(0) // blocks).to(tl.int64)
+        row0 = (tl.program_id(0) % blocks) * BLOCK_M
         offs_m = row0 + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_dk = tl.arange(0, BLOCK_DK)
@@ -181,8 +185,11 @@ def _kernels():
         BLOCK_DV: tl.constexpr,
     ):
         # D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij: the term dS = P (dP - D) needs.
-        bh = tl.program_id(0).to(tl.int64)
-        row0 = tl.program_id(1) * BLOCK_M
+        # One grid axis: program = head * blocks + block, so neighbouring programs share a
+        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
+        blocks = tl.cdiv(n_q, BLOCK_M)
+        bh = (tl.program_id(0) // blocks).to(tl.int64)
+        row0 = (tl.program_id(0) % blocks) * BLOCK_M
         offs_m = row0 + tl.arange(0, BLOCK_M)
         offs_dv = tl.arange(0, BLOCK_DV)
         mask = (offs_m[:, None] < n_q) & (offs_dv[None, :] < d_v)
@@ -241,8 +248,9 @@ def _kernels():
         DOT_IN_FP32: tl.constexpr,
     ):
         # One program per block of keys: it keeps k, v, dK, dV on chip and streams the queries.
-        bh = tl.program_id(0).to(tl.int64)
-        col0 = tl.program_id(1) * BLOCK_N
+        blocks = tl.cdiv(n_k, BLOCK_N)
+        bh = (tl.program_id(0) // blocks).to(tl.int64)
+        col0 = (tl.program_id(0) % blocks) * BLOCK_N
         offs_n = col0 + tl.arange(0, BLOCK_N)
         offs_m = tl.arange(0, BLOCK_M)
         offs_dk = tl.arange(0, BLOCK_DK)
@@ -326,8 +334,11 @@ def _kernels():
         DOT_IN_FP32: tl.constexpr,
     ):
         # One program per block of queries: it keeps q, dO, dQ on chip and streams the keys.
-        bh = tl.program_id(0).to(tl.int64)
-        row0 = tl.program_id(1) * BLOCK_M
+        # One grid axis: program = head * blocks + block, so neighbouring programs share a
+        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
+        blocks = tl.cdiv(n_q, BLOCK_M)
+        bh = (tl.program_id(0) // blocks).to(tl.int64)
+        row0 = (tl.program_id(0) % blocks) * BLOCK_M
         offs_m = row0 + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_dk = tl.arange(0, BLOCK_DK)
