@@ -2,10 +2,10 @@
 
 The launch link (built by sphinx-book-theme from ``repository`` and ``launch_buttons``)
 opens ``<colab>/github/<org>/<repo>/blob/<branch>/<path>``; the setup cell installs
-``selfattn @ git+<url>@<branch>``. Both must name the same repository and branch, and the
-link must name a notebook the repository really holds at that path. The browser tests
-(tests_site/) check the link on the built pages as well; this file checks the built HTML
-only when a build newer than the sources is at hand.
+``git+<url>@<branch>`` (the selfattn project). Both must name the same repository and
+branch, and the link must name a notebook the repository really holds at that path. The
+browser tests (tests_site/) check the link on the built pages as well; this file checks the
+built HTML only when a build newer than the sources is at hand.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from book import ROOT, config, repository, setup_cell_source, toc_chapters
 CHAPTERS = toc_chapters()
 IDS = [p.stem for p in CHAPTERS]
 COLAB = "https://colab.research.google.com"
-PIP_LINE = re.compile(r'%pip install -q "selfattn @ git\+(?P<url>\S+?)@(?P<branch>[^"@\s]+)"')
+PIP_LINE = re.compile(r"%pip install -q git\+(?P<url>\S+?)@(?P<branch>[^\"@\s]+)$", re.M)
 
 
 def repo_parts() -> tuple[str, str, str]:
@@ -77,7 +77,7 @@ def test_config_names_a_github_repository_and_colab():
 
 
 def test_the_library_installs_from_the_repository_root():
-    """`pip install selfattn @ git+<url>@<branch>` builds the project at the repository root."""
+    """`pip install git+<url>@<branch>` builds the project at the repository root."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == "selfattn"
@@ -87,7 +87,7 @@ def test_the_library_installs_from_the_repository_root():
 def test_canonical_setup_cell_installs_from_the_configured_repository():
     url, branch = repository()
     m = PIP_LINE.search(setup_cell_source())
-    assert m, 'the canonical setup cell has no `%pip install "selfattn @ git+..."` line'
+    assert m, "the canonical setup cell has no `%pip install git+...` line"
     assert (m["url"], m["branch"]) == (url, branch)
 
 

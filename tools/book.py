@@ -54,11 +54,12 @@ def setup_cell_source() -> str:
     """
     url, branch = repository()
     return (
-        "# Setup: the same first cell in every chapter. On Colab it installs the book's library.\n"
+        "# Setup, the same in every chapter. On Colab it installs the book's library.\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        f'    %pip install -q "selfattn @ git+{url}@{branch}"\n'
+        # A bare VCS URL (pip reads the name from the project): the line fits 79 columns.
+        f"    %pip install -q git+{url}@{branch}\n"
         "\n"
         "import selfattn\n"
         "\n"
