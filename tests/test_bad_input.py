@@ -451,3 +451,45 @@ def test_vocab_decode_refuses_ids_outside_the_vocabulary():
     _raises_naming(lambda: v.decode([3]), "ids")
     _raises_naming(lambda: v.decode([1.0]), "ids")
     _raises_naming(lambda: v.encode("ab"), "tokens")
+
+
+@pytest.mark.parametrize("value", [None, "x", 2.5])
+def test_sweep_of_non_tensor_arguments_gives_type_errors(value):
+    from selfattn.data.images import patch_coverage, patchify
+    from selfattn.data.text import char_windows, encode_sentences, is_grammatical, word_vocab
+    from selfattn.models import (
+        MLP,
+        KeyValueRecallModel,
+        MiniViT,
+        PatchEmbedding,
+        SingleHeadSelfAttention,
+        clip_loss,
+        count_parameters,
+        lookup_loss,
+        mlm_loss,
+        token_accuracy,
+    )
+
+    _raises_naming(lambda: patchify(value, 2), "images")
+    _raises_naming(lambda: patch_coverage(value, 2), "masks")
+    _raises_naming(lambda: char_windows(value, 4, 2), "data")
+    if not isinstance(value, str):  # any string is a (possibly ungrammatical) sentence
+        _raises_naming(lambda: is_grammatical(value), "sentence")
+    _raises_naming(lambda: encode_sentences(["the cat ."], value), "vocab")
+    _raises_naming(lambda: clip_loss(value), "logits")
+    _raises_naming(lambda: mlm_loss(value, torch.zeros(2, 3)), "logits")
+    _raises_naming(lambda: count_parameters(value), "model")
+    _raises_naming(lambda: token_accuracy(value, torch.zeros(1, 2), torch.zeros(1, 2)), "model")
+    _raises_naming(lambda: lookup_loss(torch.nn.Linear(1, 1), value), "batch")
+    _raises_naming(lambda: SingleHeadSelfAttention(4, 4)(value), "x")
+    _raises_naming(lambda: encode_sentences("the cat .", word_vocab()), "sentences")
+    _raises_naming(lambda: patchify(torch.zeros(1, 1, 4, 4), 0), "patch")
+    _raises_naming(lambda: char_windows(torch.arange(10), -1, 2), "block_size")
+    for make, name in (
+        (lambda: KeyValueRecallModel(-1, 4, 8, 8), "n_keys"),
+        (lambda: MLP(-1, 4), "d_model"),
+        (lambda: TransformerBlock(-1, 2), "d_model"),
+        (lambda: PatchEmbedding(8, -1, 3, 8), "patch"),
+        (lambda: MiniViT(-1), "num_classes"),
+    ):
+        _raises_naming(make, name)

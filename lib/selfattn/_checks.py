@@ -184,3 +184,10 @@ def check_token_ids(ids, name: str, vocab_size: int) -> torch.Tensor:
             f"got values {int(ids.min())}..{int(ids.max())}"
         )
     return ids
+
+
+def require_module(obj, name: str = "model"):
+    """A ``torch.nn.Module`` (a model or layer)."""
+    if not isinstance(obj, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {describe(obj)}")
+    return obj

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._checks import require_int, require_tensor
 from .vocab import Vocab
 
 __all__ = [
@@ -166,6 +167,8 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
         patch)``,
         column ``k % (W // patch)``.
     """
+    require_tensor(images, "images")
+    patch = require_int(patch, "patch", 1)
     if images.dim() != 4:
         raise ValueError(f"images must be (N, C, H, W), got shape {tuple(images.shape)}")
     N, C, H, W = images.shape
@@ -184,6 +187,8 @@ def patch_coverage(masks: torch.Tensor, patch: int) -> torch.Tensor:
     Returns:
         ``(N, num_patches)`` float in ``[0, 1]``, patches in :func:`patchify`'s order.
     """
+    require_tensor(masks, "masks")
+    patch = require_int(patch, "patch", 1)
     if masks.dim() != 3:
         raise ValueError(f"masks must be (N, H, W), got shape {tuple(masks.shape)}")
     return patchify(masks[:, None].float(), patch).mean(dim=-1)

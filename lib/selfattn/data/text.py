@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .._checks import require_int, require_tensor
 from .vocab import Vocab
 
 __all__ = [
@@ -115,6 +116,8 @@ def generate_sentences(n: int, *, seed: int = 0, clause_prob: float = 0.5) -> li
 def is_grammatical(sentence: str) -> bool:
     """Whether ``sentence`` (space-separated words) is one the grammar of
     :func:`generate_sentences` can produce."""
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence must be a str, got {type(sentence).__name__} {sentence!r}")
     w = sentence.split()
     if len(w) < 6 or w[0] != "the" or w[-1] != ".":
         return False
@@ -177,6 +180,10 @@ def encode_sentences(sentences: Sequence[str], vocab: Vocab, *, max_len: int | N
     Returns:
         ``(ids, lengths)``: ``ids`` a long tensor ``(B, max_len)``, ``lengths`` ``(B,)``.
     """
+    if not isinstance(vocab, Vocab):
+        raise TypeError(f"vocab must be a selfattn.data.vocab.Vocab, got {type(vocab).__name__}")
+    if isinstance(sentences, str) or not all(isinstance(t, str) for t in sentences):
+        raise TypeError(f"sentences must be a sequence of str, got {sentences!r:.80}")
     if vocab.pad_id is None:
         raise ValueError(
             "encode_sentences needs a vocabulary with a padding token, got one with pad=None"
@@ -263,6 +270,9 @@ def char_windows(
         ``(x, y)``, both ``(batch_size, block_size)`` long tensors, ``y`` = ``x`` shifted left by
         one.
     """
+    require_tensor(data, "data")
+    block_size = require_int(block_size, "block_size", 1)
+    batch_size = require_int(batch_size, "batch_size", 1)
     if data.dim() != 1:
         raise ValueError(f"data must be a 1-D tensor of ids, got shape {tuple(data.shape)}")
     if len(data) <= block_size:

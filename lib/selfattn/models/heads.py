@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import require_module
 from ..multihead import MultiHeadAttention
 
 __all__ = ["LookupHeadsModel", "lookup_loss"]
@@ -65,6 +66,11 @@ def lookup_loss(model: LookupHeadsModel, batch) -> torch.Tensor:
     ``batch`` is a :class:`selfattn.data.lookup.LookupBatch`. Fits
     :func:`~selfattn.train.train_loop`'s ``loss_fn``.
     """
+    require_module(model)
+    if not all(hasattr(batch, f) for f in ("tokens", "prev", "first")):
+        raise TypeError(
+            f"batch must be a LookupBatch (tokens, prev, first), got {type(batch).__name__}"
+        )
     prev_logits, first_logits, _ = model(batch.tokens)
     V = model.vocab_size
     return F.cross_entropy(prev_logits.reshape(-1, V), batch.prev.reshape(-1)) + F.cross_entropy(

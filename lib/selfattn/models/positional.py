@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_token_ids, require_int
+from .._checks import check_token_ids, require_int, require_module
 from ..attention import scaled_dot_product_attention
 from ..data.order_tasks import IGNORE_INDEX, ShiftedCopyTask
 from ..positional import (
@@ -185,6 +185,7 @@ def token_accuracy(
     Returns:
         A float, or a float tensor ``(n,)``.
     """
+    require_module(model)
     model.eval()
     pred = model(x).argmax(-1)
     scored = y != IGNORE_INDEX

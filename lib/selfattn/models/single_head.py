@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from .._checks import require_float, require_int
 from ..attention import scaled_dot_product_attention
 
 __all__ = ["SingleHeadSelfAttention", "KeyValueRecallModel"]
@@ -60,7 +61,8 @@ class SingleHeadSelfAttention(nn.Module):
     ):
         """Self-attention over the tokens of ``x (..., n, d_model)``; ``mask`` as in
         :func:`selfattn.attention.scaled_dot_product_attention` (bool, True = may attend)."""
-        if x.shape[-1] != self.w_q.in_features:
+        require_float(x, "x")
+        if x.dim() < 2 or x.shape[-1] != self.w_q.in_features:
             raise ValueError(
                 f"x must have shape (..., n, d_model={self.w_q.in_features}), got {tuple(x.shape)}"
             )
@@ -93,6 +95,8 @@ class KeyValueRecallModel(nn.Module):
 
     def __init__(self, n_keys: int, n_values: int, d_model: int, d_k: int, *, scaled: bool = True):
         super().__init__()
+        n_keys, n_values = require_int(n_keys, "n_keys", 1), require_int(n_values, "n_values", 1)
+        d_model, d_k = require_int(d_model, "d_model", 1), require_int(d_k, "d_k", 1)
         self.key_embedding = nn.Embedding(n_keys, d_model)
         self.value_embedding = nn.Embedding(
             n_values + 1, d_model

@@ -27,7 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_token_ids, require_int, require_number
+from .._checks import (
+    check_token_ids,
+    require_float,
+    require_int,
+    require_module,
+    require_number,
+    require_tensor,
+)
 from ..data.images import patchify
 from ..multihead import KVCache, MultiHeadAttention
 
@@ -59,6 +66,7 @@ def _init_weights(module: nn.Module) -> None:
 
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
+    require_module(model)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -80,6 +88,7 @@ class MLP(nn.Module):
 
     def __init__(self, d_model: int, hidden: int):
         super().__init__()
+        d_model, hidden = require_int(d_model, "d_model", 1), require_int(hidden, "hidden", 1)
         self.fc = nn.Linear(d_model, hidden)
         self.proj = nn.Linear(hidden, d_model)
 
@@ -106,6 +115,8 @@ class TransformerBlock(nn.Module):
         self, d_model: int, num_heads: int, *, mlp_ratio: int = 4, cross_attention: bool = False
     ):
         super().__init__()
+        d_model = require_int(d_model, "d_model", 1)
+        num_heads = require_int(num_heads, "num_heads", 1)
         mlp_ratio = require_int(mlp_ratio, "mlp_ratio", 1)
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, num_heads)
@@ -349,6 +360,8 @@ def mlm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
     Args: logits ``(B, n, V)``, targets ``(B, n)``. Returns a scalar.
     """
+    require_float(logits, "logits")
+    require_tensor(targets, "targets")
     return F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
     )
@@ -466,6 +479,10 @@ class PatchEmbedding(nn.Module):
 
     def __init__(self, image_size: int, patch: int, channels: int, d_model: int):
         super().__init__()
+        image_size = require_int(image_size, "image_size", 1)
+        patch = require_int(patch, "patch", 1)
+        channels = require_int(channels, "channels", 1)
+        d_model = require_int(d_model, "d_model", 1)
         if image_size % patch:
             raise ValueError(f"image_size={image_size} must be a multiple of patch={patch}")
         self.image_size, self.patch, self.channels = image_size, patch, channels
@@ -515,6 +532,7 @@ class MiniViT(nn.Module):
         num_layers: int = 2,
     ):
         super().__init__()
+        num_classes = require_int(num_classes, "num_classes", 1)
         self.embed = PatchEmbedding(image_size, patch, channels, d_model)
         self.encoder = Encoder(d_model, num_heads, num_layers)
         self.head = nn.Linear(d_model, num_classes)
@@ -550,6 +568,7 @@ def clip_loss(logits: torch.Tensor) -> torch.Tensor:
     ``(CE(logits, arange(B)) + CE(logits^T, arange(B))) / 2`` for a ``(B, B)`` matrix of
     image-to-text logits whose diagonal holds the true pairs.
     """
+    require_float(logits, "logits")
     if logits.dim() != 2 or logits.shape[0] != logits.shape[1]:
         raise ValueError(
             f"clip_loss needs a square (B, B) logit matrix, got shape {tuple(logits.shape)}"
