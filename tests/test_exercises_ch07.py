@@ -1,4 +1,4 @@
-"""Chapter 7's checkers accept the reference solutions, reject plausible wrong answers, and see stubs."""
+"""Chapter 7's checkers take the reference solutions, reject wrong answers, and see stubs."""
 
 import math
 
