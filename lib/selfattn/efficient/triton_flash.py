@@ -1,15 +1,18 @@
 """FlashAttention's forward and backward passes as Triton kernels (chapter 7).
 
-The same algorithm as :func:`~selfattn.efficient.flash.flash_attention`: one program per
-(block of queries, batch x head); it keeps its queries, the running max ``m``, the
-running sum ``l`` and the unnormalised output in registers / SRAM, streams the keys
-and values through in blocks, and writes only the final output. fp16, bf16 and
-fp32 inputs; the tiles accumulate in fp32.
+The same algorithm as :func:`~selfattn.efficient.flash.flash_attention`. Forward: one program
+per (batch x head, block of queries); it keeps its queries, the running max ``m``, the running
+sum ``l`` and the unnormalised output on chip, streams the keys and values through in blocks,
+and writes the output and each row's log-sum-exp. Backward (FlashAttention-2, Algorithm 2):
+a small kernel computes D = rowsum(dO * O); one kernel per block of keys accumulates dK and dV
+over the queries, one per block of queries accumulates dQ over the keys, both recomputing P
+tile by tile from the log-sum-exp. fp16, bf16 and fp32 inputs; the tiles accumulate in fp32.
+Launch settings fit the device's shared memory (:mod:`~selfattn.efficient.triton_configs`).
 
 Triton is imported lazily, on the first call, so ``import selfattn`` works on a
 machine without Triton or a GPU. With the environment variable
-``TRITON_INTERPRET=1`` set before the first call, the kernel runs in Triton's
-interpreter on CPU tensors (slowly): that is how the tests check it against
+``TRITON_INTERPRET=1`` set before the first call, the kernels run in Triton's
+interpreter on CPU tensors (slowly): that is how the tests check them against
 torch SDPA without a GPU.
 """
 
