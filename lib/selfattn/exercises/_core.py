@@ -165,10 +165,12 @@ def _run_with_time_limit(fn: Callable, limit: float):
         finally:
             signal.signal(signal.SIGALRM, previous)
     box: dict = {}
+    grad = torch.is_grad_enabled()  # grad mode is per thread: carry the caller's over
 
     def target() -> None:
         try:
-            box["out"] = fn()
+            with torch.set_grad_enabled(grad):
+                box["out"] = fn()
         except BaseException as err:  # handed back to the checker's thread below
             box["err"] = err
 
