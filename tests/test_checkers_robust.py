@@ -173,12 +173,26 @@ def test_a_function_that_never_returns_is_reported_in_the_main_thread(short_limi
     assert result.status == "failed" and "took too long" in result.message
 
 
+_stop = threading.Event()
+
+
+def _spin_until_stopped(x):
+    # A thread cannot be killed: the test stops this one itself, so that no busy loop
+    # outlives it and slows the rest of the suite.
+    while not _stop.is_set():
+        pass
+
+
 def test_a_function_that_never_returns_is_reported_from_another_thread(short_limit):
     results = []
-    worker = threading.Thread(target=lambda: results.append(check_identity(_forever)))
+    _stop.clear()
+    worker = threading.Thread(target=lambda: results.append(check_identity(_spin_until_stopped)))
     start = time.perf_counter()
-    worker.start()
-    worker.join(10)
+    try:
+        worker.start()
+        worker.join(10)
+    finally:
+        _stop.set()
     assert not worker.is_alive() and time.perf_counter() - start < 5
     assert results[0].status == "failed" and "took too long" in results[0].message
     # the fallback still passes a correct answer and reports a crash as the reader's
