@@ -4,7 +4,9 @@ and see stubs."""
 from selfattn.exercises.ch05 import (
     check_cache_bytes,
     check_cross_projections,
+    check_decode_mask,
     check_merge_heads,
+    check_merge_states,
     check_param_count,
     check_split_heads,
 )
@@ -107,3 +109,101 @@ def test_param_count():
     assert not check_param_count(per_head)
     assert not check_param_count(no_output_projection)
     assert check_param_count(stub).status == "not attempted"
+
+
+def test_merge_states():
+    import torch
+
+    def right(out_a, lse_a, out_b, lse_b):
+        lse = torch.logaddexp(lse_a, lse_b)
+        w_a = torch.exp(lse_a - lse).unsqueeze(-1)
+        w_b = torch.exp(lse_b - lse).unsqueeze(-1)
+        return w_a * out_a + w_b * out_b, lse
+
+    def max_shift(out_a, lse_a, out_b, lse_b):  # the other correct way
+        top = torch.maximum(lse_a, lse_b)
+        e_a, e_b = torch.exp(lse_a - top), torch.exp(lse_b - top)
+        total = e_a + e_b
+        out = (e_a / total).unsqueeze(-1) * out_a + (e_b / total).unsqueeze(-1) * out_b
+        return out, top + torch.log(total)
+
+    def averaged(out_a, lse_a, out_b, lse_b):
+        return (out_a + out_b) / 2, torch.logaddexp(lse_a, lse_b)
+
+    def no_rescale(out_a, lse_a, out_b, lse_b):
+        return out_a + out_b, torch.logaddexp(lse_a, lse_b)
+
+    def not_divided(out_a, lse_a, out_b, lse_b):
+        out = torch.exp(lse_a).unsqueeze(-1) * out_a + torch.exp(lse_b).unsqueeze(-1) * out_b
+        return out, torch.logaddexp(lse_a, lse_b)
+
+    def swapped(out_a, lse_a, out_b, lse_b):
+        out, lse = right(out_a, lse_a, out_b, lse_b)
+        w_a = torch.exp(lse_a - lse).unsqueeze(-1)
+        w_b = torch.exp(lse_b - lse).unsqueeze(-1)
+        return w_b * out_a + w_a * out_b, lse
+
+    def lse_added(out_a, lse_a, out_b, lse_b):
+        return right(out_a, lse_a, out_b, lse_b)[0], lse_a + lse_b
+
+    def lse_max(out_a, lse_a, out_b, lse_b):
+        return right(out_a, lse_a, out_b, lse_b)[0], torch.maximum(lse_a, lse_b)
+
+    def naive_exp(out_a, lse_a, out_b, lse_b):  # overflows in float32 for large scores
+        lse = torch.log(torch.exp(lse_a) + torch.exp(lse_b))
+        w_a = torch.exp(lse_a - lse).unsqueeze(-1)
+        w_b = torch.exp(lse_b - lse).unsqueeze(-1)
+        return w_a * out_a + w_b * out_b, lse
+
+    assert check_merge_states(right).passed
+    assert check_merge_states(max_shift).passed
+    for wrong, words in (
+        (averaged, "you averaged the outputs"),
+        (no_rescale, "you forgot to rescale by exp(lse_i - lse)"),
+        (not_divided, "did not divide by the total"),
+        (swapped, "you swapped the weights"),
+        (lse_added, "not lse_a + lse_b"),
+        (lse_max, "you kept the larger lse"),
+        (naive_exp, "overflowed"),
+    ):
+        result = check_merge_states(wrong)
+        assert not result and words in result.message, (wrong.__name__, result.message)
+    assert check_merge_states(stub).status == "not attempted"
+
+
+def test_decode_mask():
+    import torch
+
+    def right(n, m):
+        return torch.ones(n, m, dtype=torch.bool).tril(m - n)
+
+    def top_left(n, m):
+        return torch.ones(n, m, dtype=torch.bool).tril()
+
+    def inverted(n, m):
+        return ~right(n, m)
+
+    def blind_to_self(n, m):
+        return torch.ones(n, m, dtype=torch.bool).tril(m - n - 1)
+
+    def sees_next(n, m):
+        return torch.ones(n, m, dtype=torch.bool).tril(m - n + 1)
+
+    def all_visible(n, m):
+        return torch.ones(n, m, dtype=torch.bool)
+
+    def floats(n, m):
+        return right(n, m).float()
+
+    assert check_decode_mask(right).passed
+    for wrong, words in (
+        (top_left, "you aligned the causal mask top-left, so the new token cannot see"),
+        (inverted, "marks the blocked keys"),
+        (blind_to_self, "must see its own key"),
+        (sees_next, "sees the key after its own position"),
+        (all_visible, "must not see the later new ones"),
+        (floats, "return a bool mask"),
+    ):
+        result = check_decode_mask(wrong)
+        assert not result and words in result.message, (wrong.__name__, result.message)
+    assert check_decode_mask(stub).status == "not attempted"
