@@ -493,3 +493,25 @@ def test_sweep_of_non_tensor_arguments_gives_type_errors(value):
         (lambda: MiniViT(-1), "num_classes"),
     ):
         _raises_naming(make, name)
+
+
+def test_reference_and_train_loop_name_their_arguments():
+    import numpy as np
+    from selfattn import train_loop
+    from selfattn.reference import attention_steps, softmax_np
+
+    W = np.ones((4, 2))
+    _raises_naming(lambda: attention_steps("a", W, W, W), "X")
+    _raises_naming(lambda: attention_steps(np.ones((3, 4)), W, W, [["b"]]), "W_v")
+    _raises_naming(lambda: softmax_np(None), "x")
+    _raises_naming(lambda: softmax_np(np.ones((2, 3)), axis=None), "axis")
+    assert softmax_np(np.zeros(2, dtype=np.float32)).dtype == np.float32
+    model = torch.nn.Linear(1, 1)
+
+    def loss(m, b):
+        return m(b).sum()
+
+    _raises_naming(lambda: train_loop(None, [], loss, steps=1), "model")
+    _raises_naming(lambda: train_loop(model, [], loss, steps=2.5), "steps")
+    _raises_naming(lambda: train_loop(model, [], loss, steps=1, lr=-1), "lr")
+    _raises_naming(lambda: train_loop(model, [], "loss", steps=1), "loss_fn")

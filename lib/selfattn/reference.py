@@ -28,6 +28,11 @@ class AttentionSteps(NamedTuple):
 
 def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Stable softmax; a row of all ``-inf`` gives zeros."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int naming one axis, got {axis!r}")
+    x = np.asarray(x)
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise TypeError(f"x must be a numeric array, got dtype {x.dtype}")
     row_max = np.max(x, axis=axis, keepdims=True)
     row_max = np.where(np.isfinite(row_max), row_max, 0.0)
     exp = np.exp(x - row_max)
@@ -46,7 +51,15 @@ def attention_steps(X, W_q, W_k, W_v, mask=None) -> AttentionSteps:
     Returns:
         :class:`AttentionSteps` with Q, K, V, scores, scaled_scores, weights, output.
     """
-    X, W_q, W_k, W_v = (np.asarray(a, dtype=np.float64) for a in (X, W_q, W_k, W_v))
+    arrays = []
+    for name, a in (("X", X), ("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
+        try:
+            arrays.append(np.asarray(a, dtype=np.float64))
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{name} must be a numeric array, got {type(a).__name__} {a!r:.60}"
+            ) from None
+    X, W_q, W_k, W_v = arrays
     if X.ndim != 2:
         raise ValueError(f"X must have shape (n, d), got {X.shape}")
     d = X.shape[1]

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from ._checks import require_int, require_module, require_number
 from .runtime import show_progress
 
 __all__ = ["train_loop"]
@@ -41,8 +42,14 @@ def train_loop(
     Returns:
         The list of per-step training losses (floats).
     """
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    require_module(model)
+    steps = require_int(steps, "steps", 1)
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable (model, batch) -> loss, got {loss_fn!r:.60}")
+    if optimizer is None:
+        lr = require_number(lr, "lr", positive=True)
+    if clip is not None:
+        clip = require_number(clip, "clip", positive=True)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
     progress = show_progress() if progress is None else progress
     bar = None
