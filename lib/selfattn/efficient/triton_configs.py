@@ -82,7 +82,7 @@ def _c(block_m: int, block_n: int, num_warps: int, num_stages: int) -> LaunchCon
 # that a measurement on a GPU (make gpu-check) can specialise it.
 _CANDIDATES: dict[tuple[str, int, int], tuple[LaunchConfig, ...]] = {
     # forward, 16-bit inputs
-    ("forward", 64, 2): (_c(128, 64, 4, 3), _c(128, 64, 4, 2), _c(64, 32, 4, 2)),
+    ("forward", 64, 2): (_c(128, 64, 4, 3), _c(128, 64, 4, 2), _c(64, 64, 4, 2), _c(64, 32, 4, 2)),
     ("forward", 128, 2): (_c(128, 64, 8, 3), _c(128, 32, 8, 3), _c(64, 32, 4, 2)),
     ("forward", 256, 2): (_c(128, 64, 8, 2), _c(64, 32, 4, 2), _c(32, 16, 4, 2)),
     # forward, fp32 inputs
@@ -141,7 +141,10 @@ def shared_memory_bytes(
     """Estimated shared memory of one program, in bytes: resident tile + staged tiles.
 
     Forward: the query tile ``block_m x d_k`` stays, ``num_stages`` key and value tiles
-    ``block_n x (d_k + d_v)`` stream. Backward: the dK/dV kernel keeps a key/value tile
+    ``block_n x (d_k + d_v)`` stream, and the probabilities ``block_m x block_n`` pass through
+    shared memory on their way into the second dot (on sm75: compiled for sm75 with Triton 3.9,
+    the forward kernel at 128 x 64 tiles, d = 64, fp16, two stages, uses exactly this sum,
+    64 KiB; on sm80 and sm90 Triton needs less). Backward: the dK/dV kernel keeps a key/value tile
     ``block_n x (d_k + d_v)`` and streams query/dO tiles ``block_m x (d_k + d_v)``; the dQ
     kernel the other way round; the larger of the two counts. Head dims are padded to a power
     of two (>= 16), as the kernels do; each element takes the input dtype's bytes.
@@ -151,7 +154,7 @@ def shared_memory_bytes(
     dk, dv = _padded(d_k), _padded(d_v)
     bm, bn, stages = config.block_m, config.block_n, config.num_stages
     if kernel == "forward":
-        return elt * (bm * dk + stages * bn * (dk + dv))
+        return elt * (bm * dk + stages * bn * (dk + dv) + bm * bn)
     width = dk + dv
     return elt * width * max(bn + stages * bm, bm + stages * bn)
 

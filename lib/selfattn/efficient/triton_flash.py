@@ -27,13 +27,19 @@ import torch
 
 from .._checks import check_qkv
 from .triton_configs import (
+    SHARED_MEMORY_BUDGET,
     LaunchConfig,
     choose_config,
     device_shared_memory,
     launch_grid,
 )
 
-__all__ = ["triton_flash_attention", "triton_available", "causal_diagonal"]
+__all__ = [
+    "triton_flash_attention",
+    "triton_available",
+    "causal_diagonal",
+    "compile_for_gpu",
+]
 
 _LOG2E = 1.4426950408889634
 
@@ -51,8 +57,13 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-@functools.cache
 def _kernels():
+    """The four kernels: compiled for the GPU, or run by the interpreter if TRITON_INTERPRET=1."""
+    return _define_kernels(_interpreting())
+
+
+@functools.cache
+def _define_kernels(interpret: bool):
     """Define the kernels on first use (importing triton here, not at module import).
 
     Conventions shared by the four kernels: tensors are ``(batch x heads, rows, head dim)``
@@ -63,6 +74,19 @@ def _kernels():
     ``m - n`` bottom-right). Scores are in base 2: ``qk_scale`` = softmax scale * log2(e), and
     ``LSE`` holds each row's log2-sum-exp2 (+inf for a row that sees no key).
     """
+    saved = os.environ.get("TRITON_INTERPRET")
+    # triton.jit reads the variable when a kernel is defined: interpreted or compiled.
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        return _jit_kernels()
+    finally:
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def _jit_kernels():
     import triton
     import triton.language as tl
 
@@ -125,38 +149,50 @@ def _kernels():
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-        # Causal: key blocks past this block's last visible key are fully masked: stop early.
+        # Key tiles every row of this block sees in full run without masks; the tiles that
+        # straddle the diagonal or the end of the keys run masked; the causal loop stops at
+        # this block's last visible key.
         hi = n_k
+        full = n_k // BLOCK_N * BLOCK_N
         if CAUSAL:
             hi = tl.minimum(n_k, row0 + BLOCK_M + diag)
-        for start_n in range(0, hi, BLOCK_N):
-            cols = start_n + offs_n
-            kt = tl.load(
-                kt_ptrs, mask=(cols[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0
-            )  # (BLOCK_DK, BLOCK_N): k transposed
-            if DOT_IN_FP32:
-                kt = kt.to(tl.float32)
-            s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale
-            valid = cols[None, :] < n_k
-            if CAUSAL:
-                valid = valid & (cols[None, :] <= offs_m[:, None] + diag)
-            s = tl.where(valid, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = m_new
-            if CAUSAL:
-                # Bottom-right with n > m: a row may have seen no key yet (m = -inf); exponents
-                # taken against 0 instead give p = 0 and alpha = 0 there, not nan.
-                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_use)  # rescale factor exp(m_old - m_new), in base 2
-            p = tl.exp2(s - m_use[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(v_ptrs, mask=(cols[:, None] < n_k) & (offs_dv[None, :] < d_v), other=0.0)
-            if DOT_IN_FP32:
-                v = v.to(tl.float32)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            m_i = m_new
-            kt_ptrs += BLOCK_N * stride_kn
-            v_ptrs += BLOCK_N * stride_vn
+            full = tl.maximum(tl.minimum(n_k, row0 + diag + 1), 0) // BLOCK_N * BLOCK_N
+        for stage in tl.static_range(2):  # 0: full tiles, no masks; 1: the masked rest
+            if stage == 0:
+                lo, end = 0, full
+            else:
+                lo, end = full, hi
+            for start_n in range(lo, end, BLOCK_N):
+                cols = start_n + offs_n
+                kt = tl.load(
+                    kt_ptrs, mask=(cols[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0
+                )  # (BLOCK_DK, BLOCK_N): k transposed
+                if DOT_IN_FP32:
+                    kt = kt.to(tl.float32)
+                s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale
+                if stage == 1:
+                    valid = cols[None, :] < n_k
+                    if CAUSAL:
+                        valid = valid & (cols[None, :] <= offs_m[:, None] + diag)
+                    s = tl.where(valid, s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                m_use = m_new
+                if stage == 1 and CAUSAL:
+                    # Bottom-right with n > m: a row may have seen no key yet (m = -inf);
+                    # exponents taken against 0 instead give p = 0 and alpha = 0, not nan.
+                    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = tl.exp2(m_i - m_use)  # rescale factor exp(m_old - m_new), in base 2
+                p = tl.exp2(s - m_use[:, None])
+                l_i = l_i * alpha + tl.sum(p, 1)
+                v = tl.load(
+                    v_ptrs, mask=(cols[:, None] < n_k) & (offs_dv[None, :] < d_v), other=0.0
+                )
+                if DOT_IN_FP32:
+                    v = v.to(tl.float32)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+                m_i = m_new
+                kt_ptrs += BLOCK_N * stride_kn
+                v_ptrs += BLOCK_N * stride_vn
         l_div = l_i
         if CAUSAL:
             l_div = tl.where(l_i == 0.0, 1.0, l_i)  # a row that sees no key: output 0
@@ -654,3 +690,87 @@ def triton_flash_attention(
         qf, kf, vf, float(scale), causal, diag if causal else 0, fwd_cfg, bwd_cfg, dot_fp32
     )
     return out.reshape(*batch, n, d_v)
+
+
+_TRITON_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def compile_for_gpu(
+    kernel: str,
+    capability: int,
+    dtype: torch.dtype,
+    d_k: int,
+    d_v: int,
+    *,
+    causal: bool = True,
+    config: LaunchConfig | None = None,
+) -> dict[str, int]:
+    """Compile one pass's kernels for a GPU generation, on any machine (no GPU needed).
+
+    Triton compiles ahead of time for a target (``GPUTarget("cuda", capability, 32)``) with
+    its bundled ``ptxas``; the result says whether the kernels build for that GPU and how much
+    shared memory each really uses, which the tests compare with the estimate of
+    :func:`~selfattn.efficient.triton_configs.shared_memory_bytes` and the device's budget.
+
+    Args:
+        kernel: ``"forward"`` (the forward kernel) or ``"backward"`` (the dK/dV and dQ kernels).
+        capability: compute capability as ``major * 10 + minor``, e.g. 75 (T4), 80, 90.
+        dtype: float16, bfloat16 or float32.
+        d_k, d_v: head dims (1..256).
+        causal: compile the causal variant.
+        config: launch settings; default: what a device with ``capability``'s budget in
+            :data:`~selfattn.efficient.triton_configs.SHARED_MEMORY_BUDGET` would get.
+
+    Returns:
+        ``{kernel name: shared memory in bytes}``.
+
+    Raises:
+        ImportError: Triton is not installed.
+        ValueError: an unknown capability or kernel, or no config fits.
+    """
+    if capability not in SHARED_MEMORY_BUDGET:
+        raise ValueError(
+            f"capability must be one of {sorted(SHARED_MEMORY_BUDGET)}, got {capability!r}"
+        )
+    if config is None:
+        config = choose_config(kernel, d_k, d_v, dtype, causal, SHARED_MEMORY_BUDGET[capability])
+    if not triton_available():
+        raise ImportError("compile_for_gpu needs Triton: pip install triton")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fwd, _, dkdv, dq = _define_kernels(interpret=False)
+    fns = [fwd] if kernel == "forward" else [dkdv, dq]
+    dot_fp32 = dtype == torch.bfloat16 and capability < 80
+    constants = {
+        "CAUSAL": bool(causal),
+        "BLOCK_M": config.block_m,
+        "BLOCK_N": config.block_n,
+        "BLOCK_DK": _pow2(d_k),
+        "BLOCK_DV": _pow2(d_v),
+        "PRECISION": "ieee" if dtype == torch.float32 or dot_fp32 else "tf32",
+        "DOT_IN_FP32": dot_fp32,
+    }
+    pointers = {"Q", "K", "V", "Out", "DO", "DQ", "DK", "DV"}
+    shared = {}
+    for fn in fns:
+        signature = {}
+        for name in fn.arg_names:
+            if name in constants:
+                signature[name] = "constexpr"
+            elif name in pointers:
+                signature[name] = "*" + _TRITON_TYPES[dtype]
+            elif name in ("LSE", "DELTA"):
+                signature[name] = "*fp32"
+            elif name in ("qk_scale", "sm_scale"):
+                signature[name] = "fp32"
+            else:
+                signature[name] = "i32"
+        compiled = triton.compile(
+            ASTSource(fn, signature, constexprs=constants),
+            target=GPUTarget("cuda", capability, 32),
+            options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+        )
+        shared[compiled.metadata.name] = int(compiled.metadata.shared)
+    return shared
