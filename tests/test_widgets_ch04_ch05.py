@@ -25,7 +25,7 @@ def test_ch04_masks_and_weights():
     fig = ch04.plot_explorer_grid()
     assert len(fig.axes) == 9  # 3 rows x (mask, weights, colour bar)
     plt.close("all")
-    assert ch04.explorer(kind="causal", n=6, length=3).children
+    assert ch04.explorer(kind="causal", n=8, length=5).children
 
 
 def test_ch05_head_views():

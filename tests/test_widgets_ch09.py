@@ -4,7 +4,7 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
-from selfattn.widgets import ch09
+from selfattn.widgets import ch09, view_values, visible_view
 
 matplotlib.use("Agg")
 
@@ -48,8 +48,12 @@ def test_static_figure_and_explorer():
     box = ch09.explorer(images, {"v1": weights, "v2": weights.flip(0)}, ["a", "b", "c"], index=1)
     assert isinstance(box, ipywidgets.VBox)
     slider, dropdown = box.children[0].children
-    assert slider.value == 1 and list(dropdown.options) == ["v1", "v2"]
-    dropdown.value = "v2"  # redraws without error
+    assert slider.value == 1 and [v for _, v in dropdown.options] == ["v1", "v2"]
+    assert view_values(visible_view(box)) == ["1", "v1"]
+    dropdown.value = "v2"
+    slider.value = 2
+    assert view_values(visible_view(box)) == ["2", "v2"]
+    assert "Image 2 (c) with the attention of v2" in visible_view(box)
     with pytest.raises(ValueError, match="one per image"):
         ch09.explorer(images, {"v": weights[:2]}, ["a", "b", "c"])
     with pytest.raises(ValueError, match="index"):

@@ -17,7 +17,18 @@ import torch
 
 from ..efficient.flash import online_softmax_steps
 
-__all__ = ["TileRun", "tile_run", "plot_tile_step", "plot_explorer_grid", "explorer"]
+__all__ = [
+    "EXPLORER_BLOCKS",
+    "EXPLORER_SEEDS",
+    "TileRun",
+    "tile_run",
+    "plot_tile_step",
+    "plot_explorer_grid",
+    "explorer",
+]
+
+EXPLORER_BLOCKS: tuple[int, ...] = (2, 4, 8)  #: the explorer's block sizes
+EXPLORER_SEEDS: tuple[int, ...] = (0, 1, 2)  #: the explorer's random draws
 
 
 class TileRun(NamedTuple):
@@ -117,34 +128,55 @@ def plot_explorer_grid(
 
 
 def explorer(*, n: int = 16, block: int = 4, seed: int = 0):
-    """The interactive view: the step, the number of keys n (4 to 32), the block size and the seed.
+    """The interactive view: the block size, the seed and the step, over ``n`` keys.
+
+    Every view is drawn in advance over ``EXPLORER_BLOCKS`` x ``EXPLORER_SEEDS`` x the steps
+    ``1 .. ceil(n / min(EXPLORER_BLOCKS))`` (3 x 3 x 8 = 72 views for ``n = 16``), so the
+    controls also work on the static website. A step past the last one of a larger block
+    shows the last step, and its view says so.
 
     Returns:
         An ``ipywidgets.VBox``.
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
-    n_w = widgets.IntSlider(value=n, min=4, max=32, description="keys n")
-    block_w = widgets.IntSlider(value=block, min=1, max=16, description="block")
-    seed_w = widgets.IntSlider(value=seed, min=0, max=20, description="seed")
-    step_w = widgets.IntSlider(value=1, min=1, max=-(-n // block), description="step")
-    out = widgets.Output()
+    from ._explorer import Control, grid_explorer
 
-    def on_change(_change=None) -> None:
-        step_w.max = -(-n_w.value // block_w.value)
-        with out:
-            out.clear_output(wait=True)
-            fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.4))
-            plot_tile_step(
-                min(step_w.value, step_w.max), n_w.value, block_w.value, seed_w.value, axes=axes
-            )
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)
+    if not 4 <= n <= 32:
+        raise ValueError(f"n must be from 4 to 32, got {n!r}")
+    if block not in EXPLORER_BLOCKS or seed not in EXPLORER_SEEDS:
+        raise ValueError(
+            f"block must be one of {EXPLORER_BLOCKS} and seed one of {EXPLORER_SEEDS} "
+            f"(the explorer's grid), got block={block!r}, seed={seed!r}"
+        )
+    max_steps = -(-n // min(EXPLORER_BLOCKS))
 
-    for control in (n_w, block_w, seed_w, step_w):
-        control.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([widgets.HBox([step_w, block_w]), widgets.HBox([n_w, seed_w]), out])
+    def last(block: int, step: int) -> int:
+        return min(step, -(-n // block))
+
+    def render(block: int, seed: int, step: int):
+        fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.4))
+        plot_tile_step(last(block, step), n, block, seed, axes=axes)
+        fig.tight_layout()
+        return fig
+
+    def alt(block: int, seed: int, step: int) -> str:
+        shown = last(block, step)
+        steps = -(-n // block)
+        note = "" if shown == step else f" (there are only {steps} steps: the last one shown)"
+        return (
+            f"Online softmax over {n} keys in blocks of {block}, after step {shown} of "
+            f"{steps}{note}: the scores and running max, the running sum per step, and the "
+            "output walking towards softmax attention"
+        )
+
+    return grid_explorer(
+        [
+            Control("block", EXPLORER_BLOCKS, value=block, kind="toggle"),
+            Control("seed", EXPLORER_SEEDS, value=seed, kind="toggle"),
+            Control("step", list(range(1, max_steps + 1)), value=1),
+        ],
+        render,
+        alt=alt,
+        view_key=lambda block, seed, step: (block, seed, last(block, step)),
+    )
