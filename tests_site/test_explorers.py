@@ -1,0 +1,171 @@
+"""Every chapter's explorer answers its controls on the static site, with no kernel.
+
+The explorers are built by ``selfattn.widgets.grid_explorer``: each view is an ``<img>``
+(class ``selfattn-explorer-view``) whose ``data-values`` is the JSON list of the control
+labels it was drawn for, and only the selected view is in the page. For every explorer on
+every chapter page, each control is moved with the keyboard to three positions; after each
+move the shown view must be a different one, drawn for the value the control now shows, with
+every other control's value unchanged. At a phone's width (390 px) every control keeps a
+usable width.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlsplit
+
+import pytest
+from conftest import CHAPTERS, LOCAL_HOSTS, ROOT, SETTLE_MS, page_id, settle
+
+EXPLORER = ".selfattn-explorer"
+CONTROL = ".selfattn-explorer-control"
+VIEW = "img.selfattn-explorer-view"
+# Any input widget: on a page, each must belong to an explorer (no control that changes nothing).
+INPUT_WIDGETS = ".widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-checkbox"
+
+
+def _calls_an_explorer(toc_entry: str) -> bool:
+    notebook = ROOT / f"{toc_entry}.ipynb"
+    if not notebook.exists():
+        return False
+    cells = json.loads(notebook.read_text())["cells"]
+    return any(c["cell_type"] == "code" and ".explorer(" in "".join(c["source"]) for c in cells)
+
+
+def _view(explorer) -> tuple[list[str], str]:
+    """(labels, alt) of the one view the explorer shows."""
+    views = explorer.locator(VIEW)
+    assert views.count() == 1, f"expected one visible view, found {views.count()}"
+    img = views.first
+    return json.loads(img.get_attribute("data-values")), img.get_attribute("alt")
+
+
+def _kind(control) -> str:
+    classes = control.get_attribute("class")
+    for kind in ("widget-dropdown", "widget-toggle-buttons", "widget-slider"):
+        if kind in classes:
+            return kind
+    raise AssertionError(f"unknown control kind: {classes}")
+
+
+def _shown(control, kind: str) -> str:
+    """The value label the control shows the reader now."""
+    if kind == "widget-dropdown":
+        return control.locator("select").evaluate("s => s.options[s.selectedIndex].text")
+    if kind == "widget-toggle-buttons":
+        return control.locator("button.mod-active").inner_text().strip()
+    return control.locator(".widget-readout").inner_text().strip()
+
+
+def _move(control, kind: str, step: int) -> None:
+    """One keyboard move of the control: ``step`` is +1 (next value) or -1 (previous)."""
+    if kind == "widget-dropdown":
+        select = control.locator("select")
+        n = select.evaluate("s => s.options.length")
+        index = select.evaluate("s => s.selectedIndex")
+        select.focus()
+        select.select_option(index=(index + step) % n)
+    elif kind == "widget-toggle-buttons":
+        buttons = control.locator("button")
+        n = buttons.count()
+        active = [i for i in range(n) if "mod-active" in buttons.nth(i).get_attribute("class")]
+        target = buttons.nth((active[0] + step) % n)
+        target.focus()
+        target.press("Enter")
+    else:
+        handle = control.locator(".noUi-handle")
+        handle.focus()
+        handle.press("ArrowRight" if step > 0 else "ArrowLeft")
+
+
+def _positions(page, explorer, k: int, control, kind: str, label: str) -> None:
+    before, _ = _view(explorer)
+    step = +1
+    for move in range(3):
+        shown_before = _shown(control, kind)
+        _move(control, kind, step)
+        page.wait_for_timeout(100)
+        if _shown(control, kind) == shown_before:  # at the end of a slider: go back instead
+            step = -step
+            _move(control, kind, step)
+            page.wait_for_timeout(100)
+        now = _shown(control, kind)
+        assert now != shown_before, f"{label}: move {move + 1} did not change the control"
+        labels, alt = _view(explorer)
+        assert labels[k] == now, (
+            f"{label}: the control shows {now!r} but the view is drawn for {labels[k]!r}"
+        )
+        others = [x for i, x in enumerate(labels) if i != k]
+        assert others == [x for i, x in enumerate(before) if i != k], (
+            f"{label}: moving it changed other controls' values in the view"
+        )
+        assert f"{now}" in alt, f"{label}: the view's alt text does not name {now!r}: {alt}"
+        before = labels
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
+def test_every_explorer_control_selects_its_view(site_page, entry):
+    toc, html = entry
+    page, log = site_page(html)
+    explorers = page.locator(EXPLORER)
+    if _calls_an_explorer(toc):
+        assert explorers.count() >= 1, f"{html}: the chapter calls an explorer, none is drawn"
+    outside = page.locator(INPUT_WIDGETS).evaluate_all(
+        f"ws => ws.filter(w => !w.closest('{EXPLORER}')).length"
+    )
+    assert outside == 0, f"{html}: {outside} control(s) outside an explorer change nothing"
+    for e in range(explorers.count()):
+        explorer = explorers.nth(e)
+        explorer.scroll_into_view_if_needed()
+        controls = explorer.locator(CONTROL)
+        n_labels = len(_view(explorer)[0])
+        assert controls.count() == n_labels >= 1
+        for k in range(controls.count()):
+            control = controls.nth(k)
+            kind = _kind(control)
+            name = control.locator(".widget-label").first.inner_text().strip()
+            _positions(page, explorer, k, control, kind, f"{html} explorer {e} control {name!r}")
+    assert not log.problems(), log.problems()
+
+
+@pytest.fixture(scope="module")
+def phone(browser, site_url):
+    """A 390 x 844 tab (a phone), internet blocked like the other tests' tabs."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+
+    def route(r):
+        parts = urlsplit(r.request.url)
+        if parts.scheme in ("data", "blob") or parts.hostname in LOCAL_HOSTS:
+            r.continue_()
+        else:
+            r.abort("blockedbyclient")
+
+    context.route("**/*", route)
+    page = context.new_page()
+    page.set_default_timeout(SETTLE_MS)
+    yield page
+    context.close()
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
+def test_explorer_controls_keep_a_usable_width_on_a_phone(phone, site_url, entry):
+    _, html = entry
+    phone.goto(site_url + html)
+    settle(phone)
+    controls = phone.locator(f"{EXPLORER} {CONTROL}")
+    for k in range(controls.count()):
+        control = controls.nth(k)
+        control.scroll_into_view_if_needed()
+        box = control.bounding_box()
+        assert box and box["width"] > 100, f"{html}: control {k} is {box} wide at 390 px"
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 391, (
+            f"{html}: control {k} sticks out of the phone's screen: {box}"
+        )
+        track = control.locator(".noUi-target")
+        if track.count():
+            width = track.first.bounding_box()["width"]
+            assert width > 100, f"{html}: slider {k}'s track is {width:.0f} px wide"
+    views = phone.locator(f"{EXPLORER} {VIEW}")
+    for k in range(views.count()):
+        box = views.nth(k).bounding_box()
+        assert box is None or box["width"] <= 391, f"{html}: view {k} is wider than the phone"
