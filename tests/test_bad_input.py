@@ -515,3 +515,19 @@ def test_reference_and_train_loop_name_their_arguments():
     _raises_naming(lambda: train_loop(model, [], loss, steps=2.5), "steps")
     _raises_naming(lambda: train_loop(model, [], loss, steps=1, lr=-1), "lr")
     _raises_naming(lambda: train_loop(model, [], "loss", steps=1), "loss_fn")
+
+
+def test_constructor_sizes_of_tasks_and_models():
+    from selfattn.data.images import make_shapes
+    from selfattn.data.order_tasks import ShiftedCopyTask
+    from selfattn.models import LookupHeadsModel, MiniBERT, MiniCLIP
+
+    _raises_naming(lambda: ShiftedCopyTask(shift=-1), "shift")
+    _raises_naming(lambda: ShiftedCopyTask(vocab_size=2.5), "vocab_size")
+    _raises_naming(lambda: LookupHeadsModel(vocab_size=-1), "vocab_size")
+    _raises_naming(lambda: MiniBERT(10, d_model=-1), "d_model")
+    _raises_naming(lambda: MiniBERT(10, pad_id=-1), "pad_id")
+    _raises_naming(lambda: MiniCLIP(10, embed_dim=-1), "embed_dim")
+    _raises_naming(lambda: make_shapes(2, seed=2.5), "seed")
+    _raises_naming(lambda: mha_param_count(8, num_heads=3), "num_heads")
+    _raises_naming(lambda: mha_flops(4, 8, num_heads=-1), "num_heads")

@@ -640,6 +640,10 @@ def generate(
 
 def _kv_width(d_model: int, num_heads, num_kv_heads) -> int:
     """``d_kv = num_kv_heads * d_head``: the width of the keys (``d_model`` without GQA)."""
+    if num_heads is not None:
+        num_heads = require_int(num_heads, "num_heads", 1)
+        if d_model % num_heads:
+            raise ValueError(f"num_heads={num_heads} must divide d_model={d_model}")
     if num_kv_heads is None:
         return d_model
     if num_heads is None:
@@ -670,9 +674,9 @@ def mha_param_count(
     """
     d_model = require_int(d_model, "d_model", 1)
     bias = require_bool(bias, "bias")
+    d_kv = _kv_width(d_model, num_heads, num_kv_heads)
     if num_kv_heads is None:
         return 4 * d_model * d_model + (4 * d_model if bias else 0)
-    d_kv = _kv_width(d_model, num_heads, num_kv_heads)
     weights = 2 * d_model * d_model + 2 * d_model * d_kv
     return weights + ((2 * d_model + 2 * d_kv) if bias else 0)
 
@@ -696,11 +700,11 @@ def mha_flops(
     n = require_int(n, "n", 0)
     d_model = require_int(d_model, "d_model", 1)
     m = None if m is None else require_int(m, "m", 0)
+    d_kv = _kv_width(d_model, num_heads, num_kv_heads)
     if num_kv_heads is None:
         if m is None:
             return 8 * n * d_model**2 + 4 * n * n * d_model
         return 4 * n * d_model**2 + 4 * m * d_model**2 + 4 * n * m * d_model
-    d_kv = _kv_width(d_model, num_heads, num_kv_heads)
     m = n if m is None else m
     return 4 * n * d_model**2 + 4 * m * d_model * d_kv + 4 * n * m * d_model
 

@@ -111,6 +111,7 @@ def make_shapes(
         raise ValueError(f"n must be a positive int, got {n!r}")
     if image_size < 16:
         raise ValueError(f"image_size must be at least 16 pixels, got {image_size}")
+    seed = require_int(seed, "seed", None)
     g = torch.Generator().manual_seed(seed)
     shapes = torch.randint(0, len(SHAPES), (n,), generator=g)
     colors = torch.randint(0, len(COLORS), (n,), generator=g)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from .._checks import require_int
+
 __all__ = ["IGNORE_INDEX", "shifted_copy_batch", "ShiftedCopyTask"]
 
 #: Target of positions with nothing to predict (``cross_entropy``'s default ``ignore_index``).
@@ -79,6 +81,9 @@ class ShiftedCopyTask:
     """
 
     def __init__(self, *, shift: int = 3, vocab_size: int = 16, seed: int = 0):
+        shift = require_int(shift, "shift", 0)
+        vocab_size = require_int(vocab_size, "vocab_size", 3)
+        seed = require_int(seed, "seed", None)
         self.shift, self.vocab_size, self.seed = shift, vocab_size, seed
 
     def train_batches(self, batch_size: int, n: int):

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_module
+from .._checks import require_int, require_module
 from ..multihead import MultiHeadAttention
 
 __all__ = ["LookupHeadsModel", "lookup_loss"]
@@ -38,6 +38,9 @@ class LookupHeadsModel(nn.Module):
         self, vocab_size: int = 12, max_len: int = 12, d_model: int = 32, num_heads: int = 2
     ):
         super().__init__()
+        vocab_size = require_int(vocab_size, "vocab_size", 1)
+        max_len = require_int(max_len, "max_len", 1)
+        d_model = require_int(d_model, "d_model", 1)
         self.vocab_size = vocab_size
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)

@@ -297,6 +297,7 @@ class _TokenEmbedding(nn.Module):
         super().__init__()
         vocab_size = require_int(vocab_size, "vocab_size", 1)
         max_len = require_int(max_len, "max_len", 1)
+        d_model = require_int(d_model, "d_model", 1)
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
         self.max_len = max_len
@@ -338,7 +339,7 @@ class MiniBERT(nn.Module):
         self.embed = _TokenEmbedding(vocab_size, d_model, max_len)
         self.encoder = Encoder(d_model, num_heads, num_layers)
         self.head = nn.Linear(d_model, vocab_size)
-        self.pad_id = pad_id
+        self.pad_id = require_int(pad_id, "pad_id", 0)
         _init_weights(self)
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor:
@@ -613,6 +614,8 @@ class MiniCLIP(nn.Module):
         pad_id: int = 0,
     ):
         super().__init__()
+        embed_dim = require_int(embed_dim, "embed_dim", 1)
+        pad_id = require_int(pad_id, "pad_id", 0)
         self.image_embed = PatchEmbedding(image_size, patch, channels, d_model)
         self.image_encoder = Encoder(d_model, num_heads, num_layers)
         self.text_embed = _TokenEmbedding(text_vocab_size, d_model, max_text_len)
