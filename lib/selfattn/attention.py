@@ -37,7 +37,12 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Returns:
         A tensor of the same shape and dtype as ``x`` whose slices along ``dim``
-        sum to 1 (or are all 0 for fully masked slices).
+        sum to 1 (or are all 0 for fully masked slices); empty if ``x`` is empty.
+
+    Raises:
+        TypeError: a non-float ``x``; a ``dim`` that is not an int (``None`` would
+            normalise over every element at once, never what attention means).
+        ValueError: a ``dim`` outside ``x``'s dimensions.
     """
     require_float(x, "x")
     dim = require_dim_arg(dim)
