@@ -1,4 +1,4 @@
-"""Chapter 2's checkers accept the reference solutions, reject plausible mistakes, and spot the stub."""
+"""Chapter 2's checkers accept the reference solutions, reject plausible mistakes, spot stubs."""
 
 import math
 
