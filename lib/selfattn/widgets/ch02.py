@@ -17,7 +17,16 @@ import torch
 from ..data.coreference import CorefExample, CorefTask
 from ..viz import plot_attention
 
-__all__ = ["sentence_weights", "model_answer", "plot_sentence", "plot_sentences", "explorer"]
+__all__ = [
+    "TEMPERATURES",
+    "sentence_weights",
+    "model_answer",
+    "plot_sentence",
+    "plot_sentences",
+    "explorer",
+]
+
+TEMPERATURES: tuple[float, ...] = (0.3, 1.0, 3.0)  #: the explorer's temperatures
 
 
 def sentence_weights(
@@ -150,58 +159,70 @@ def explorer(
     layer: int = -1,
     head: int = 0,
     temperature: float = 1.0,
+    n_sentences: int = 10,
 ):
-    """The interactive view: sentence, layer, head and temperature (0.1 to 10, log scale).
+    """The interactive view: sentence, layer, head (when there are several) and temperature.
+
+    Every view is drawn in advance for the first ``n_sentences`` sentences, every layer and
+    head and the temperatures ``TEMPERATURES``, so the controls also work on the static
+    website.
 
     Returns:
         An ``ipywidgets.VBox``.
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
+
+    from ._explorer import Control, grid_explorer
 
     if not examples:
         raise ValueError("explorer needs at least one example sentence")
+    if temperature not in TEMPERATURES:
+        raise ValueError(f"temperature must be one of {TEMPERATURES}, got {temperature!r}")
     n_layers, n_heads = len(model.attn), model.attn[0].n_heads
-    sentence = widgets.Dropdown(
-        options=[(e.text, i) for i, e in enumerate(examples)],
-        value=0,
-        description="sentence",
-        layout=widgets.Layout(width="95%"),
-    )
-    layer_w = widgets.Dropdown(
-        options=[(str(i + 1), i) for i in range(n_layers)],
-        value=layer % n_layers,
-        description="layer",
-    )
-    head_w = widgets.Dropdown(
-        options=[(str(h + 1), h) for h in range(n_heads)], value=head, description="head"
-    )
-    temp_w = widgets.FloatLogSlider(
-        value=temperature, base=10, min=-1, max=1, step=0.1, description="temperature"
-    )
-    out = widgets.Output()
+    if not 0 <= head < n_heads:
+        raise ValueError(f"head must be in 0..{n_heads - 1}, got {head}")
+    shown = list(examples[:n_sentences])
 
-    def on_change(_change=None) -> None:
-        with out:
-            out.clear_output(wait=True)
-            fig, axes = plt.subplots(
-                1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]}
-            )
-            plot_sentence(
-                model,
-                task,
-                examples[sentence.value],
-                layer=layer_w.value,
-                head=head_w.value,
-                temperature=temp_w.value,
-                axes=axes,
-            )
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)
+    def render(sentence: int, layer: int, head: int, temperature: float):
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [1.2, 1]})
+        plot_sentence(
+            model,
+            task,
+            shown[sentence],
+            layer=layer,
+            head=head,
+            temperature=temperature,
+            axes=axes,
+        )
+        fig.tight_layout()
+        return fig
 
-    for control in (sentence, layer_w, head_w, temp_w):
-        control.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([sentence, widgets.HBox([layer_w, head_w, temp_w]), out])
+    def alt(sentence: int, layer: int, head: int, temperature: float) -> str:
+        e = shown[sentence]
+        w = sentence_weights(model, task, e, temperature=temperature)[layer][head]
+        return (
+            f"Left, bars of the weights from 'it' in '{e.text}'; right, the layer's full "
+            f"weight matrix. Weight on the antecedent '{e.antecedent}': "
+            f"{w[e.it_position, e.antecedent_position]:.2f}; on '{e.tokens[e.other_position]}': "
+            f"{w[e.it_position, e.other_position]:.2f}"
+        )
+
+    controls = [
+        Control("sentence", [(e.text, i) for i, e in enumerate(shown)], kind="dropdown"),
+        Control(
+            "layer",
+            [(str(i + 1), i) for i in range(n_layers)],
+            value=layer % n_layers,
+            kind="toggle",
+        ),
+        Control("head", [(str(h + 1), h) for h in range(n_heads)], value=head, kind="toggle"),
+        Control("temperature", TEMPERATURES, value=temperature),
+    ]
+    if n_heads == 1:  # a control with one position would change nothing
+
+        def with_head(f):
+            return lambda sentence, layer, temperature: f(sentence, layer, 0, temperature)
+
+        del controls[2]
+        return grid_explorer(controls, with_head(render), alt=with_head(alt))
+    return grid_explorer(controls, render, alt=alt)
