@@ -82,3 +82,28 @@ def test_overflow_and_bad_sizes():
         standard_attention_io(4, 4, -1)
     with pytest.raises(ValueError, match="fast-memory"):
         tiled_attention_io(4, 4, True)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: tiled_attention_io(256, 16, 4096, blocks=(-4, 8)),
+            r"blocks\[0\] \(B_r\) must be >= 1",
+        ),
+        (
+            lambda: tiled_attention_io(256, 16, 4096, blocks=(4, 0)),
+            r"blocks\[1\] \(B_c\) must be >= 1",
+        ),
+        (
+            lambda: tiled_attention_io(256, 16, 4096, blocks=(4.5, 8)),
+            r"blocks\[0\] \(B_r\) must be an int",
+        ),
+        (lambda: tiled_attention_io(256, 16, 4096, blocks=4), "blocks must be a pair"),
+        (lambda: standard_attention_io(256, 16, 4096, block=-3), "block must be >= 1"),
+        (lambda: tiled_attention_io(-1, 16, 4096), "n must be a positive int"),
+    ],
+)
+def test_bad_block_sizes_are_refused(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()

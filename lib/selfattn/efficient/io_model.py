@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .._checks import require_int
+
 __all__ = ["TwoLevelMemory", "standard_attention_io", "tiled_attention_io", "flash_block_sizes"]
 
 
@@ -84,6 +86,8 @@ def standard_attention_io(
         The :class:`TwoLevelMemory` after the run (``reads``, ``writes``, ``total``, ``peak``).
     """
     _check(n, d, M)
+    if block is not None:
+        require_int(block, "block", minimum=1)
     mem = TwoLevelMemory(M)
     # Rows per block: a block of Q rows, of K rows and of S (b x b) must fit together.
     b = block or _largest(lambda b: 2 * b * d + b * b <= M, n)
@@ -180,6 +184,12 @@ def tiled_attention_io(
     Returns:
         The :class:`TwoLevelMemory` after the run.
     """
+    _check(n, d, M)
+    if blocks is not None:
+        if not isinstance(blocks, tuple | list) or len(blocks) != 2:
+            raise TypeError(f"blocks must be a pair (B_r, B_c), got {blocks!r}")
+        require_int(blocks[0], "blocks[0] (B_r)", minimum=1)
+        require_int(blocks[1], "blocks[1] (B_c)", minimum=1)
     br, bc = blocks or flash_block_sizes(d, M, n)
     mem = TwoLevelMemory(M)
     for i in range(0, n, br):
