@@ -1,4 +1,4 @@
-"""Chapter 1's checkers accept the reference solutions, reject plausible mistakes, and spot the stub."""
+"""Chapter 1's checkers accept the reference solutions, reject plausible mistakes, spot stubs."""
 
 import math
 

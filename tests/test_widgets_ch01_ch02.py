@@ -19,12 +19,28 @@ def test_ch01_profiles_are_gradient_reach_and_shorter_lengths_reuse_the_draw():
     encoders = ch01.random_encoders(4, seed=1)
     x = torch.randn(ch01.LENGTHS[-1], 4, generator=torch.Generator().manual_seed(2))[:16]
     np.testing.assert_allclose(
-        profiles["LSTM"], gradient_reach(encoders["LSTM"], x).numpy(), rtol=1e-5
+        profiles["LSTM"], gradient_reach(encoders["LSTM"], x.double()).numpy(), rtol=1e-12
     )
+    assert profiles["LSTM"].dtype == np.float64
     # the RNN's reach at distance 15 is far below its reach at distance 0
     assert profiles["RNN (tanh)"][0] < 1e-2 * profiles["RNN (tanh)"][-1]
     with pytest.raises(ValueError, match="n must be an int from 1 to 256, got 0"):
         ch01.reach_profiles(0)
+    with pytest.raises(ValueError, match="dtype must be torch.float32 or torch.float64"):
+        ch01.reach_profiles(8, dtype=torch.float16)
+
+
+def test_ch01_float64_follows_the_decay_where_float32_gives_zero():
+    f64 = ch01.reach_profiles(256, seed=0)
+    f32 = ch01.reach_profiles(256, seed=0, dtype=torch.float32)
+    rnn64, rnn32 = f64["RNN (tanh)"][::-1], f32["RNN (tanh)"][::-1]  # index = distance
+    # the same weights: where float32 is comfortably in range, the two agree
+    np.testing.assert_allclose(rnn32[:20], rnn64[:20], rtol=1e-3)
+    # float64 never reaches 0, and decays monotonically in trend (no cliff)
+    assert (rnn64 > 0).all() and rnn64[255] < 1e-60
+    assert (rnn32 == 0).any()  # float32's own gradient underflows at long distances
+    steps = np.diff(np.log10(rnn64[10:]))
+    assert steps.max() < 1.0 and steps.min() > -3.0  # no sudden drop of many decades
 
 
 def test_ch01_figures_and_explorer():
@@ -63,8 +79,22 @@ def test_ch02_weights_figures_and_explorer():
     assert "layer 1/2, head 2" in axes[0].get_title()
     with pytest.raises(ValueError, match="head must be in 0..1, got 2"):
         ch02.plot_sentence(model, task, example, head=2)
-    fig = ch02.plot_sentences(model, task, [example, task.example(1, "dog", "river", "wet")])
+    other = task.example(1, "dog", "river", "wet")
+    fig = ch02.plot_sentences(model, task, [example, other])
     assert len(fig.axes) == 2
+    # each panel names the model's answer and says whether it is right
+    for ax, ex in zip(fig.axes, (example, other)):
+        answer = ch02.model_answer(model, task, ex)
+        with torch.no_grad():
+            ids = task.encode(list(ex.tokens))[None]
+            logits = model(ids, torch.tensor([ex.it_position]))
+        assert answer == task.nouns[int(logits.argmax())]
+        title = ax.get_title()
+        assert f"model: {answer}" in title
+        if answer == ex.antecedent:
+            assert "(right)" in title
+        else:
+            assert f"(wrong; it = {ex.antecedent})" in title
     plt.close("all")
     assert ch02.explorer(model, task, [example]).children
     with pytest.raises(ValueError, match="at least one example"):
