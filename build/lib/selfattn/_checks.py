@@ -1,29 +1,47 @@
-"""Input validation shared by every attention function.
+"""Input validation shared by every public function and module constructor.
 
-Bad input must fail loudly with a message naming what was given and what was
-expected, never broadcast silently or return NaN (see design.md, "Bad input").
+Bad input must fail loudly with a message naming the argument, what it got and
+what was expected, never broadcast silently or return NaN (see design.md,
+"Bad input"). Every check lives here so that the messages read the same
+everywhere.
 """
 
 from __future__ import annotations
+
+import math
+import numbers
 
 import torch
 
 __all__: list[str] = []
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def describe(x) -> str:
+    """A short description of what a caller passed: a tensor's shape, dtype and device."""
+    if isinstance(x, torch.Tensor):
+        return f"a tensor of shape {tuple(x.shape)}, dtype {x.dtype}, device {x.device}"
+    text = repr(x)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(x).__name__} {text}"
+
 
 def require_tensor(x, name: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {describe(x)}")
     return x
 
 
-def require_float(x: torch.Tensor, name: str) -> None:
+def require_float(x, name: str) -> torch.Tensor:
     require_tensor(x, name)
     if not x.is_floating_point():
         raise TypeError(
             f"{name} must be a floating-point tensor (float16, bfloat16, float32 or float64), "
             f"got dtype {x.dtype}; convert it with {name}.float()"
         )
+    return x
 
 
 def require_ndim(x: torch.Tensor, name: str, at_least: int, shape_doc: str) -> None:
@@ -33,8 +51,74 @@ def require_ndim(x: torch.Tensor, name: str, at_least: int, shape_doc: str) -> N
         )
 
 
-def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
-    """Validate q (..., n, d_k), k (..., m, d_k), v (..., m, d_v); return the broadcast batch shape."""
+def require_int(value, name: str, minimum: int | None = 0) -> int:
+    """An integer size or index (Python or NumPy int, not bool, not float), ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point():
+            if value.dtype != torch.bool:
+                value = int(value)
+                return require_int(value, name, minimum)
+        raise TypeError(f"{name} must be an int, got {describe(value)}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def require_number(
+    value, name: str, *, positive: bool = False, finite: bool = True, allow_none: bool = False
+):
+    """A real number (int or float, not bool, not a string); optionally > 0 and finite."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.is_floating_point():
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {describe(value)}")
+    value = float(value)
+    if finite and not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return value
+
+
+def require_bool(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {describe(value)}")
+    return value
+
+
+def require_dim_arg(dim, name: str = "dim") -> int:
+    """A dimension index: an int (``None`` would mean "all elements", never what is meant)."""
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise TypeError(
+            f"{name} must be an int naming one dimension (e.g. -1), got {describe(dim)}"
+        )
+    return int(dim)
+
+
+def require_same_device(**tensors: torch.Tensor | None) -> None:
+    """All given tensors on one device (meta included: it holds no values to compute with)."""
+    present = {k: t for k, t in tensors.items() if t is not None}
+    devices = {t.device for t in present.values()}
+    if len(devices) > 1:
+        where = ", ".join(f"{k} on {t.device}" for k, t in present.items())
+        raise ValueError(f"{', '.join(present)} must be on one device, got {where}")
+    for k, t in present.items():
+        if t.device.type == "meta":
+            raise ValueError(
+                f"{k} is on the meta device (shape only, no values); attention needs real data"
+            )
+
+
+def is_half(x: torch.Tensor) -> bool:
+    """float16 or bfloat16: such inputs are computed with float32 scores and softmax."""
+    return x.dtype in _HALF
+
+
+def check_qkv(q, k, v) -> tuple[int, ...]:
+    """Validate q (..., n, d_k), k (..., m, d_k), v (..., m, d_v); return the batch shape."""
     for name, t, doc in (
         ("q", q, "(..., n, d_k)"),
         ("k", k, "(..., m, d_k)"),
@@ -46,14 +130,16 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, .
         raise TypeError(
             f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}"
         )
+    require_same_device(q=q, k=k, v=v)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"q and k must have the same last dimension d_k, got q {tuple(q.shape)} (d_k={q.shape[-1]}) "
-            f"and k {tuple(k.shape)} (d_k={k.shape[-1]})"
+            f"q and k must have the same last dimension d_k, got q {tuple(q.shape)} "
+            f"(d_k={q.shape[-1]}) and k {tuple(k.shape)} (d_k={k.shape[-1]})"
         )
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(
-            f"k and v must have the same number of keys m (dim -2), got k {tuple(k.shape)} and v {tuple(v.shape)}"
+            f"k and v must have the same number of keys m (dim -2), got k {tuple(k.shape)} "
+            f"and v {tuple(v.shape)}"
         )
     try:
         return tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
@@ -64,12 +150,17 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, .
         ) from None
 
 
-def check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
-    """A mask must be bool (True = may attend) or float (added to the scores) and broadcast to the scores."""
+def check_mask(mask, scores_shape: tuple[int, ...], device: torch.device | None = None) -> None:
+    """A mask: bool (True = may attend) or float (added to the scores), broadcast to the scores."""
     require_tensor(mask, "mask")
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise TypeError(
-            f"mask must be bool (True = may attend) or floating point (added to the scores), got dtype {mask.dtype}"
+            "mask must be bool (True = may attend) or floating point (added to the scores), "
+            f"got dtype {mask.dtype}"
+        )
+    if device is not None and mask.device != device:
+        raise ValueError(
+            f"mask must be on the inputs' device {device}, got a mask on {mask.device}"
         )
     try:
         out = tuple(torch.broadcast_shapes(mask.shape, scores_shape))
@@ -77,6 +168,26 @@ def check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
         out = None
     if out != tuple(scores_shape):
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {tuple(scores_shape)} "
-            f"(..., n, m)"
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores_shape)} (..., n, m)"
         )
+
+
+def check_token_ids(ids, name: str, vocab_size: int) -> torch.Tensor:
+    """Token ids: an integer tensor whose values lie in ``0 .. vocab_size - 1``."""
+    require_tensor(ids, name)
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer (torch.long) tensor, got dtype {ids.dtype}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(
+            f"{name} must lie in 0..{vocab_size - 1} (the vocabulary size is {vocab_size}), "
+            f"got values {int(ids.min())}..{int(ids.max())}"
+        )
+    return ids
+
+
+def require_module(obj, name: str = "model"):
+    """A ``torch.nn.Module`` (a model or layer)."""
+    if not isinstance(obj, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {describe(obj)}")
+    return obj

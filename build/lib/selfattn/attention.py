@@ -11,7 +11,15 @@ import math
 
 import torch
 
-from ._checks import check_mask, check_qkv, require_float
+from ._checks import (
+    check_mask,
+    check_qkv,
+    is_half,
+    require_bool,
+    require_dim_arg,
+    require_float,
+    require_number,
+)
 
 __all__ = ["softmax", "scaled_dot_product_attention"]
 
@@ -32,6 +40,15 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         sum to 1 (or are all 0 for fully masked slices).
     """
     require_float(x, "x")
+    dim = require_dim_arg(dim)
+    if not -x.dim() <= dim < max(x.dim(), 1):
+        raise ValueError(
+            f"dim must lie in -{x.dim()}..{x.dim() - 1} for x of shape {tuple(x.shape)}, got {dim}"
+        )
+    if x.dim() == 0 or x.shape[dim] == 0:
+        # Nothing to normalise over (an empty row or a scalar's single entry): torch's
+        # softmax returns the empty tensor, and the one entry of a scalar weighs 1.
+        return torch.ones_like(x) if x.dim() == 0 else x.clone()
     row_max = x.amax(dim=dim, keepdim=True)
     # An all -inf row has max -inf, and -inf - (-inf) is NaN: shift such rows by 0 instead.
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
@@ -65,21 +82,41 @@ def scaled_dot_product_attention(
         ``output`` of shape ``(..., n, d_v)``, or ``(output, weights)`` with
         weights of shape ``(..., n, m)`` when ``return_weights`` is true.
 
+    Half-precision inputs (float16, bfloat16) are computed with float32 scores, softmax
+    and weighted sum, and the result is returned in the input dtype: float16 scores would
+    overflow to ``inf`` (and the weights to NaN) past 65504.
+
+    Empty dimensions behave as in torch SDPA: ``n = 0`` gives an empty output, ``m = 0``
+    a zero output, ``d_k = 0`` uniform weights.
+
     Raises:
-        TypeError: non-tensor, integer or mixed-dtype inputs; a mask neither bool nor float.
-        ValueError: d_k or m mismatch, batch shapes or a mask that do not broadcast.
+        TypeError: non-tensor, integer or mixed-dtype inputs; a mask neither bool nor float;
+            a ``scale`` that is not a real number.
+        ValueError: d_k or m mismatch, batch shapes or a mask that do not broadcast,
+            tensors on different devices (or on ``meta``), a non-finite ``scale``.
     """
     batch = check_qkv(q, k, v)
-    n, m = q.shape[-2], k.shape[-2]
+    return_weights = require_bool(return_weights, "return_weights")
+    scale = require_number(scale, "scale", allow_none=True)
+    n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+        # With d_k = 0 every score is an empty sum, 0, whatever the scale (torch agrees).
+        scale = 1.0 / math.sqrt(d_k) if d_k > 0 else 1.0
+    if mask is not None:
+        check_mask(mask, batch + (n, m), q.device)
+    dtype = q.dtype
+    if is_half(q):
+        # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch
+        # SDPA and the flash kernels accumulate), and the result comes back in their dtype.
+        q, k, v = q.float(), k.float(), v.float()
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., n, m)
     if mask is not None:
-        check_mask(mask, batch + (n, m))
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
             scores = scores + mask.to(scores.dtype)
     weights = softmax(scores, dim=-1)
     output = weights @ v  # (..., n, d_v)
-    return (output, weights) if return_weights else output
+    if return_weights:
+        return output.to(dtype), weights.to(dtype)
+    return output.to(dtype)

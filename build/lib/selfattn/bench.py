@@ -4,6 +4,12 @@
     python -m selfattn.bench --quick          # tiny sizes, seconds (smoke test of the harness)
     python -m selfattn.bench --gpu            # GPU table: Triton kernel vs SDPA flash, bf16
     python -m selfattn.bench --threads 2      # torch threads for every case (default 1)
+    python -m selfattn.bench --only linear_decode --memory-only
+                                              # some methods only, merged into the file
+
+Where it writes: ``--out FILE``. Without it, run from a checkout of the book's
+repository, the results go to the repository's ``chapters/results/``; from an installed
+package there is no such folder, and the command stops and asks for ``--out``.
 
 How it measures:
 
@@ -19,7 +25,8 @@ How it measures:
 * The inputs: float32, batch 1 x 4 heads x n x d = 64, seeded.
 
 The results file holds the machine (CPU model, cores), the date, the torch version, the
-thread count, every case and the targets of issue 6 with whether each was met.
+thread count, every case and the performance targets that chapters 7 and 8 quote, each
+with whether it was met.
 """
 
 from __future__ import annotations
@@ -49,13 +56,30 @@ __all__ = [
     "run_cpu",
     "run_gpu",
     "fit_slope",
+    "merge_results",
+    "DEFAULT_OUT",
     "main",
 ]
 
 HEADS, D_HEAD = 4, 64
 WINDOW = 256
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "chapters" / "results" / "bench_cpu.json"
-DEFAULT_GPU_OUT = DEFAULT_OUT.with_name("bench_gpu.json")
+
+
+def _checkout_results() -> Path | None:
+    """The repository's ``chapters/results/`` when this module runs from a checkout, else None."""
+    root = Path(__file__).resolve().parents[2]
+    folder = root / "chapters" / "results"
+    if (root / "pyproject.toml").is_file() and folder.is_dir():
+        return folder
+    return None
+
+
+#: Where ``make bench`` writes the CPU table by default: the repository's
+#: ``chapters/results/bench_cpu.json`` when run from a checkout; ``None`` from an installed
+#: package (the command line then asks for ``--out``).
+DEFAULT_OUT = _checkout_results() / "bench_cpu.json" if _checkout_results() else None
+#: The GPU table's default, next to :data:`DEFAULT_OUT` (``None`` outside a checkout).
+DEFAULT_GPU_OUT = DEFAULT_OUT.with_name("bench_gpu.json") if DEFAULT_OUT else None
 
 
 def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -85,6 +109,7 @@ def _methods() -> dict[str, Callable]:
             x["q"], x["k"], x["v"], WINDOW, causal=True
         ),
         "linear_attention": lambda x: linear_attention(x["q"], x["k"], x["v"]),
+        "linear_decode": _linear_decode,
         "kv_cache_decode": lambda x: _generate(x, use_cache=True),
         "no_cache_decode": lambda x: _generate(x, use_cache=False),
     }
@@ -98,6 +123,7 @@ METHODS = (
     "dense_masked_sdpa",
     "sliding_window",
     "linear_attention",
+    "linear_decode",
     "kv_cache_decode",
     "no_cache_decode",
 )
@@ -106,11 +132,27 @@ DESCRIPTIONS = {
     "sdpa": "torch SDPA (CPU: its fused flash kernel)",
     "flash_attention": "selfattn.efficient.flash_attention (block_q=256, block_k=512)",
     "dense_masked_sdpa": f"torch SDPA with a dense bool band mask (causal window {WINDOW})",
-    "sliding_window": f"selfattn.efficient.sliding_window_attention (causal window {WINDOW}, band only)",
+    "sliding_window": "selfattn.efficient.sliding_window_attention "
+    f"(causal window {WINDOW}, band only)",
     "linear_attention": "selfattn.efficient.linear_attention (non-causal, elu+1)",
-    "kv_cache_decode": "selfattn.multihead.generate with KV cache (4 layers, d_model 256, 4 heads)",
+    "linear_decode": "causal linear attention decoded token by token with "
+    "linear_attention_step, keeping only the state (S, z) and the last output",
+    "kv_cache_decode": "selfattn.multihead.generate with KV cache "
+    "(4 layers, d_model 256, 4 heads)",
     "no_cache_decode": "selfattn.multihead.generate recomputing the prefix each step",
 }
+
+
+def _linear_decode(x) -> torch.Tensor:
+    """The recurrent (decoding) form: n steps that keep the state only, not the n outputs."""
+    from .efficient import LinearAttentionState, linear_attention_step
+
+    q, k, v = x["q"], x["k"], x["v"]
+    state = LinearAttentionState.empty(q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
+    out = None
+    for t in range(q.shape[-2]):
+        out, state = linear_attention_step(state, q[..., t, :], k[..., t, :], v[..., t, :])
+    return out
 
 
 def _generate(x, *, use_cache: bool):
@@ -223,7 +265,7 @@ def _memory_child(method: str, n: int, threads: int) -> dict:
 
 
 def memory_case(method: str, n: int, *, threads: int = 1, timeout: float = 600) -> dict:
-    """Extra peak memory of one case, measured in a fresh ``python`` subprocess (see module doc)."""
+    """Extra peak memory of one case, measured in a fresh ``python`` subprocess (module doc)."""
     env = dict(os.environ)
     lib = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -252,7 +294,14 @@ def _plan(quick: bool) -> list[tuple[str, int]]:
     for n in sweep:
         plan += [
             (m, n)
-            for m in ("plain", "sdpa", "flash_attention", "sliding_window", "linear_attention")
+            for m in (
+                "plain",
+                "sdpa",
+                "flash_attention",
+                "sliding_window",
+                "linear_attention",
+                "linear_decode",
+            )
         ]
     plan += [("dense_masked_sdpa", mid), ("dense_masked_sdpa", big)]
     plan += [
@@ -261,6 +310,7 @@ def _plan(quick: bool) -> list[tuple[str, int]]:
         ("flash_attention", big),
         ("sliding_window", big),
         ("linear_attention", big),
+        ("linear_decode", big),
     ]
     if _have_multihead():
         plan += [("kv_cache_decode", steps), ("no_cache_decode", steps)]
@@ -299,7 +349,7 @@ def _case(results: list[dict], method: str, n: int) -> dict | None:
 
 
 def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
-    """The targets of issue 6, each with the measured value and whether it is met."""
+    """The performance targets chapters 7 and 8 quote, each with its value and whether met."""
     mid, big, steps = (128, 256, 4) if quick else (8192, 16384, 256)
     targets = []
 
@@ -396,21 +446,53 @@ def run_cpu(
     repeats: int = 5,
     out: Path | str | None = DEFAULT_OUT,
     memory: bool = True,
+    timing: bool = True,
+    only: list[str] | tuple[str, ...] | None = None,
     log=print,
 ) -> dict:
-    """Measure every case of the CPU plan and write the results file (``out=None``: do not write)."""
+    """Measure the cases of the CPU plan and write the results file (``out=None``: do not write).
+
+    Args:
+        quick: tiny sizes (seconds), to check the harness.
+        threads: torch threads for every case.
+        repeats: timed runs per case after the warm-up.
+        out: the results file. With ``only``, an existing file is not replaced: the new
+            measurements are merged into it (:func:`merge_results`).
+        memory: measure the extra peak memory (a fresh subprocess per case).
+        timing: measure the time (``False``: memory only, which other programs on the
+            machine do not distort).
+        only: the methods to run (names from :data:`METHODS`); default all.
+        log: where progress lines go.
+
+    Returns:
+        The report written (the merged one when ``only`` updated an existing file).
+    """
+    if not (memory or timing):
+        raise ValueError("run_cpu: memory and timing are both off, nothing to measure")
+    if only is not None:
+        unknown = [m for m in only if m not in METHODS]
+        if unknown or not only:
+            raise ValueError(f"only: unknown methods {unknown}; expected some of {METHODS}")
     torch.set_num_threads(threads)
     started = _dt.datetime.now(_dt.timezone.utc)
     results = []
     for method, n in _plan(quick):
+        if only is not None and method not in only:
+            continue
         row = {"method": method, "n": n, "description": DESCRIPTIONS[method]}
-        row.update(time_case(method, n, repeats=repeats))
+        if timing:
+            row.update(time_case(method, n, repeats=repeats))
         if memory:
             row.update(memory_case(method, n, threads=threads))
         results.append(row)
         log(
-            f"{method:>18} n={n:>6}: median {row['median_s']:.4f} s (cpu {row['cpu_median_s']:.4f} s)"
-            + (f", extra peak {row['extra_peak_mib']:.1f} MiB" if memory else "")
+            f"{method:>18} n={n:>6}:"
+            + (
+                f" median {row['median_s']:.4f} s (cpu {row['cpu_median_s']:.4f} s)"
+                if timing
+                else ""
+            )
+            + (f" extra peak {row['extra_peak_mib']:.1f} MiB" if memory else "")
         )
     report = {
         "kind": "cpu",
@@ -422,15 +504,21 @@ def run_cpu(
         "shape": f"batch 1 x {HEADS} heads x n x d={D_HEAD}",
         "window": WINDOW,
         "quick": quick,
-        "method": "median of repeats after 1 warm-up (wall and process CPU time); extra peak RSS over the inputs "
-        "in a fresh subprocess (VmHWM after /proc/self/clear_refs)",
+        "method": "median of repeats after 1 warm-up (wall and process CPU time); extra peak "
+        "RSS over the inputs in a fresh subprocess (VmHWM after /proc/self/clear_refs)",
         "kv_cache_case": "included"
         if _have_multihead()
         else "left out: selfattn.multihead not available",
         "cases": results,
     }
-    if memory:
+    if memory and timing and only is None:
         report["targets"] = evaluate_targets(results, quick=quick)
+    if only is not None:
+        report["only"] = list(only)
+        report["timing"] = timing
+        report["memory"] = memory
+        if out is not None and Path(out).is_file():
+            report = merge_results(json.loads(Path(out).read_text()), report)
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -439,14 +527,59 @@ def run_cpu(
     return report
 
 
+def merge_results(old: dict, new: dict) -> dict:
+    """Merge a partial run (``run_cpu(only=...)``) into an existing results file.
+
+    Each new case updates the old case of the same method and n field by field (a
+    memory-only run keeps the old times), or is appended. The old file's date, machine
+    and thread count stay; the partial run is listed under ``"updates"``, with its own
+    date and machine, and the targets are evaluated again.
+
+    Args:
+        old: the results file's contents (a full run).
+        new: the partial run's report.
+
+    Returns:
+        The merged report (``old`` is not modified).
+    """
+    if old.get("quick") != new.get("quick") or old.get("torch_threads") != new.get(
+        "torch_threads"
+    ):
+        raise ValueError(
+            "merge_results: the partial run must use the same sizes and thread count as the "
+            f"file (quick {old.get('quick')} vs {new.get('quick')}, threads "
+            f"{old.get('torch_threads')} vs {new.get('torch_threads')})"
+        )
+    merged = json.loads(json.dumps(old))
+    cases = merged["cases"]
+    for row in new["cases"]:
+        same = next((c for c in cases if (c["method"], c["n"]) == (row["method"], row["n"])), None)
+        if same is None:
+            cases.append(dict(row))
+        else:
+            same.update(row)
+    merged.setdefault("updates", []).append(
+        {
+            "date": new["date"],
+            "methods": new.get("only"),
+            "timing": new.get("timing", True),
+            "memory": new.get("memory", True),
+            "machine": new["machine"],
+        }
+    )
+    if all("median_s" in c and "extra_peak_mib" in c for c in cases):
+        merged["targets"] = evaluate_targets(cases, quick=bool(merged.get("quick")))
+    return merged
+
+
 def format_targets(report: dict) -> str:
     """The targets as a plain-text table."""
     lines = [f"{'target':<62} {'value':>9} {'(cpu time)':>10} {'goal':>14}  met"]
     for t in report.get("targets", []):
         cpu = f"{t['value_cpu_time']:.3g}" if t.get("value_cpu_time") is not None else "-"
         lines.append(
-            f"{t['target']:<62} {t['value']:>9.3g} {cpu:>10} {t['goal']:>14}  {'yes' if t['met'] else 'NO'}"
-            f"  ({t['detail']})"
+            f"{t['target']:<62} {t['value']:>9.3g} {cpu:>10} {t['goal']:>14}  "
+            f"{'yes' if t['met'] else 'NO'}  ({t['detail']})"
         )
     return "\n".join(lines)
 
@@ -463,7 +596,7 @@ def run_gpu(
     repeats: int = 20,
     log=print,
 ) -> dict:
-    """bf16 forward: ``triton_flash_attention`` vs torch SDPA (flash backend), d = 64, batch = tokens // n.
+    """bf16 forward: ``triton_flash_attention`` vs SDPA's flash backend, d = 64, tokens // n batch.
 
     Times with CUDA events (median of ``repeats`` after warm-up, autotuning included in
     the warm-up) and reports TFLOP/s = 4 B h n^2 d / t (halved for causal).
@@ -485,11 +618,12 @@ def run_gpu(
                 for _ in range(3)
             )
 
-            def sdpa():
+            # Bind this iteration's tensors now: the loop deletes them before the next size.
+            def sdpa(q=q, k=k, v=v, causal=causal):
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-            def tri():
+            def tri(q=q, k=k, v=v, causal=causal):
                 return triton_flash_attention(q, k, v, causal=causal)
 
             err = (tri().float() - sdpa().float()).abs().max().item()
@@ -523,9 +657,10 @@ def run_gpu(
             row["triton_over_sdpa_throughput"] = row["triton_tflops"] / row["sdpa_flash_tflops"]
             rows.append(row)
             log(
-                f"n={n:>6} causal={causal!s:>5}: SDPA flash {row['sdpa_flash_tflops']:.1f} TFLOP/s, "
-                f"Triton {row['triton_tflops']:.1f} TFLOP/s ({row['triton_over_sdpa_throughput']:.2f} x), "
-                f"max |diff| {err:.2e}"
+                f"n={n:>6} causal={causal!s:>5}: "
+                f"SDPA flash {row['sdpa_flash_tflops']:.1f} TFLOP/s, "
+                f"Triton {row['triton_tflops']:.1f} TFLOP/s "
+                f"({row['triton_over_sdpa_throughput']:.2f} x), max |diff| {err:.2e}"
             )
             del q, k, v
             torch.cuda.empty_cache()
@@ -547,7 +682,10 @@ def run_gpu(
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    """Command line: ``python -m selfattn.bench [--quick] [--gpu] [--threads N] [--repeats R] [--out FILE]``.
+    """Command line: ``python -m selfattn.bench [--quick] [--gpu] [--threads N] [--out FILE]``.
+
+    Also ``--repeats R``, ``--only METHOD[,METHOD]`` (merge into ``--out``) and
+    ``--memory-only``.
 
     Returns:
         The report written (``None`` in the internal ``--child`` mode).
@@ -569,7 +707,19 @@ def main(argv: list[str] | None = None) -> dict | None:
         "--out",
         type=Path,
         default=None,
-        help="results file (default chapters/results/bench_*.json)",
+        help="results file (default, in a checkout of the book: chapters/results/bench_*.json)",
+    )
+    parser.add_argument(
+        "--only",
+        type=lambda text: [m.strip() for m in text.split(",") if m.strip()],
+        default=None,
+        metavar="METHOD[,METHOD]",
+        help=f"run these methods only and merge them into --out; one of {', '.join(METHODS)}",
+    )
+    parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="measure memory only (other programs on the machine do not distort it)",
     )
     parser.add_argument(
         "--child", nargs=3, metavar=("METHOD", "N", "THREADS"), help=argparse.SUPPRESS
@@ -579,10 +729,28 @@ def main(argv: list[str] | None = None) -> dict | None:
         method, n, threads = args.child
         print(json.dumps(_memory_child(method, int(n), int(threads))))
         return None
+    default = DEFAULT_GPU_OUT if args.gpu else DEFAULT_OUT
+    out = args.out or default
+    if out is None:
+        parser.error(
+            "where should the results go? This selfattn is not a checkout of the book's "
+            "repository (no chapters/results/ next to it): pass --out FILE"
+        )
+    if args.only is not None:
+        unknown = [m for m in args.only if m not in METHODS]
+        if unknown or not args.only:
+            parser.error(
+                f"--only: unknown methods {unknown}; expected some of {', '.join(METHODS)}"
+            )
     if args.gpu:
-        return run_gpu(out=args.out or DEFAULT_GPU_OUT)
+        return run_gpu(out=out)
     report = run_cpu(
-        quick=args.quick, threads=args.threads, repeats=args.repeats, out=args.out or DEFAULT_OUT
+        quick=args.quick,
+        threads=args.threads,
+        repeats=args.repeats,
+        out=out,
+        only=args.only,
+        timing=not args.memory_only,
     )
     print(format_targets(report))
     return report

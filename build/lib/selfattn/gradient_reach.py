@@ -1,10 +1,16 @@
-"""Gradient reach: how strongly the last output of a sequence model depends on each input (chapter 1).
+"""Gradient reach: how strongly the last output of a sequence model depends on each input.
 
 For an encoder ``y = f(x_0, ..., x_{n-1})`` this measures ``|| d y_{n-1} / d x_t ||``, the
 Frobenius norm of the Jacobian block of the last output with respect to input ``t``.
 A recurrent model reaches ``x_0`` through ``n - 1`` multiplications by its recurrent
 Jacobian, so the norm typically shrinks with distance; one attention layer reaches every
-input in one step.
+input in one step (chapter 1).
+
+The norm is accumulated in float64 whatever the input's dtype: a float32 gradient of
+``1e-30`` is perfectly representable, but its square (``1e-60``) is not, and summing
+squares in float32 would report a false 0 (a "cliff" in a log plot) long before the
+gradient itself underflows. To follow gradients below float32's range at all, run the
+encoder itself in float64 (float64 weights and ``x``).
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ def gradient_reach(
 
     Args:
         encoder: maps ``(1, n, d_in)`` to ``(1, n, d_out)`` (an ``nn.LSTM`` wrapped to return
-            its outputs, a self-attention layer, ...).
+            its outputs, a self-attention layer, ...), in the dtype of ``x``.
         x: one input sequence ``(n, d_in)`` (float).
 
     Returns:
-        ``(n,)`` float tensor: entry ``t`` is the norm of the Jacobian of the last
-        output ``y[-1]`` (``d_out`` numbers) with respect to ``x[t]`` (``d_in`` numbers).
+        ``(n,)`` tensor in the dtype of ``x``: entry ``t`` is the norm of the Jacobian of the
+        last output ``y[-1]`` (``d_out`` numbers) with respect to ``x[t]`` (``d_in``
+        numbers). The squares are summed in float64, so the result is 0 only where the
+        gradient itself is 0 (or the norm is below the smallest number of ``x``'s dtype).
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2:
         got = f"{type(x).__name__} {getattr(x, 'dtype', '')} {tuple(getattr(x, 'shape', ()))}"
@@ -39,10 +47,9 @@ def gradient_reach(
         raise ValueError(
             f"encoder must return (1, n, d_out), got last output of shape {tuple(y_last.shape)}"
         )
-    squared = torch.zeros(x.shape[0], dtype=x.dtype)
-    for j in range(
-        y_last.shape[0]
-    ):  # one backward pass per output coordinate: exact, and d_out is small
+    # float64 even for float32 gradients: squaring a float32 number below ~1e-23 gives 0
+    squared = torch.zeros(x.shape[0], dtype=torch.float64)
+    for j in range(y_last.shape[0]):  # one backward pass per output coordinate: exact
         (grad,) = torch.autograd.grad(y_last[j], x, retain_graph=True)
-        squared += grad.pow(2).sum(dim=-1)
-    return squared.sqrt().detach()
+        squared += grad.detach().to(torch.float64).pow(2).sum(dim=-1)
+    return squared.sqrt().to(x.dtype)

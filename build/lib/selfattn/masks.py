@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import torch
 
+from ._checks import require_bool, require_int, require_tensor
+
 __all__ = [
     "causal_mask",
     "padding_mask",
@@ -37,9 +39,8 @@ def causal_mask(
     Returns:
         Bool tensor ``(n, m)``.
     """
-    m = n if m is None else m
-    if n < 1 or m < 1:
-        raise ValueError(f"causal_mask needs n >= 1 and m >= 1, got n={n}, m={m}")
+    n = require_int(n, "n", 1)
+    m = n if m is None else require_int(m, "m", 1)
     if align == "top_left":
         offset = 0
     elif align == "bottom_right":
@@ -61,10 +62,20 @@ def padding_mask(lengths, max_len: int, *, device=None) -> torch.Tensor:
         against scores ``(B, n, max_len)``; for heads ``(B, h, n, m)`` use
         ``mask.unsqueeze(1)``.
     """
-    lengths = torch.as_tensor(lengths, device=device)
+    max_len = require_int(max_len, "max_len", 0)
+    try:
+        lengths = torch.as_tensor(lengths, device=device)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"lengths must be a 1-D integer sequence (B,), got {type(lengths).__name__} "
+            f"{lengths!r}"
+        ) from None
+    if lengths.dim() == 1 and lengths.numel() == 0:
+        lengths = lengths.long()  # an empty batch: torch reads [] as float
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
         raise TypeError(
-            f"lengths must be a 1-D integer sequence (B,), got shape {tuple(lengths.shape)} dtype {lengths.dtype}"
+            f"lengths must be a 1-D integer sequence (B,), got shape {tuple(lengths.shape)} "
+            f"dtype {lengths.dtype}"
         )
     if (lengths < 0).any() or (lengths > max_len).any():
         raise ValueError(f"every length must lie in 0..max_len={max_len}, got {lengths.tolist()}")
@@ -73,7 +84,7 @@ def padding_mask(lengths, max_len: int, *, device=None) -> torch.Tensor:
 
 
 def sliding_window_mask(n: int, window: int, *, causal: bool = True, device=None) -> torch.Tensor:
-    """Local attention: each query sees only the ``window`` nearest positions (a preview of chapter 8).
+    """Local attention: each query sees only the ``window`` nearest positions (chapter 8).
 
     Args:
         n: sequence length (queries = keys = ``n``).
@@ -90,13 +101,9 @@ def sliding_window_mask(n: int, window: int, *, causal: bool = True, device=None
     Raises:
         ValueError: ``n < 1`` or ``window < 1``.
     """
-    for name, value in (("n", n), ("window", window)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if n < 1 or window < 1:
-        raise ValueError(
-            f"sliding_window_mask needs n >= 1 and window >= 1, got n={n}, window={window}"
-        )
+    n = require_int(n, "n", 1)
+    window = require_int(window, "window", 1)
+    causal = require_bool(causal, "causal")
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
     near = (i - j).abs() < window
@@ -104,8 +111,7 @@ def sliding_window_mask(n: int, window: int, *, causal: bool = True, device=None
 
 
 def _require_bool(mask, name: str = "mask") -> torch.Tensor:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    require_tensor(mask, name)
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}"
@@ -147,8 +153,10 @@ def to_additive_mask(
         Float tensor of ``mask``'s shape and ``dtype``.
     """
     _require_bool(mask)
-    if not dtype.is_floating_point:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+    if fill is not None and (isinstance(fill, bool) or not isinstance(fill, (int, float))):
+        raise TypeError(f"fill must be a number or None, got {type(fill).__name__} {fill!r}")
     fill = float("-inf") if fill is None else float(fill)
     # Fill in float32 and round once to ``dtype``: that is what happens to a mask built in
     # float32 and added to half-precision scores (``masked_fill`` on a float16 tensor would
@@ -169,9 +177,13 @@ def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tenso
         gives exact zeros above the diagonal: output ``i`` does not move when a later
         input ``j > i`` changes.
     """
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
-        got = f"{tuple(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be a floating-point tensor of shape (n, d), got {got}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    require_tensor(x, "x")
+    if x.dim() != 2 or not x.is_floating_point():
+        raise ValueError(
+            f"x must be a floating-point tensor of shape (n, d), got {tuple(x.shape)} {x.dtype}"
+        )
     jac = torch.autograd.functional.jacobian(fn, x)  # (n', d', n, d)
     if jac.dim() != 4:
         raise ValueError(

@@ -12,6 +12,13 @@ The pieces, and how they fit:
   values from ``context``, through the q-rows and the k/v-rows of the same ``qkv``.
 * :class:`KVCache` keeps the keys and values of past positions so that decoding a new
   token costs one projection of that token, not of the whole sequence.
+* ``num_kv_heads`` makes it **grouped-query attention** (GQA, Ainslie et al., 2023):
+  only ``num_kv_heads`` key/value heads, each shared by a group of
+  ``num_heads // num_kv_heads`` consecutive query heads (query head ``i`` reads key/value
+  head ``i // group``, torch SDPA's ``enable_gqa`` layout); ``num_kv_heads = 1`` is
+  multi-query attention (MQA, Shazeer, 2019). ``qkv`` then has
+  ``d_model + 2 * num_kv_heads * d_head`` output rows and the cache holds only the
+  ``num_kv_heads`` heads; :meth:`MultiHeadAttention.grouped` converts a trained layer.
 
 **Masks for heads.**
 Scores have shape ``(B, h, n, m)``: batch, head, query, key. A mask is bool
@@ -70,7 +77,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_mask, require_float, require_tensor
+from ._checks import (
+    check_mask,
+    is_half,
+    require_bool,
+    require_float,
+    require_int,
+    require_number,
+    require_same_device,
+    require_tensor,
+)
 from .attention import softmax
 from .masks import causal_mask
 
@@ -88,11 +104,17 @@ __all__ = [
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``(B, n, d_model)`` -> ``(B, h, n, d_head)``: reshape the features into heads, then move heads forward.
+    """``(B, n, d_model)`` -> ``(B, h, n, d_head)``: split the features into heads, heads first.
 
     Raises:
-        ValueError: ``d_model`` not divisible by ``num_heads``.
+        TypeError: ``x`` not a tensor, ``num_heads`` not an int.
+        ValueError: ``x`` with fewer than 2 dims, ``num_heads < 1``, ``d_model`` not
+            divisible by ``num_heads``.
     """
+    require_tensor(x, "x")
+    num_heads = require_int(num_heads, "num_heads", 1)
+    if x.dim() < 2:
+        raise ValueError(f"x must have shape (..., n, d_model), got {tuple(x.shape)}")
     *batch, n, d = x.shape
     if d % num_heads:
         raise ValueError(
@@ -102,7 +124,13 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """``(B, h, n, d_head)`` -> ``(B, n, h * d_head)``: the inverse of :func:`split_heads` (concatenates the heads)."""
+    """``(B, h, n, d_head)`` -> ``(B, n, h * d_head)``: the inverse of :func:`split_heads`.
+
+    Concatenates the heads. Raises ``ValueError`` for fewer than 3 dims.
+    """
+    require_tensor(x, "x")
+    if x.dim() < 3:
+        raise ValueError(f"x must have shape (..., h, n, d_head), got {tuple(x.shape)}")
     *batch, h, n, dh = x.shape
     return x.transpose(-3, -2).reshape(*batch, n, h * dh)
 
@@ -111,7 +139,8 @@ class KVCache:
     """The keys and values of the positions a layer has already seen (one cache per layer).
 
     Attributes:
-        k: cached keys ``(B, h, t, d_head)`` after the first append, else ``None``.
+        k: cached keys ``(B, h, t, d_head)`` after the first append, else ``None``
+            (``h`` is the layer's number of key/value heads, ``num_kv_heads`` with GQA).
         v: cached values ``(B, h, t, d_head)``, like ``k``.
         cross: ``True`` when a cross-attention layer filled it (its keys/values are the
             context's and are reused, not appended to, on later calls).
@@ -159,10 +188,16 @@ class KVCache:
         Raises:
             ValueError: shapes that disagree with each other or with what is cached.
         """
+        require_float(k, "k")
+        require_float(v, "v")
         if k.shape != v.shape or k.dim() != 4:
             raise ValueError(
-                f"KVCache.append needs k and v of one shape (B, h, n_new, d_head), got {tuple(k.shape)} and {tuple(v.shape)}"
+                "KVCache.append needs k and v of one shape (B, h, n_new, d_head), "
+                f"got {tuple(k.shape)} and {tuple(v.shape)}"
             )
+        require_same_device(k=k, v=v)
+        if self.k is not None and self.k.device != k.device:
+            raise ValueError(f"the cache is on {self.k.device}, cannot append k on {k.device}")
         if self.k is None:
             self.k, self.v = k, v
         else:
@@ -172,8 +207,8 @@ class KVCache:
                 or self.k.dtype != k.dtype
             ):
                 raise ValueError(
-                    f"the cache holds k of shape {tuple(self.k.shape)} {self.k.dtype} (B, h, t, d_head); "
-                    f"cannot append {tuple(k.shape)} {k.dtype}"
+                    f"the cache holds k of shape {tuple(self.k.shape)} {self.k.dtype} "
+                    f"(B, h, t, d_head); cannot append {tuple(k.shape)} {k.dtype}"
                 )
             self.k = torch.cat([self.k, k], dim=-2)
             self.v = torch.cat([self.v, v], dim=-2)
@@ -186,45 +221,73 @@ class MultiHeadAttention(nn.Module):
     Args:
         d_model: model width ``d``; must be divisible by ``num_heads``.
         num_heads: number of heads ``h``; each works in ``d_head = d_model // num_heads`` dims.
+        num_kv_heads: number of key/value heads ``h_kv`` (divides ``h``); ``None`` means
+            ``h`` (multi-head attention), 1 is multi-query attention, in between GQA.
         bias: whether ``qkv`` and ``out`` have biases.
         dropout: dropout probability on the attention weights (training mode only).
 
     Attributes:
         qkv: ``nn.Linear(d_model, 3 * d_model)``; weight rows ``[0:d]`` make queries,
-            ``[d:2d]`` keys, ``[2d:3d]`` values (``nn.MultiheadAttention.in_proj_weight``'s layout).
+            ``[d:2d]`` keys, ``[2d:3d]`` values (the layout of
+            ``nn.MultiheadAttention.in_proj_weight``). With ``num_kv_heads`` it has
+            ``d + 2 d_kv`` rows, ``d_kv = num_kv_heads * d_head``: queries, keys, values.
         out: ``nn.Linear(d_model, d_model)``, the output projection ``W_O``.
 
     See the module docstring for how masks are shaped for heads and how the cache is used.
     """
 
-    def __init__(self, d_model: int, num_heads: int, *, bias: bool = True, dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        d_model = require_int(d_model, "d_model", 1)
+        num_heads = require_int(num_heads, "num_heads", 1)
+        bias = require_bool(bias, "bias")
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        num_kv_heads = require_int(num_kv_heads, "num_kv_heads", 1)
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} "
+                "(each key/value head serves a group of query heads)"
+            )
+        dropout = require_number(dropout, "dropout")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
+        self.num_kv_heads = num_kv_heads
+        self.d_kv = num_kv_heads * self.d_head  # width of the keys (and of the values)
         self.dropout = dropout
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.qkv = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, d_head={self.d_head}, dropout={self.dropout}"
+        kv = "" if self.num_kv_heads == self.num_heads else f"num_kv_heads={self.num_kv_heads}, "
+        return (
+            f"d_model={self.d_model}, num_heads={self.num_heads}, {kv}d_head={self.d_head}, "
+            f"dropout={self.dropout}"
+        )
 
     # -- interop with torch ------------------------------------------------------
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A copy of ``nn.MultiheadAttention``'s weights (it must use one ``in_proj_weight``, i.e. kdim = vdim = d)."""
+        """A copy of ``nn.MultiheadAttention``'s weights.
+
+        It must use one ``in_proj_weight``, i.e. kdim = vdim = d.
+        """
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(f"expected an nn.MultiheadAttention, got {type(mha).__name__}")
         if mha.in_proj_weight is None or mha.bias_k is not None or mha.add_zero_attn:
             raise ValueError(
-                "only nn.MultiheadAttention with a packed in_proj_weight, no bias_k/bias_v and no add_zero_attn"
+                "only nn.MultiheadAttention with a packed in_proj_weight, no bias_k/bias_v "
+                "and no add_zero_attn"
             )
         bias = mha.in_proj_bias is not None
         new = cls(mha.embed_dim, mha.num_heads, bias=bias, dropout=mha.dropout)
@@ -238,6 +301,11 @@ class MultiHeadAttention(nn.Module):
 
     def to_torch(self) -> nn.MultiheadAttention:
         """An ``nn.MultiheadAttention(batch_first=True)`` holding the same weights."""
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError(
+                "nn.MultiheadAttention has no grouped-query form: this layer has "
+                f"num_kv_heads={self.num_kv_heads} < num_heads={self.num_heads}"
+            )
         bias = self.qkv.bias is not None
         mha = nn.MultiheadAttention(
             self.d_model, self.num_heads, dropout=self.dropout, bias=bias, batch_first=True
@@ -251,18 +319,55 @@ class MultiHeadAttention(nn.Module):
                 mha.out_proj.bias.copy_(self.out.bias)
         return mha
 
+    def grouped(self, num_kv_heads: int) -> MultiHeadAttention:
+        """A grouped-query copy of this layer with ``num_kv_heads`` key/value heads.
+
+        Each new key (value) head is the **mean** of the key (value) projections of the
+        query heads in its group (Ainslie et al., 2023, who then train a little more);
+        queries and the output projection are copied. ``grouped(num_heads)`` is an exact
+        copy. The layer must itself have one key/value head per query head.
+        """
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError(
+                f"grouped() converts a multi-head layer; this one already has "
+                f"num_kv_heads={self.num_kv_heads}"
+            )
+        bias = self.qkv.bias is not None
+        new = MultiHeadAttention(
+            self.d_model,
+            self.num_heads,
+            num_kv_heads=num_kv_heads,
+            bias=bias,
+            dropout=self.dropout,
+        ).to(self.qkv.weight.device, self.qkv.weight.dtype)
+        d, g = self.d_model, self.num_heads // new.num_kv_heads
+
+        def pool(t: torch.Tensor) -> torch.Tensor:
+            # rows (h * d_head, ...) -> (h_kv, g, d_head, ...): average the g heads of a group
+            return t.reshape(new.num_kv_heads, g, self.d_head, *t.shape[1:]).mean(1).flatten(0, 1)
+
+        with torch.no_grad():
+            w = self.qkv.weight
+            new.qkv.weight.copy_(torch.cat([w[:d], pool(w[d : 2 * d]), pool(w[2 * d :])]))
+            new.out.weight.copy_(self.out.weight)
+            if bias:
+                b = self.qkv.bias
+                new.qkv.bias.copy_(torch.cat([b[:d], pool(b[d : 2 * d]), pool(b[2 * d :])]))
+                new.out.bias.copy_(self.out.bias)
+        return new.train(self.training)
+
     # -- forward -----------------------------------------------------------------
     def _project(self, x: torch.Tensor, context: torch.Tensor | None, need_kv: bool):
-        d = self.d_model
+        d, d_kv = self.d_model, self.d_kv
         if context is None:
             # Self-attention: one matmul makes q, k and v together (the fused-QKV tip).
-            q, k, v = self.qkv(x).split(d, dim=-1)
+            q, k, v = self.qkv(x).split([d, d_kv, d_kv], dim=-1)
             return q, k, v
         w, b = self.qkv.weight, self.qkv.bias
         q = F.linear(x, w[:d], None if b is None else b[:d])
         if not need_kv:
             return q, None, None
-        k, v = F.linear(context, w[d:], None if b is None else b[d:]).split(d, dim=-1)
+        k, v = F.linear(context, w[d:], None if b is None else b[d:]).split(d_kv, dim=-1)
         return q, k, v
 
     def _heads_mask(
@@ -277,24 +382,26 @@ class MultiHeadAttention(nn.Module):
                 )
             if cross:
                 raise ValueError(
-                    "mask='causal' is for self-attention; cross-attention has no order between x and context"
+                    "mask='causal' is for self-attention; cross-attention has no order "
+                    "between x and context"
                 )
             return causal_mask(n, m, align="bottom_right", device=device)
         require_tensor(mask, "mask")
         if mask.dim() == 3:
-            mask = mask.unsqueeze(
-                1
-            )  # (B, n|1, m) -> (B, 1, n|1, m): one mask per sequence, shared by the heads
+            # (B, n|1, m) -> (B, 1, n|1, m): one mask per sequence, shared by the heads
+            mask = mask.unsqueeze(1)
         elif mask.dim() not in (2, 4):
             raise ValueError(
-                f"mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, h, n, m), got shape {tuple(mask.shape)}"
+                "mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, h, n, m), "
+                f"got shape {tuple(mask.shape)}"
             )
         if mask.shape[-1] != m:
-            # Broadcasting over keys is always a mistake (typically a mask that forgot the cached keys).
+            # Broadcasting over keys is always a mistake (a mask that forgot the cached keys).
             raise ValueError(
-                f"mask's last dimension must be the number of keys m={m} (cached + new), got shape {tuple(mask.shape)}"
+                f"mask's last dimension must be the number of keys m={m} (cached + new), "
+                f"got shape {tuple(mask.shape)}"
             )
-        check_mask(mask, (batch, self.num_heads, n, m))
+        check_mask(mask, (batch, self.num_heads, n, m), device)
         return mask
 
     def forward(
@@ -330,47 +437,67 @@ class MultiHeadAttention(nn.Module):
                 a mask that does not broadcast to ``(B, h, n, m)``.
         """
         require_float(x, "x")
+        return_weights = require_bool(return_weights, "return_weights")
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a selfattn.KVCache, got {type(cache).__name__}")
+        if context is not None:
+            require_float(context, "context")
+        weight = self.qkv.weight
+        require_same_device(x=x, context=context, weights=weight)
         unbatched = x.dim() == 2
         if unbatched:
             x = x.unsqueeze(0)
-            context = None if context is None else context.unsqueeze(0)
+            if context is not None:
+                if context.dim() != 2:
+                    raise ValueError(
+                        f"x is unbatched (n, d_model), so context must be (m, d_model), "
+                        f"got {tuple(context.shape)}"
+                    )
+                context = context.unsqueeze(0)
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
-                f"x must have shape (B, n, d_model={self.d_model}) or (n, d_model), got {tuple(x.shape)}"
+                f"x must have shape (B, n, d_model={self.d_model}) or (n, d_model), "
+                f"got {tuple(x.shape)}"
             )
-        if x.dtype != self.qkv.weight.dtype:
+        if x.dtype != weight.dtype:
             raise TypeError(
-                f"x has dtype {x.dtype} but the weights are {self.qkv.weight.dtype}; convert one of them"
+                f"x has dtype {x.dtype} but the weights are {weight.dtype}; convert one of them"
             )
         batch, n = x.shape[0], x.shape[1]
         cross = context is not None or (cache is not None and cache.cross)
         if context is not None:
-            require_float(context, "context")
             if (
                 context.dim() != 3
                 or context.shape[-1] != self.d_model
                 or context.shape[0] != batch
             ):
                 raise ValueError(
-                    f"context must have shape (B={batch}, m, d_model={self.d_model}), got {tuple(context.shape)}"
+                    f"context must have shape (B={batch}, m, d_model={self.d_model}), "
+                    f"got {tuple(context.shape)}"
                 )
             if context.dtype != x.dtype:
                 raise TypeError(f"context has dtype {context.dtype} but x has {x.dtype}")
 
         if context is not None and cache is not None and len(cache) and not cache.cross:
             raise ValueError(
-                "this cache holds a self-attention layer's keys; a cross-attention call needs its own KVCache"
+                "this cache holds a self-attention layer's keys; a cross-attention call "
+                "needs its own KVCache"
             )
         reuse_cross_cache = cross and cache is not None and len(cache) > 0
         if cross and not reuse_cross_cache and context is None:
             raise ValueError(
                 "cross-attention needs context on the first call (the cache is empty)"
             )
-        if cache is not None and len(cache) and cache.k.shape[0] != batch:
-            raise ValueError(f"the cache holds batch size {cache.k.shape[0]}, x has {batch}")
-        # Number of keys, known before anything is computed, so a bad mask leaves the cache untouched.
+        if cache is not None and len(cache):
+            if cache.k.shape[0] != batch:
+                raise ValueError(f"the cache holds batch size {cache.k.shape[0]}, x has {batch}")
+            if cache.k.device != x.device or cache.k.dtype != x.dtype:
+                raise ValueError(
+                    f"the cache holds {cache.k.dtype} on {cache.k.device}, "
+                    f"x is {x.dtype} on {x.device}"
+                )
+        # The number of keys, known before anything is computed, so that a bad mask leaves
+        # the cache untouched.
         if reuse_cross_cache:
             m = len(cache)
         else:
@@ -383,13 +510,24 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.k, cache.v  # the context's keys/values, computed on the first call
         else:
             k, v = (
-                split_heads(k, self.num_heads),
-                split_heads(v, self.num_heads),
-            )  # (B, h, m_new, d_head)
+                split_heads(k, self.num_kv_heads),
+                split_heads(v, self.num_kv_heads),
+            )  # (B, h_kv, m_new, d_head)
             if cache is not None:
-                k, v = cache.append(k, v)  # (B, h, m, d_head): old positions then new
+                k, v = cache.append(k, v)  # (B, h_kv, m, d_head): old positions then new
                 cache.cross = cross
+        if self.num_kv_heads != self.num_heads:
+            # Grouped-query attention: query head i reads key/value head i // group, so
+            # each cached head is repeated for the group that shares it (only the
+            # h_kv heads are stored).
+            group = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
 
+        dtype = q.dtype
+        if is_half(q):
+            # float16 scores overflow past 65504 (and the weights become NaN): half inputs
+            # get float32 scores, softmax and weighted sum, then return to their dtype.
+            q, k, v = q.float(), k.float(), v.float()
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, h, n, m)
         if mask is not None:
             if mask.dtype == torch.bool:
@@ -400,7 +538,9 @@ class MultiHeadAttention(nn.Module):
         attended = (
             F.dropout(weights, self.dropout) if (self.training and self.dropout > 0) else weights
         )
-        y = self.out(merge_heads(attended @ v))  # (B, h, n, d_head) -> (B, n, d_model)
+        # (B, h, n, d_head) -> (B, n, d_model)
+        y = self.out(merge_heads(attended @ v).to(dtype))
+        weights = weights.to(dtype)
         if unbatched:
             y, weights = y.squeeze(0), weights.squeeze(0)
         return (y, weights) if return_weights else y
@@ -410,16 +550,25 @@ class MultiHeadAttention(nn.Module):
 
 
 def attention_stack(
-    num_layers: int, d_model: int, num_heads: int, *, seed: int = 0
+    num_layers: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    seed: int = 0,
+    num_kv_heads: int | None = None,
 ) -> nn.ModuleList:
     """``num_layers`` :class:`MultiHeadAttention` layers with seeded weights, in eval mode.
 
     :func:`generate` runs them as a residual stack ``x <- x + layer(x, mask="causal")``.
+    ``num_kv_heads`` makes every layer grouped-query attention.
     """
-    if num_layers < 1:
-        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    num_layers = require_int(num_layers, "num_layers", 1)
+    seed = require_int(seed, "seed", None)
     g = torch.Generator().manual_seed(seed)
-    layers = nn.ModuleList(MultiHeadAttention(d_model, num_heads) for _ in range(num_layers))
+    layers = nn.ModuleList(
+        MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads)
+        for _ in range(num_layers)
+    )
     with torch.no_grad():
         for p in layers.parameters():
             # nn.Linear's default init, drawn from our own generator so the stack does not
@@ -463,8 +612,7 @@ def generate(
     require_float(prompt, "prompt")
     if prompt.dim() != 3 or prompt.shape[1] < 1:
         raise ValueError(f"prompt must have shape (B, p >= 1, d_model), got {tuple(prompt.shape)}")
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    steps = require_int(steps, "steps", 1)
     out = []
     if use_cache:
         caches = [KVCache() for _ in layers]
@@ -490,22 +638,71 @@ def generate(
 # -- cost formulas --------------------------------------------------------------------
 
 
-def mha_param_count(d_model: int, *, bias: bool = True) -> int:
-    """Parameters of :class:`MultiHeadAttention`: ``4 d^2`` weights (+ ``4 d`` biases), whatever ``h``."""
-    return 4 * d_model * d_model + (4 * d_model if bias else 0)
+def _kv_width(d_model: int, num_heads, num_kv_heads) -> int:
+    """``d_kv = num_kv_heads * d_head``: the width of the keys (``d_model`` without GQA)."""
+    if num_kv_heads is None:
+        return d_model
+    if num_heads is None:
+        raise ValueError("num_kv_heads needs num_heads too (d_head = d_model // num_heads)")
+    num_heads = require_int(num_heads, "num_heads", 1)
+    num_kv_heads = require_int(num_kv_heads, "num_kv_heads", 1)
+    if d_model % num_heads or num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_heads={num_heads} must divide d_model={d_model} and num_kv_heads="
+            f"{num_kv_heads} must divide num_heads"
+        )
+    return num_kv_heads * (d_model // num_heads)
 
 
-def mha_flops(n: int, d_model: int, m: int | None = None) -> int:
-    """Floating-point operations (multiply and add counted apart) of one forward pass, one sequence.
+def mha_param_count(
+    d_model: int,
+    *,
+    bias: bool = True,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+) -> int:
+    """Parameters of :class:`MultiHeadAttention`: ``4 d^2`` weights (+ ``4 d`` biases).
+
+    The same for every number of heads ``h``. With grouped-query attention
+    (``num_kv_heads`` key/value heads of ``d_head = d / num_heads``, so keys and values
+    of width ``d_kv = num_kv_heads * d_head``): ``2 d^2 + 2 d d_kv`` weights
+    (+ ``2 d + 2 d_kv`` biases).
+    """
+    d_model = require_int(d_model, "d_model", 1)
+    bias = require_bool(bias, "bias")
+    if num_kv_heads is None:
+        return 4 * d_model * d_model + (4 * d_model if bias else 0)
+    d_kv = _kv_width(d_model, num_heads, num_kv_heads)
+    weights = 2 * d_model * d_model + 2 * d_model * d_kv
+    return weights + ((2 * d_model + 2 * d_kv) if bias else 0)
+
+
+def mha_flops(
+    n: int,
+    d_model: int,
+    m: int | None = None,
+    *,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+) -> int:
+    """Floating-point operations of one forward pass for one sequence (multiply, add apart).
 
     ``2 n d (3d)`` for the fused QKV projection (self-attention; for cross-attention the
     keys/values cost ``4 m d^2`` instead of ``4 n d^2``), ``2 n m d`` for the scores,
     ``2 n m d`` for weights @ values and ``2 n d^2`` for the output projection.
     Self-attention (``m = n``): ``8 n d^2 + 4 n^2 d``. Softmax and biases are ignored.
+    With ``num_kv_heads`` (GQA) the key/value projections cost ``4 m d d_kv`` instead.
     """
-    if m is None:
-        return 8 * n * d_model**2 + 4 * n * n * d_model
-    return 4 * n * d_model**2 + 4 * m * d_model**2 + 4 * n * m * d_model
+    n = require_int(n, "n", 0)
+    d_model = require_int(d_model, "d_model", 1)
+    m = None if m is None else require_int(m, "m", 0)
+    if num_kv_heads is None:
+        if m is None:
+            return 8 * n * d_model**2 + 4 * n * n * d_model
+        return 4 * n * d_model**2 + 4 * m * d_model**2 + 4 * n * m * d_model
+    d_kv = _kv_width(d_model, num_heads, num_kv_heads)
+    m = n if m is None else m
+    return 4 * n * d_model**2 + 4 * m * d_model * d_kv + 4 * n * m * d_model
 
 
 def kv_cache_bytes(
@@ -516,8 +713,26 @@ def kv_cache_bytes(
     dtype: torch.dtype = torch.float32,
     *,
     batch: int = 1,
+    num_kv_heads: int | None = None,
 ) -> int:
-    """Memory of a KV cache: ``2 x layers x heads x d_head x n x bytes`` (x batch)."""
+    """Memory of a KV cache: ``2 x layers x heads x d_head x n x bytes`` (x batch).
+
+    With grouped-query attention only the ``num_kv_heads`` key/value heads are cached:
+    ``heads`` is then ``num_kv_heads`` (which must divide ``num_heads``), a saving of
+    ``num_heads / num_kv_heads``.
+    """
+    num_layers = require_int(num_layers, "num_layers", 1)
+    num_heads = require_int(num_heads, "num_heads", 1)
+    if num_kv_heads is not None:
+        num_kv_heads = require_int(num_kv_heads, "num_kv_heads", 1)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}")
+        num_heads = num_kv_heads
+    d_head = require_int(d_head, "d_head", 1)
+    n = require_int(n, "n", 0)
+    batch = require_int(batch, "batch", 1)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
     return (
         2
         * num_layers

@@ -24,7 +24,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import require_float, require_tensor
+from ._checks import require_float, require_int, require_tensor
 
 __all__ = [
     "sinusoidal_encoding",
@@ -42,11 +42,7 @@ __all__ = [
 
 
 def _require_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
+    return require_int(value, name, minimum)
 
 
 def _require_even(d, name: str = "d") -> int:
@@ -59,8 +55,10 @@ def _require_even(d, name: str = "d") -> int:
 
 
 def _require_base(base) -> float:
-    if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
+    if not isinstance(base, (int, float)) or isinstance(base, bool):
+        raise TypeError(f"base must be a number > 1, got {type(base).__name__} {base!r}")
+    if not (base > 1 and math.isfinite(base)):
+        raise ValueError(f"base must be a number > 1 (and finite), got {base!r}")
     return float(base)
 
 
@@ -86,7 +84,7 @@ def sinusoidal_encoding(
     ``PE[pos, 2i] = sin(pos * omega_i)`` and ``PE[pos, 2i+1] = cos(pos * omega_i)`` with
     ``omega_i = base^(-2i/d)``: pair ``i`` is a point turning on the unit circle at
     frequency ``omega_i``, from one turn per ``2 pi`` positions (``i = 0``) down to one
-    per ``2 pi * base`` positions.
+    per ``2 pi * base^((d - 2) / d)`` positions (the last pair, ``i = d/2 - 1``).
 
     Args:
         n: number of positions (``>= 1``).
@@ -167,15 +165,16 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.randn(max_len, d) * init_std)
 
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
-        """``x + table[offset : offset + n]`` for ``x`` of shape ``(..., n, d)``; same shape back."""
+        """``x + table[offset : offset + n]`` for ``x`` of shape ``(..., n, d)``; same shape."""
         require_float(x, "x")
+        offset = _require_int(offset, "offset", 0)
         if x.dim() < 2 or x.shape[-1] != self.d:
             raise ValueError(f"x must have shape (..., n, d={self.d}), got {tuple(x.shape)}")
         n = x.shape[-2]
         if offset < 0 or offset + n > self.max_len:
             raise ValueError(
-                f"positions {offset}..{offset + n - 1} do not fit the table of max_len={self.max_len} "
-                f"(a learned embedding has no vector beyond its last row)"
+                f"positions {offset}..{offset + n - 1} do not fit the table of "
+                f"max_len={self.max_len} (a learned embedding has no vector beyond its last row)"
             )
         return x + self.weight[offset : offset + n].to(x.dtype)
 
@@ -291,10 +290,12 @@ def relative_position_bucket(
     max_exact = num_buckets // 2
     if max_distance <= max_exact:
         raise ValueError(
-            f"max_distance must exceed num_buckets // 4 (bidirectional) or // 2, got {max_distance}"
+            "max_distance must exceed num_buckets // 4 (bidirectional) or // 2, "
+            f"got {max_distance}"
         )
     is_small = rel < max_exact
-    # log-spaced buckets between max_exact and max_distance; clamp(min=1) only avoids log(0) where unused
+    # log-spaced buckets between max_exact and max_distance; clamp(min=1) only avoids
+    # log(0) where the value is unused
     large = (
         max_exact
         + (
@@ -369,24 +370,51 @@ class RelativePositionBias(nn.Module):
 
 
 def rope_frequencies(d: int, *, base: float = 10000.0, device=None) -> torch.Tensor:
-    """RoPE's rotation speeds ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1``: float32 ``(d/2,)``."""
+    """RoPE's rotation speeds ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1``.
+
+    Returns a float32 tensor ``(d/2,)``.
+    """
     _require_even(d)
     return _frequencies(d, _require_base(base), device=device).float()
 
 
-def _positions(positions, n: int, device) -> torch.Tensor:
+def _positions(positions, x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[-2]
     if isinstance(positions, int) and not isinstance(positions, bool):
         raise TypeError(
             f"positions must be a tensor of shape (n,) or (..., n), got the int {positions}; "
             f"use torch.arange({positions})"
         )
-    positions = torch.as_tensor(positions, device=device)
+    if positions is None:
+        raise TypeError("positions must be a tensor of shape (n,) or (..., n), got None")
+    try:
+        positions = torch.as_tensor(positions, device=x.device)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            "positions must be a tensor of shape (n,) or (..., n), "
+            f"got {type(positions).__name__} {positions!r}"
+        ) from None
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions must be integer or float, got dtype {positions.dtype}")
     if positions.dim() < 1 or positions.shape[-1] != n:
         raise ValueError(
-            f"positions must have shape (n,) or (..., n) with n={n} (x's dim -2), got {tuple(positions.shape)}"
+            f"positions must have shape (n,) or (..., n) with n={n} (x's dim -2), "
+            f"got {tuple(positions.shape)}"
         )
+    # The positions' batch dimensions may broadcast against x's, never enlarge them: a
+    # (2, n) position table for one (n, d) sequence would silently make two sequences.
+    batch = tuple(x.shape[:-2])
+    try:
+        fits = tuple(torch.broadcast_shapes(positions.shape[:-1], batch)) == batch
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"positions of shape {tuple(positions.shape)} do not broadcast to x's batch "
+            f"dimensions {batch} (x has shape {tuple(x.shape)}; positions must be (..., n))"
+        )
+    if positions.is_floating_point() and not torch.isfinite(positions).all():
+        raise ValueError("positions must be finite, got inf or NaN")
     return positions.double()
 
 
@@ -416,7 +444,7 @@ def apply_rope(x: torch.Tensor, positions, *, base: float = 10000.0) -> torch.Te
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., n, d), got {tuple(x.shape)}")
     d = _require_even(x.shape[-1], "x's last dimension d")
-    pos = _positions(positions, x.shape[-2], x.device)
+    pos = _positions(positions, x)
     angles = pos[..., :, None] * _frequencies(
         d, _require_base(base), device=x.device
     )  # (..., n, d/2)
@@ -436,7 +464,7 @@ def apply_rope_complex(x: torch.Tensor, positions, *, base: float = 10000.0) -> 
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., n, d), got {tuple(x.shape)}")
     d = _require_even(x.shape[-1], "x's last dimension d")
-    pos = _positions(positions, x.shape[-2], x.device)
+    pos = _positions(positions, x)
     angles = pos[..., :, None] * _frequencies(d, _require_base(base), device=x.device)
     z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
     rotated = z * torch.polar(torch.ones_like(angles), angles)
@@ -461,7 +489,10 @@ class RotaryEmbedding(nn.Module):
         self.base = _require_base(base)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, q_positions=None, k_positions=None):
-        """Rotate ``q`` ``(..., n_q, d_head)`` and ``k`` ``(..., n_k, d_head)``; returns ``(q, k)``, same shapes."""
+        """Rotate ``q`` ``(..., n_q, d_head)`` and ``k`` ``(..., n_k, d_head)``.
+
+        Returns ``(q, k)`` rotated, of the same shapes.
+        """
         for name, t in (("q", q), ("k", k)):
             require_float(t, name)
             if t.dim() < 2 or t.shape[-1] != self.d_head:

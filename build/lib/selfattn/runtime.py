@@ -1,4 +1,9 @@
-"""The one call every chapter's setup cell makes: seeds, plot style, device."""
+"""The one call every chapter's setup cell makes: seeds, plot style, device; the GPU dtype.
+
+Chapters never write ``"cuda"`` or ``.cuda()``: they move models and tensors with
+``.to(device)``, ``device`` coming from :func:`setup` (or :func:`get_device`), and take the
+half-precision dtype from :func:`preferred_dtype`.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,29 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["setup", "get_device", "show_progress"]
+__all__ = ["setup", "get_device", "preferred_dtype", "show_progress"]
 
 
 def get_device() -> torch.device:
     """CUDA when available, else CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def preferred_dtype(device: torch.device | str | None = None) -> torch.dtype:
+    """The dtype to compute in on ``device``: bfloat16, float16 or float32.
+
+    bfloat16 where the GPU runs it natively (compute capability 8.0 and up: A100, H100,
+    RTX 30xx and later), float16 on older GPUs (Colab's T4 is 7.5: there bf16 is emulated,
+    and Triton's bf16 ``tl.dot`` does not compile), float32 on the CPU. ``device`` defaults to
+    :func:`get_device`.
+    """
+    device = get_device() if device is None else torch.device(device)
+    if device.type != "cuda":
+        return torch.float32
+    with torch.cuda.device(device):
+        # Not counting emulation: torch >= 2.3 says True on a T4, where bf16 runs emulated.
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+    return torch.bfloat16 if native else torch.float16
 
 
 def setup(seed: int = 0, *, num_threads: int = 1) -> torch.device:

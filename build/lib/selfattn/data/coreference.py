@@ -143,7 +143,8 @@ class CorefTask:
         )
 
     def all_examples(self) -> list[CorefExample]:
-        """Every sentence of the family (2 templates x 6 animals x 6 places x 8 adjectives = 576)."""
+        """Every sentence of the family (2 templates x 6 animals x 6 places x 8 adjectives =
+        576)."""
         return [
             self.example(t, a, p, adj)
             for t, a, p, adj in itertools.product(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._checks import require_int, require_tensor
 from .vocab import Vocab
 
 __all__ = [
@@ -97,7 +98,8 @@ def make_shapes(
         n: number of images.
         image_size: height = width in pixels (at least 16).
         grid: if given, the image is a ``grid x grid`` board of cells and each shape sits in
-            one random cell (centre jittered by up to one pixel); with ``patch = image_size / grid``
+            one random cell (centre jittered by up to one pixel); with ``patch = image_size /
+            grid``
             a ViT patch then holds most of the shape. ``None``: anywhere in the image.
         noise: standard deviation of the Gaussian background noise.
         seed: random seed.
@@ -124,7 +126,8 @@ def make_shapes(
     else:
         if not isinstance(grid, int) or grid < 1 or image_size % grid or image_size // grid < 6:
             raise ValueError(
-                f"grid must be an int dividing image_size={image_size} into cells of >= 6 pixels, got {grid!r}"
+                f"grid must be an int dividing image_size={image_size} into cells of >= 6 pixels, "
+                f"got {grid!r}"
             )
         cell = image_size // grid
         radii = torch.where(sizes == 0, cell * 0.3, cell * 0.44)
@@ -160,9 +163,12 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
         images: ``(N, C, H, W)`` with ``H`` and ``W`` multiples of ``patch``.
 
     Returns:
-        ``(N, (H // patch) * (W // patch), C * patch * patch)``; patch ``k`` is row ``k // (W // patch)``,
+        ``(N, (H // patch) * (W // patch), C * patch * patch)``; patch ``k`` is row ``k // (W //
+        patch)``,
         column ``k % (W // patch)``.
     """
+    require_tensor(images, "images")
+    patch = require_int(patch, "patch", 1)
     if images.dim() != 4:
         raise ValueError(f"images must be (N, C, H, W), got shape {tuple(images.shape)}")
     N, C, H, W = images.shape
@@ -181,6 +187,8 @@ def patch_coverage(masks: torch.Tensor, patch: int) -> torch.Tensor:
     Returns:
         ``(N, num_patches)`` float in ``[0, 1]``, patches in :func:`patchify`'s order.
     """
+    require_tensor(masks, "masks")
+    patch = require_int(patch, "patch", 1)
     if masks.dim() != 3:
         raise ValueError(f"masks must be (N, H, W), got shape {tuple(masks.shape)}")
     return patchify(masks[:, None].float(), patch).mean(dim=-1)

@@ -1,4 +1,5 @@
-"""A long-range dependency task: remember the first token across ``distance`` distractors (chapter 1).
+"""A long-range dependency task: remember the first token across ``distance`` distractors (chapter
+1).
 
 Every example reads ``key d_1 d_2 ... d_distance ?`` and the answer is ``key``, the
 token at position 0. The distractors are drawn from the same symbols as the key, so
@@ -72,7 +73,8 @@ class LongRangeTask:
 
         Returns:
             ``(ids, targets)``: ids ``(B, distance + 2)`` long, the vocabulary ids of
-            ``key, distractors..., ?``; targets ``(B,)`` long, the key's class in ``0..n_symbols-1``.
+            ``key, distractors..., ?``; targets ``(B,)`` long, the key's class in
+            ``0..n_symbols-1``.
         """
         if not isinstance(distance, int) or distance < 0:
             raise ValueError(f"distance must be an int >= 0, got {distance!r}")

@@ -43,7 +43,8 @@ def prev_first_lookup(
     """
     if batch < 1 or n < 2 or vocab_size < 2:
         raise ValueError(
-            f"need batch >= 1, n >= 2 and vocab_size >= 2, got batch={batch}, n={n}, vocab_size={vocab_size}"
+            "need batch >= 1, n >= 2 and vocab_size >= 2, "
+            f"got batch={batch}, n={n}, vocab_size={vocab_size}"
         )
     tokens = torch.randint(0, vocab_size, (batch, n), generator=generator)
     ignore = torch.full((batch, 1), IGNORE_INDEX, dtype=torch.long)

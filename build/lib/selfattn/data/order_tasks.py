@@ -16,7 +16,7 @@ import torch
 
 __all__ = ["IGNORE_INDEX", "shifted_copy_batch", "ShiftedCopyTask"]
 
-#: Target of positions with nothing to predict (torch's ``cross_entropy`` default ``ignore_index``).
+#: Target of positions with nothing to predict (``cross_entropy``'s default ``ignore_index``).
 IGNORE_INDEX = -100  # target of positions with nothing to predict (torch's cross_entropy default)
 
 
@@ -34,7 +34,8 @@ def shifted_copy_batch(
     Args:
         batch_size: ``B``; n: sequence length (``> shift``).
         shift: how far back to copy from (``>= 0``).
-        vocab_size: tokens are drawn uniformly from ``1 .. vocab_size - 1`` (0 is reserved for padding).
+        vocab_size: tokens are drawn uniformly from ``1 .. vocab_size - 1`` (0 is reserved for
+            padding).
         generator: draws from it (advancing it); or ``seed``: a fresh generator seeded with it.
 
     Returns:
@@ -81,7 +82,8 @@ class ShiftedCopyTask:
         self.shift, self.vocab_size, self.seed = shift, vocab_size, seed
 
     def train_batches(self, batch_size: int, n: int):
-        """A function ``step -> (x, y)`` giving training batch ``step`` (``B = batch_size``, length ``n``)."""
+        """A function ``step -> (x, y)`` giving training batch ``step`` (``B = batch_size``, length
+        ``n``)."""
 
         def batch(step: int):
             return shifted_copy_batch(
@@ -95,7 +97,8 @@ class ShiftedCopyTask:
         return batch
 
     def test_set(self, num: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A fixed test set ``(x, y)`` of ``num`` sequences of length ``n``, disjoint seeds from training."""
+        """A fixed test set ``(x, y)`` of ``num`` sequences of length ``n``, disjoint seeds from
+        training."""
         return shifted_copy_batch(
             num,
             n,

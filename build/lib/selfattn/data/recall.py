@@ -1,4 +1,5 @@
-"""Key-value recall: "here are p (key, value) pairs; which value was stored under this key?" (chapter 3).
+"""Key-value recall: "here are p (key, value) pairs; which value was stored under this key?"
+(chapter 3).
 
 The smallest task that needs attention as the articles describe it: the query
 must be matched against every key, and the matching key's value read out.

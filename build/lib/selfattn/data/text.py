@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .._checks import require_int, require_tensor
 from .vocab import Vocab
 
 __all__ = [
@@ -113,7 +114,10 @@ def generate_sentences(n: int, *, seed: int = 0, clause_prob: float = 0.5) -> li
 
 
 def is_grammatical(sentence: str) -> bool:
-    """Whether ``sentence`` (space-separated words) is one the grammar of :func:`generate_sentences` can produce."""
+    """Whether ``sentence`` (space-separated words) is one the grammar of
+    :func:`generate_sentences` can produce."""
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence must be a str, got {type(sentence).__name__} {sentence!r}")
     w = sentence.split()
     if len(w) < 6 or w[0] != "the" or w[-1] != ".":
         return False
@@ -142,14 +146,15 @@ def is_grammatical(sentence: str) -> bool:
 
 
 def corpus(n_sentences: int = 4000, *, seed: int = 0) -> str:
-    """The character-level corpus: ``n_sentences`` sentences, one per line (about 40 characters each)."""
+    """The character-level corpus: ``n_sentences`` sentences, one per line (about 40 characters
+    each)."""
     return "\n".join(generate_sentences(n_sentences, seed=seed)) + "\n"
 
 
 def word_vocab() -> Vocab:
     """Every word the grammar can produce, with ``<pad>`` (id 0) and :data:`MASK` (id 1) first."""
     words = set(_FUNCTION_WORDS) | set(ADJECTIVES) | set(_STATES)
-    for (sing, plur), verbs in SUBJECT_VERBS.items():
+    for sing, plur in SUBJECT_VERBS:
         words |= {sing, plur}
     for (plural, singular), objects in VERB_OBJECTS.items():
         words |= {plural, singular, *objects}
@@ -157,7 +162,8 @@ def word_vocab() -> Vocab:
 
 
 def char_vocab(text: str | None = None) -> Vocab:
-    """Characters of ``text`` (default: every character the grammar uses), sorted; no padding token."""
+    """Characters of ``text`` (default: every character the grammar uses), sorted; no padding
+    token."""
     if text is None:
         text = "\n" + " ".join(word_vocab().itos[2:])
     return Vocab(sorted(set(text)), pad=None)
@@ -174,6 +180,10 @@ def encode_sentences(sentences: Sequence[str], vocab: Vocab, *, max_len: int | N
     Returns:
         ``(ids, lengths)``: ``ids`` a long tensor ``(B, max_len)``, ``lengths`` ``(B,)``.
     """
+    if not isinstance(vocab, Vocab):
+        raise TypeError(f"vocab must be a selfattn.data.vocab.Vocab, got {type(vocab).__name__}")
+    if isinstance(sentences, str) or not all(isinstance(t, str) for t in sentences):
+        raise TypeError(f"sentences must be a sequence of str, got {sentences!r:.80}")
     if vocab.pad_id is None:
         raise ValueError(
             "encode_sentences needs a vocabulary with a padding token, got one with pad=None"
@@ -223,7 +233,8 @@ def mask_tokens(
     """
     if ids.dim() != 2 or lengths.shape != ids.shape[:1]:
         raise ValueError(
-            f"ids must be (B, L) and lengths (B,), got {tuple(ids.shape)} and {tuple(lengths.shape)}"
+            f"ids must be (B, L) and lengths (B,), "
+            f"got {tuple(ids.shape)} and {tuple(lengths.shape)}"
         )
     if (lengths < 1).any() or (lengths > ids.shape[1]).any():
         raise ValueError(f"every length must lie in 1..{ids.shape[1]}, got {lengths.tolist()}")
@@ -256,8 +267,12 @@ def char_windows(
     """Random windows of a 1-D id tensor for next-character prediction.
 
     Returns:
-        ``(x, y)``, both ``(batch_size, block_size)`` long tensors, ``y`` = ``x`` shifted left by one.
+        ``(x, y)``, both ``(batch_size, block_size)`` long tensors, ``y`` = ``x`` shifted left by
+        one.
     """
+    require_tensor(data, "data")
+    block_size = require_int(block_size, "block_size", 1)
+    batch_size = require_int(batch_size, "batch_size", 1)
     if data.dim() != 1:
         raise ValueError(f"data must be a 1-D tensor of ids, got shape {tuple(data.shape)}")
     if len(data) <= block_size:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -41,6 +42,11 @@ class Vocab:
 
     def encode(self, tokens: Sequence[str]) -> torch.Tensor:
         """Tokens ``(n,)`` -> ids, a ``torch.long`` tensor ``(n,)``."""
+        if isinstance(tokens, str):
+            raise TypeError(
+                f"tokens must be a sequence of tokens, got the string {tokens!r}; "
+                f"use [{tokens!r}] or {tokens!r}.split()"
+            )
         unknown = [t for t in tokens if t not in self.stoi]
         if unknown:
             raise KeyError(f"tokens not in the vocabulary: {unknown[:5]}")
@@ -49,6 +55,16 @@ class Vocab:
     def decode(self, ids, *, skip_pad: bool = True) -> list[str]:
         """Ids ``(n,)`` (tensor or sequence) -> tokens, dropping padding by default."""
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        bad = [
+            i
+            for i in ids
+            if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < len(self)
+        ]
+        if bad:
+            # A negative id would silently index from the end of the vocabulary.
+            raise ValueError(
+                f"ids must be integers in 0..{len(self) - 1} (the vocabulary's ids), got {bad[:5]}"
+            )
         return [self.itos[i] for i in ids if not (skip_pad and i == self.pad_id)]
 
     def __repr__(self) -> str:

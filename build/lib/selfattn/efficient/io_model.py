@@ -6,6 +6,10 @@ writes ``Theta(N d + N^2)`` elements of slow memory (HBM), tiled attention
 ``Theta(N^2 d^2 / M)``. This module *simulates* both algorithms on a two-level machine:
 :class:`TwoLevelMemory` counts every element loaded or stored, and checks that what
 an algorithm holds in fast memory at once never exceeds ``M``.
+
+Symbols as in chapter 7: ``n`` (the paper's ``N``) queries and keys, ``d`` the head
+size, ``M`` the fast-memory size in elements. (``m`` is kept for the number of keys and
+the running maximum is ``mu``, so the three never share a letter.)
 """
 
 from __future__ import annotations
@@ -44,11 +48,12 @@ class TwoLevelMemory:
         self.peak = max(self.peak, self.held)
         if self.held > self.capacity:
             raise MemoryError(
-                f"fast memory overflow: holding {self.held} elements > M = {self.capacity} ({what})"
+                f"fast memory overflow: holding {self.held} elements > "
+                f"M = {self.capacity} ({what})"
             )
 
     def store(self, elements: int) -> None:
-        """Write ``elements`` back to slow memory (counted as writes); they stay held until freed."""
+        """Write ``elements`` back to slow memory (counted as writes); still held until freed."""
         self.writes += elements
 
     def free(self, elements: int) -> None:
@@ -62,7 +67,7 @@ class TwoLevelMemory:
 
 
 def standard_attention_io(
-    n: int, d: int, m: float = math.inf, *, block: int | None = None
+    n: int, d: int, M: float = math.inf, *, block: int | None = None
 ) -> TwoLevelMemory:
     """Standard attention (the paper's Algorithm 0) on the two-level machine.
 
@@ -72,16 +77,16 @@ def standard_attention_io(
     ``Theta(n d + n^2)`` traffic whatever M is.
 
     Args:
-        n: sequence length; d: head dimension; m: fast-memory size in elements.
+        n: sequence length; d: head dimension; M: fast-memory size in elements.
         block: rows per block (default: the most that fit in M, at most n).
 
     Returns:
         The :class:`TwoLevelMemory` after the run (``reads``, ``writes``, ``total``, ``peak``).
     """
-    _check(n, d, m)
-    mem = TwoLevelMemory(m)
-    # Rows per block: a block of Q rows, a block of K rows and a block of S (b x b) must fit together.
-    b = block or _largest(lambda b: 2 * b * d + b * b <= m, n)
+    _check(n, d, M)
+    mem = TwoLevelMemory(M)
+    # Rows per block: a block of Q rows, of K rows and of S (b x b) must fit together.
+    b = block or _largest(lambda b: 2 * b * d + b * b <= M, n)
     for i in range(0, n, b):  # 1) S = Q K^T, tile by tile
         bi = min(b, n - i)
         mem.load(bi * d, "Q block")
@@ -94,8 +99,8 @@ def standard_attention_io(
         mem.free(bi * d)
     # 2) P = softmax(S), row by row. If a row of S and of P fit together, one read and one write;
     # otherwise stream the row in chunks twice (max and sum online, then normalise): two reads.
-    if 2 * n <= m:
-        rows = _largest(lambda r: 2 * r * n <= m, n)
+    if 2 * n <= M:
+        rows = _largest(lambda r: 2 * r * n <= M, n)
         for i in range(0, n, rows):
             r = min(rows, n - i)
             mem.load(r * n, "S rows")
@@ -103,7 +108,7 @@ def standard_attention_io(
             mem.store(r * n)
             mem.free(2 * r * n)
     else:
-        chunk = max(1, int(m // 2) - 1)
+        chunk = max(1, int(M // 2) - 1)
         for _ in range(n):
             for _pass in range(2):
                 for j in range(0, n, chunk):
@@ -126,42 +131,61 @@ def standard_attention_io(
     return mem
 
 
-def flash_block_sizes(d: int, m: float, n: int) -> tuple[int, int]:
-    """Block sizes ``(B_r, B_c)`` for tiled attention with fast memory ``m`` (elements).
+def flash_block_sizes(d: int, M: float, n: int) -> tuple[int, int]:
+    """Block sizes ``(B_r, B_c)`` for tiled attention in FlashAttention-2's order.
 
-    Square blocks ``B_r = B_c = B``, the largest whose working set fits: Q_i, O_i, K_j, V_j
-    (``B d`` each), the tile S_ij (``B^2``) and the row statistics m, l (``2 B``); capped at n.
-    ``B ~ M / (4 d)`` while ``M << 16 d^2``. (The paper takes ``B_c = M / 4d``,
-    ``B_r = min(B_c, d)``; the square choice keeps ``B_r`` growing with M and gives the same Theta.)
+    The outer loop runs over query blocks, so the query block ``B_r`` must grow as
+    ``Theta(M / d)``: each query block reads all of K and V once, and the traffic is
+    ``2 n^2 d / B_r``. The key block stays small: ``B_c = min(d, floor(M / 8d))`` (at
+    least 1; capped at n), and ``B_r`` is then the most query rows whose working set
+    fits, Q_i and O_i (``B_r d`` each), the row statistics mu and l (``2 B_r``), K_j and
+    V_j (``B_c d`` each) and the tile S_ij (``B_r B_c``):
+    ``B_r (2 d + 2 + B_c) + 2 B_c d <= M``. That gives ``B_r`` between about ``M / 4d``
+    and ``3 M / 8d`` (about ``M / 3d`` once ``M >> d^2``), so the traffic stays between
+    about ``6 n^2 d^2 / M`` and ``9 n^2 d^2 / M`` while ``B_r`` is well below n.
+
+    (FlashAttention-1 loops the other way round, outer loop over key/value blocks, and
+    takes ``B_c = ceil(M / 4d)``, ``B_r = min(B_c, d)``: the same ``Theta``, with the
+    roles of the two blocks exchanged.)
+
+    Args:
+        d: head size; M: fast-memory size in elements; n: sequence length (caps both).
+
+    Returns:
+        ``(B_r, B_c)``: query rows and key rows per block.
+
+    Raises:
+        MemoryError: M is too small to hold one query row and one key row.
     """
-    _check(n, d, m)
-    size = _largest(lambda b: 4 * b * d + b * b + 2 * b <= m, n)
-    return size, size
+    _check(n, d, M)
+    bc = min(d, n) if math.isinf(M) else max(1, min(d, n, int(M // (8 * d))))
+    br = _largest(lambda r: r * (2 * d + 2 + bc) + 2 * bc * d <= M, n)
+    return br, bc
 
 
 def tiled_attention_io(
-    n: int, d: int, m: float, *, blocks: tuple[int, int] | None = None
+    n: int, d: int, M: float, *, blocks: tuple[int, int] | None = None
 ) -> TwoLevelMemory:
     """Tiled (FlashAttention-2 order) attention on the two-level machine.
 
     Outer loop over query blocks: load Q_i once, stream every K_j, V_j block through fast
-    memory, keep S_ij, m, l and O_i on chip, write O_i (and the row log-sum-exp) once.
+    memory, keep S_ij, mu, l and O_i on chip, write O_i (and the row log-sum-exp) once.
     Reads: ``n d`` for Q plus ``2 n d`` per query block, i.e. ``n d + 2 n^2 d / B_r``
     with ``B_r = Theta(M / d)``: ``Theta(n^2 d^2 / M)``.
 
     Args:
-        n, d: sizes; m: fast-memory size in elements.
+        n, d: sizes; M: fast-memory size in elements.
         blocks: ``(B_r, B_c)``; default :func:`flash_block_sizes`.
 
     Returns:
         The :class:`TwoLevelMemory` after the run.
     """
-    br, bc = blocks or flash_block_sizes(d, m, n)
-    mem = TwoLevelMemory(m)
+    br, bc = blocks or flash_block_sizes(d, M, n)
+    mem = TwoLevelMemory(M)
     for i in range(0, n, br):
         r = min(br, n - i)
         mem.load(r * d, "Q_i")
-        mem.allocate(r * d + 2 * r, "O_i, m_i, l_i")
+        mem.allocate(r * d + 2 * r, "O_i, mu_i, l_i")
         for j in range(0, n, bc):
             c = min(bc, n - j)
             mem.load(2 * c * d, "K_j, V_j")
@@ -186,9 +210,9 @@ def _largest(ok, upper: int) -> int:
     return best
 
 
-def _check(n, d, m) -> None:
+def _check(n, d, M) -> None:
     for name, x in (("n", n), ("d", d)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ValueError(f"{name} must be a positive int, got {x!r}")
-    if not (isinstance(m, (int, float)) and m > 0):
-        raise ValueError(f"m (fast-memory elements) must be a positive number, got {m!r}")
+    if isinstance(M, bool) or not (isinstance(M, (int, float)) and M > 0):
+        raise ValueError(f"M (fast-memory elements) must be a positive number, got {M!r}")

@@ -1,4 +1,6 @@
-r"""Linear attention (Katharopoulos et al. 2020): softmax replaced by a kernel, O(n) instead of O(n^2) (chapter 8).
+r"""Linear attention (Katharopoulos et al. 2020): a kernel instead of softmax, O(n) not O(n^2).
+
+Chapter 8.
 
 Replace ``exp(q . k)`` by ``phi(q) . phi(k)`` with a positive feature map
 ``phi(x) = elu(x) + 1``. Then
@@ -7,7 +9,9 @@ Replace ``exp(q . k)`` by ``phi(q) . phi(k)`` with a positive feature map
 
 and the two sums over j are computed once (``d x d_v`` and ``d``), not per query.
 Causal: the sums run over ``j <= i`` and become a state updated token by token, which
-makes the model an RNN with constant memory per decoding step.
+makes the model an RNN with constant memory per decoding step. (The constant ``d x d_v``
+state is the recurrent / decoding form's memory; the parallel form below also holds its
+``n x d_v`` output and, when causal, one chunk's ``chunk_size x chunk_size`` scores.)
 
 Three forms, equal up to rounding (the tests check it):
 
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_qkv
+from .flash import _check_alignment, _check_devices, _offset, _work_dtype
 
 __all__ = [
     "elu_feature_map",
@@ -65,54 +70,71 @@ def linear_attention(
     feature_map: FeatureMap | None = None,
     eps: float = 1e-6,
     chunk_size: int = 128,
+    alignment: str = "top_left",
 ) -> torch.Tensor:
-    r"""Linear attention, parallel form: ``phi(Q) (phi(K)^T V)`` normalised by ``phi(Q) phi(K)^T 1``.
+    r"""Linear attention, parallel form: ``phi(Q) (phi(K)^T V)`` over ``phi(Q) phi(K)^T 1``.
 
     Args:
         q: ``(..., n, d)``; k: ``(..., m, d)``; v: ``(..., m, d_v)`` (batch dims broadcast).
-        causal: position ``i`` sums over ``j <= i`` only (needs ``n == m``).
+        causal: position ``i`` sums over the keys up to its diagonal only: ``j <= i``
+            (``alignment="top_left"``) or ``j <= i + m - n`` (``"bottom_right"``, the last
+            query sees every key, as when decoding against a cache).
         feature_map: ``phi``, applied to q and k; default ``elu(x) + 1``. Must give
             non-negative features, or the normaliser can vanish.
         eps: added to the normaliser.
-        chunk_size: causal only: tokens per chunk. Within a chunk the masked
+        chunk_size: causal only: queries per chunk. Within a chunk the masked
             ``phi(Q) phi(K)^T`` is used; across chunks a running state
             ``S = sum phi(k) v^T``, ``z = sum phi(k)``. Cost ``O(n (chunk_size + d) d)``.
+        alignment: ``"top_left"`` or ``"bottom_right"``; ignored when not ``causal``.
 
     Returns:
-        ``(..., n, d_v)``.
+        ``(..., n, d_v)`` in the dtype of ``q``; float16 / bfloat16 inputs are computed in
+        float32 (their feature products overflow half precision for large scores). A query
+        that sees no key gets zeros.
+
+    Raises:
+        TypeError: bad tensors, a feature map that is not callable.
+        ValueError: shapes that do not fit, tensors on different devices, a bad
+            ``chunk_size`` or ``alignment``.
     """
     batch = check_qkv(q, k, v)
+    _check_devices(q=q, k=k, v=v)
     n, m = q.shape[-2], k.shape[-2]
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    offset = _offset(n, m, _check_alignment(alignment))
+    dtype, work = q.dtype, _work_dtype(q.dtype)
+    q, k, v = q.to(work), k.to(work), v.to(work)
     fq, fk = _features(q, k, feature_map)
     if not causal:
         kv = fk.transpose(-2, -1) @ v  # (..., d, d_v): every key and value, summarised once
         z = fk.sum(dim=-2)  # (..., d)
         num = fq @ kv
         den = (fq * z.unsqueeze(-2)).sum(-1, keepdim=True)
-        return num / (den + eps)
-    if n != m:
-        raise ValueError(
-            f"causal linear attention needs q and k of the same length, got n={n}, m={m}"
-        )
+        return (num / (den + eps)).to(dtype)
     d, d_v = fq.shape[-1], v.shape[-1]
     fq = fq.expand(*batch, n, d)
-    fk = fk.expand(*batch, n, d)
-    v = v.expand(*batch, n, d_v)
-    state = fq.new_zeros(*batch, d, d_v)  # S = sum_{j < chunk start} phi(k_j) v_j^T
-    z = fq.new_zeros(*batch, d)  # z = sum_{j < chunk start} phi(k_j)
-    outs = []
+    fk = fk.expand(*batch, m, d)
+    v = v.expand(*batch, m, d_v)
+    state = fq.new_zeros(*batch, d, d_v)  # S = sum over the absorbed keys of phi(k_j) v_j^T
+    z = fq.new_zeros(*batch, d)  # z = sum over the absorbed keys of phi(k_j)
+    absorbed = 0  # keys 0 .. absorbed - 1 are in the state: every later query sees them
+    outs = [fq.new_zeros(*batch, 0, d_v)]
     for s in range(0, n, chunk_size):
         e = min(s + chunk_size, n)
-        qc, kc, vc = fq[..., s:e, :], fk[..., s:e, :], v[..., s:e, :]
-        a = (qc @ kc.transpose(-2, -1)).tril()  # (..., c, c): within-chunk, j <= i
+        # The chunk's keys are those on its queries' diagonals: [s + offset, e + offset).
+        ks, ke = min(max(s + offset, 0), m), min(max(e + offset, 0), m)
+        if ks > absorbed:
+            state = state + fk[..., absorbed:ks, :].transpose(-2, -1) @ v[..., absorbed:ks, :]
+            z = z + fk[..., absorbed:ks, :].sum(dim=-2)
+            absorbed = ks
+        qc, kc, vc = fq[..., s:e, :], fk[..., ks:ke, :], v[..., ks:ke, :]
+        # Within the chunk key ks + c is visible to query s + r when ks + c <= s + r + offset.
+        a = (qc @ kc.transpose(-2, -1)).tril(s + offset - ks)
         num = a @ vc + qc @ state
         den = a.sum(-1, keepdim=True) + (qc * z.unsqueeze(-2)).sum(-1, keepdim=True)
         outs.append(num / (den + eps))
-        state = state + kc.transpose(-2, -1) @ vc
-        z = z + kc.sum(dim=-2)
-    return torch.cat(outs, dim=-2)
+    return torch.cat(outs, dim=-2).to(dtype)
 
 
 @dataclass
@@ -133,7 +155,10 @@ class LinearAttentionState:
     def empty(
         cls, batch_shape: tuple[int, ...], d: int, d_v: int, *, dtype=torch.float32, device=None
     ):
-        """A state with nothing absorbed: zeros of shapes ``(*batch_shape, d, d_v)`` and ``(*batch_shape, d)``."""
+        """A state with nothing absorbed.
+
+        Zeros of shapes ``(*batch_shape, d, d_v)`` and ``(*batch_shape, d)``.
+        """
         return cls(
             torch.zeros(*batch_shape, d, d_v, dtype=dtype, device=device),
             torch.zeros(*batch_shape, d, dtype=dtype, device=device),
@@ -175,6 +200,7 @@ def linear_attention_step(
             f"step shapes do not match the state: q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)}, "
             f"v_t {tuple(v_t.shape)}, state s {tuple(state.s.shape)} (..., d, d_v)"
         )
+    _check_devices(q_t=q_t, k_t=k_t, v_t=v_t, state=state.s)
     fq, fk = _features(q_t, k_t, feature_map)
     s = state.s + fk.unsqueeze(-1) * v_t.unsqueeze(-2)  # + phi(k_t) v_t^T
     z = state.z + fk
@@ -199,6 +225,7 @@ def linear_attention_recurrent(
         ``(..., n, d_v)``, equal to ``linear_attention(q, k, v, causal=True)`` up to rounding.
     """
     batch = check_qkv(q, k, v)
+    _check_devices(q=q, k=k, v=v)
     n = q.shape[-2]
     if k.shape[-2] != n:
         raise ValueError(

@@ -1,4 +1,4 @@
-"""Sparse attention: a sliding window computed band-only, and the Sparse Transformer's masks (chapter 8).
+"""Sparse attention: a band-only sliding window and the Sparse Transformer's masks (chapter 8).
 
 :func:`sliding_window_attention` never builds the n x n score matrix: it cuts the
 queries into blocks and gives each block only the keys its window can reach, so
@@ -8,6 +8,12 @@ means what :func:`selfattn.masks.sliding_window_mask` means: ``w`` keys, the que
 own position included (``i - w < j <= i``, or ``|i - j| < w`` when not causal). The
 masks below (``strided_mask``, ``block_sparse_mask``) are dense booleans, for
 pictures and for the oracle the tests compare against.
+
+With ``n`` queries and ``m`` keys the band follows a diagonal anchored by ``alignment``
+(see :mod:`selfattn.efficient.flash`): ``"top_left"`` puts key ``i`` on query ``i``'s
+diagonal, ``"bottom_right"`` key ``i + m - n`` (a window over the end of a cache). A
+query whose band holds no key gets zeros. :func:`sliding_window_attention_reference` is
+the short blocked version that the fast one is tested against.
 """
 
 from __future__ import annotations
@@ -18,16 +24,27 @@ import torch
 import torch.nn.functional as F
 
 from .._checks import check_qkv
+from ..attention import softmax
+from .flash import (
+    _band_backward,
+    _check_alignment,
+    _check_devices,
+    _check_scale,
+    _needs_grad,
+    _offset,
+    _work_dtype,
+)
 
 __all__ = [
     "sliding_window_attention",
+    "sliding_window_attention_reference",
     "strided_mask",
     "block_sparse_mask",
     "receptive_field",
 ]
 
 
-# Score entries computed at once (16 MiB of float32): bounds the working memory of a sliding window.
+# Score entries computed at once (16 MiB of float32): bounds a sliding window's working memory.
 _GROUP_ELEMENTS = 1 << 22
 
 
@@ -44,7 +61,8 @@ def strided_mask(n: int, stride: int, *, causal: bool = True, device=None) -> to
 
     Query ``i`` may attend to key ``j`` when ``j`` is among the previous ``stride`` positions
     (``i - j < stride``, the local head) or ``(i - j) % stride == 0`` (the strided head, every
-    ``stride``-th position). With ``stride ~ sqrt(n)`` each row has about ``2 sqrt(n)`` entries.
+    ``stride``-th position). With ``stride ~ sqrt(n)`` and ``causal`` the last row has about
+    ``2 sqrt(n)`` entries and the average row about ``1.5 sqrt(n)``.
 
     Returns:
         Bool ``(n, n)``; with ``causal`` only ``j <= i``.
@@ -65,7 +83,8 @@ def block_sparse_mask(n: int, block: int, layout: torch.Tensor) -> torch.Tensor:
     Args:
         n: sequence length (need not be a multiple of ``block``).
         block: tokens per block.
-        layout: bool ``(ceil(n / block), ceil(n / block))``: which (query block, key block) pairs are computed.
+        layout: bool ``(ceil(n / block), ceil(n / block))``: which (query block, key block)
+            pairs are computed.
 
     Returns:
         Bool ``(n, n)``: ``mask[i, j] = layout[i // block, j // block]``.
@@ -75,25 +94,28 @@ def block_sparse_mask(n: int, block: int, layout: torch.Tensor) -> torch.Tensor:
     nb = math.ceil(n / block)
     if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool:
         raise TypeError(
-            f"layout must be a bool tensor, got {type(layout).__name__} {getattr(layout, 'dtype', '')}"
+            f"layout must be a bool tensor, got {type(layout).__name__} "
+            f"{getattr(layout, 'dtype', '')}"
         )
     if tuple(layout.shape) != (nb, nb):
         raise ValueError(
-            f"layout must have shape ({nb}, {nb}) for n={n}, block={block}, got {tuple(layout.shape)}"
+            f"layout must have shape ({nb}, {nb}) for n={n}, block={block}, "
+            f"got {tuple(layout.shape)}"
         )
     idx = torch.arange(n, device=layout.device) // block
     return layout[idx[:, None], idx[None, :]]
 
 
 def receptive_field(mask: torch.Tensor, layers: int) -> torch.Tensor:
-    """Which inputs can reach which outputs through ``layers`` stacked attention layers with ``mask``.
+    """Which inputs reach which outputs through ``layers`` stacked attention layers with ``mask``.
 
     Composition of reachability: ``R_1 = mask``, ``R_{L+1} = R_L @ mask`` (boolean). With a
     causal sliding window of ``w`` keys the reach grows by ``w - 1`` positions per layer
     (``L (w - 1) + 1`` inputs after L layers).
 
     Returns:
-        Bool ``(n, n)``: ``[i, j]`` is True when input ``j`` influences output ``i`` after ``layers`` layers.
+        Bool ``(n, n)``: ``[i, j]`` is True when input ``j`` influences output ``i`` after
+        ``layers`` layers.
     """
     _check_int(layers, "layers", 1)
     if mask.dtype != torch.bool or mask.dim() != 2 or mask.shape[0] != mask.shape[1]:
@@ -107,6 +129,179 @@ def receptive_field(mask: torch.Tensor, layers: int) -> torch.Tensor:
     return reach > 0
 
 
+def _band_limits(window: int, causal: bool) -> tuple[int, int]:
+    """Key j is in query i's band when lo <= j - (i + offset) <= hi."""
+    return -(window - 1), (0 if causal else window - 1)
+
+
+def _check_window_args(q, k, v, window, alignment, scale):
+    batch = check_qkv(q, k, v)
+    _check_devices(q=q, k=k, v=v)
+    _check_int(window, "window", 1)
+    offset = _offset(q.shape[-2], k.shape[-2], _check_alignment(alignment))
+    return batch, offset, _check_scale(scale, q.shape[-1])
+
+
+def sliding_window_attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    *,
+    causal: bool = True,
+    alignment: str = "top_left",
+    scale: float | None = None,
+    block_size: int = 64,
+) -> torch.Tensor:
+    r"""Sliding-window attention, blocked and plain: what :func:`sliding_window_attention` does.
+
+    For each block of queries ``[i0, i1)``, take the keys its band can reach, score them,
+    hide the ones outside each query's band and apply the softmax::
+
+        keys   = [i0 + offset - (window - 1), i1 - 1 + offset + right]  (clipped to [0, m))
+        S      = Q_block K_keys^T * scale,   S[i, j] = -inf outside the band
+        O_block = softmax(S) V_keys
+
+    Args: as :func:`sliding_window_attention` (``block_size`` >= 1, default 64).
+
+    Returns:
+        ``(..., n, d_v)`` in the dtype of ``q`` (half inputs computed in float32).
+    """
+    batch, offset, scale = _check_window_args(q, k, v, window, alignment, scale)
+    block = _check_int(block_size, "block_size", 1)
+    n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    lo, hi = _band_limits(window, causal)
+    dtype, work = q.dtype, _work_dtype(q.dtype)
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    out = q.new_zeros(*batch, n, d_v)
+    for i0 in range(0, n, block):
+        i1 = min(i0 + block, n)
+        j0, j1 = max(0, i0 + offset + lo), min(m, i1 - 1 + offset + hi + 1)
+        if j0 >= j1:  # the band of every query in the block is outside the keys
+            continue
+        s = q[..., i0:i1, :] @ k[..., j0:j1, :].transpose(-2, -1) * scale
+        i = torch.arange(i0, i1, device=q.device)[:, None]
+        j = torch.arange(j0, j1, device=q.device)[None, :]
+        rel = j - i - offset
+        s = s.masked_fill((rel < lo) | (rel > hi), float("-inf"))
+        out[..., i0:i1, :] = softmax(s) @ v[..., j0:j1, :]  # softmax: zeros for an empty row
+    return out.to(dtype)
+
+
+def _window_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    batch: tuple[int, ...],
+    *,
+    window: int,
+    causal: bool,
+    offset: int,
+    scale: float,
+    block: int,
+    want_lse: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The band-only forward: ``(out (B, n, d_v), lse (B, n) or None)`` in the work dtype."""
+    n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    work = _work_dtype(q.dtype)
+    nb = -(-n // block)
+    pad_end = nb * block - n
+    back = window - 1  # how many positions before the diagonal it sees
+    right = 0 if causal else back
+    span = block + back + right  # keys one query block can reach
+
+    bh = math.prod(batch)
+    qf = q.to(work).expand(*batch, n, d_k).reshape(bh, n, d_k)
+    if bh * n * d_v == 0 or m == 0:  # nothing to compute, or no keys: zeros
+        out = torch.zeros(bh, n, d_v, dtype=work, device=q.device)
+        lse = torch.full((bh, n), float("-inf"), dtype=work, device=q.device)
+        return out, (lse if want_lse else None)
+    # Padded key row t holds key t + start (zeros outside [0, m)): every block's reach is then a
+    # window [b * block, b * block + span) of the padded sequence, and unfold gives all of them
+    # as a view.
+    start, length = offset - back, nb * block + span - block
+    front = min(length, max(0, -start))
+    first, stop = max(0, start), min(m, start + length)
+    seg = max(0, stop - first)
+
+    def padded(t, d):
+        t = t.to(work).expand(*batch, m, d).reshape(bh, m, d)[:, first : first + seg]
+        return F.pad(t, (0, 0, front, length - front - seg))
+
+    kp, vp = padded(k, d_k), padded(v, d_v)
+    qb = F.pad(qf, (0, 0, 0, pad_end)).reshape(bh, nb, block, d_k)  # (B, nb, block, d_k)
+    kw = kp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_k) view, no copy
+    vw = vp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_v)
+
+    # In tile coordinates query r of block b is position b*block + r, key c is b*block + c + start.
+    r = torch.arange(block, device=q.device)[:, None]
+    c = torch.arange(span, device=q.device)[None, :]
+    rel = (c - back) - r  # key position minus the query's diagonal
+    allowed = (rel >= -back) & (rel <= right)  # (block, span), the same for every block
+    # Keys that are padding: before key 0 or past key m - 1.
+    key_pos = torch.arange(nb, device=q.device)[:, None] * block + c + start  # (nb, span)
+    real_key = (key_pos >= 0) & (key_pos < m)
+    forbid = ~(allowed[None, :, :] & real_key[:, None, :])  # (nb, block, span)
+
+    out = torch.empty(bh, nb, block, d_v, dtype=work, device=q.device)
+    lse = torch.empty(bh, nb, block, dtype=work, device=q.device) if want_lse else None
+    # Blocks are processed a group at a time, so the working memory (score tiles and the copies
+    # matmul makes of the strided key windows) stays bounded whatever n is; only the output grows.
+    group = max(1, _GROUP_ELEMENTS // (bh * block * span))
+    for g0 in range(0, nb, group):
+        g1 = min(g0 + group, nb)
+        scores = torch.matmul(
+            qb[:, g0:g1] * scale, kw[:, g0:g1].transpose(-1, -2)
+        )  # (B, G, block, span)
+        scores.masked_fill_(forbid[g0:g1], float("-inf"))
+        # Softmax in place. A row with no key in its band (or a padded query row) has max -inf:
+        # shift it by 0 instead, and divide its zero sum by 1, so it gives zeros, not NaN.
+        row_max = scores.amax(dim=-1, keepdim=True)
+        row_max.masked_fill_(row_max == float("-inf"), 0.0)
+        scores.sub_(row_max).exp_()
+        row_sum = scores.sum(dim=-1, keepdim=True)
+        if want_lse:
+            lse[:, g0:g1] = (row_max + row_sum.log()).squeeze(-1)
+        row_sum.masked_fill_(row_sum == 0, 1.0)
+        scores.div_(row_sum)
+        torch.matmul(scores, vw[:, g0:g1], out=out[:, g0:g1])
+    out = out.reshape(bh, nb * block, d_v)[:, :n]
+    return out, (lse.reshape(bh, nb * block)[:, :n] if want_lse else None)
+
+
+class _SlidingWindow(torch.autograd.Function):
+    """Forward: band only, saving O and the row log-sum-exp. Backward: FA-2's, on the band."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, window, causal, offset, scale, block):
+        out, lse = _window_forward(
+            q,
+            k,
+            v,
+            (q.shape[0],),
+            window=window,
+            causal=causal,
+            offset=offset,
+            scale=scale,
+            block=block,
+            want_lse=True,
+        )
+        ctx.save_for_backward(q, k, v, out, lse)
+        lo, hi = _band_limits(window, causal)
+        ctx.args = dict(scale=scale, offset=offset, lo=lo, hi=hi, block_q=block, block_k=block)
+        return out.to(q.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        work = out.dtype
+        grads = _band_backward(
+            q.to(work), k.to(work), v.to(work), out, lse, d_out.to(work), **ctx.args
+        )
+        return (*(g.to(t.dtype) for g, t in zip(grads, (q, k, v))), None, None, None, None, None)
+
+
 def sliding_window_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -116,83 +311,72 @@ def sliding_window_attention(
     causal: bool = True,
     scale: float | None = None,
     block_size: int | None = None,
+    alignment: str = "top_left",
 ) -> torch.Tensor:
-    r"""Self-attention restricted to a band, computing only the band: O(n * window) time and memory.
+    r"""Attention restricted to a band, computing only the band: O(n * window) time and memory.
 
     Query ``i`` attends to keys ``j`` with ``i - window < j <= i`` (``causal``) or
     ``|i - j| < window`` (not causal), exactly as dense attention with
-    :func:`selfattn.masks.sliding_window_mask` would, but without building the n x n matrix.
+    :func:`selfattn.masks.sliding_window_mask` would, but without building the n x m matrix.
+    With ``m != n`` keys, ``i`` is replaced by the query's diagonal ``i + offset``
+    (``offset = 0`` top-left, ``m - n`` bottom-right).
 
     How: queries are cut into blocks of ``block_size`` ``B``; block ``b`` (queries ``[s, s + B)``)
     can only reach keys ``[s - window + 1, s + B)`` (or up to ``s + B + window - 1``), so
     each block computes a ``B x (B + window - 1)`` tile against a strided *view* of the
     padded keys, masks the out-of-band corners of the tile, and applies the softmax.
     Work: ``n / B`` tiles of ``B (B + window)``, i.e. about ``n (B + window)``: linear in n.
+    Differentiable: when an input requires grad the forward saves the output and the row
+    log-sum-exp, and the backward recomputes the band tile by tile (FlashAttention-2's
+    Algorithm 2), O(n d) extra memory.
 
     Args:
-        q, k, v: ``(..., n, d_k)``, ``(..., n, d_k)``, ``(..., n, d_v)`` (self-attention: one length n).
+        q, k, v: ``(..., n, d_k)``, ``(..., m, d_k)``, ``(..., m, d_v)``; batch dims broadcast.
         window: keys each query sees looking back, itself included (>= 1); not causal: the
-            same reach forward too.
+            same reach forward too. A window beyond ``max(n, m)`` changes nothing.
         causal: only look back.
         scale: defaults to ``1 / sqrt(d_k)``.
-        block_size: queries per tile; default ``max(window, 16)`` (any n works, not only multiples).
+        block_size: queries per tile; default ``max(window, 16)`` (any n works, not only
+            multiples).
+        alignment: ``"top_left"`` or ``"bottom_right"``: where the band's diagonal sits when
+            ``n != m`` (see :func:`selfattn.efficient.flash_attention`).
 
     Returns:
-        ``(..., n, d_v)``.
+        ``(..., n, d_v)`` in the dtype of ``q``; float16 / bfloat16 inputs are computed in
+        float32 (scores, softmax and sums). A query whose band holds no key gets zeros.
 
     Raises:
         TypeError: bad tensors, or ``window`` / ``block_size`` not an int.
-        ValueError: ``window`` below 1, or q and k of different lengths.
+        ValueError: ``window`` or ``block_size`` below 1, shapes that do not fit, tensors on
+            different devices, an unknown alignment.
     """
-    batch = check_qkv(q, k, v)
-    _check_int(window, "window", 1)
-    n, d_k, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
-    if k.shape[-2] != n:
-        raise ValueError(
-            f"sliding_window_attention is self-attention: q and k need the same length n, got q {tuple(q.shape)} "
-            f"and k {tuple(k.shape)}"
+    batch, offset, scale = _check_window_args(q, k, v, window, alignment, scale)
+    if block_size is not None:
+        _check_int(block_size, "block_size", 1)
+    n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    block = max(window, 16) if block_size is None else block_size
+    if block * (block + 2 * (window - 1)) > _GROUP_ELEMENTS:
+        # A window wider than max(n, m) sees what max(n, m) sees, and a block longer than n is one
+        # block: clip both before a single tile outgrows the working-memory bound (window=10**5
+        # with n=5 would ask for 10**10 scores). Smaller calls keep their tile layout as given.
+        window = min(window, max(n, m, 1))
+        block = min(max(window, 16) if block_size is None else block_size, max(n, 1))
+    causal = bool(causal)
+    if not _needs_grad(q, k, v):
+        out, _ = _window_forward(
+            q,
+            k,
+            v,
+            batch,
+            window=window,
+            causal=causal,
+            offset=offset,
+            scale=scale,
+            block=block,
         )
-    block = max(window, 16) if block_size is None else _check_int(block_size, "block_size", 1)
-    if scale is None:
-        scale = 1.0 / math.sqrt(d_k)
-    nb = -(-n // block)
-    pad_end = nb * block - n
-    back = window - 1  # how many positions before the query it sees
-    right = 0 if causal else back
-    span = block + back + right  # keys one query block can reach
-
-    qf = q.expand(*batch, n, d_k).reshape(-1, n, d_k)
-    # Pad keys/values with `back` rows in front (and behind): every block's reach is then a window
-    # [b * block, b * block + span) of the padded sequence, and unfold gives all of them as a view.
-    kp = F.pad(k.expand(*batch, n, d_k).reshape(-1, n, d_k), (0, 0, back, pad_end + right))
-    vp = F.pad(v.expand(*batch, n, d_v).reshape(-1, n, d_v), (0, 0, back, pad_end + right))
-    qb = F.pad(qf, (0, 0, 0, pad_end)).reshape(-1, nb, block, d_k)  # (B, nb, block, d_k)
-    kw = kp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_k) view, no copy
-    vw = vp.unfold(1, span, block).transpose(-1, -2)  # (B, nb, span, d_v)
-
-    # In tile coordinates query r of block b is position b*block + r, key c is b*block + c - back.
-    r = torch.arange(block, device=q.device)[:, None]
-    c = torch.arange(span, device=q.device)[None, :]
-    rel = (c - back) - r  # key position minus query position
-    allowed = (rel >= -back) & (rel <= right)  # (block, span), the same for every block
-    # Keys that are padding: the first `back` padded rows and anything past n.
-    key_pos = torch.arange(nb, device=q.device)[:, None] * block + c - back  # (nb, span)
-    real_key = (key_pos >= 0) & (key_pos < n)
-    forbid = ~(allowed[None, :, :] & real_key[:, None, :])  # (nb, block, span)
-
-    out = torch.empty(qb.shape[0], nb, block, d_v, dtype=q.dtype, device=q.device)
-    # Blocks are processed a group at a time, so the working memory (score tiles and the copies
-    # matmul makes of the strided key windows) stays bounded whatever n is; only the output grows.
-    group = max(1, _GROUP_ELEMENTS // (qb.shape[0] * block * span))
-    for g0 in range(0, nb, group):
-        g1 = min(g0 + group, nb)
-        scores = torch.matmul(
-            qb[:, g0:g1] * scale, kw[:, g0:g1].transpose(-1, -2)
-        )  # (B, G, block, span)
-        scores.masked_fill_(forbid[g0:g1], float("-inf"))
-        # Softmax in place. Each real query sees at least itself, so no real row is all -inf;
-        # padded query rows may be (window = 1): their NaN stays in rows cut off below.
-        scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
-        scores.div_(scores.sum(dim=-1, keepdim=True))
-        torch.matmul(scores, vw[:, g0:g1], out=out[:, g0:g1])
-    return out.reshape(-1, nb * block, d_v)[:, :n].reshape(*batch, n, d_v)
+        return out.reshape(*batch, n, d_v).to(q.dtype)
+    q3, k3, v3 = (
+        t.expand(*batch, *t.shape[-2:]).reshape(math.prod(batch), *t.shape[-2:]) for t in (q, k, v)
+    )
+    out = _SlidingWindow.apply(q3, k3, v3, window, causal, offset, scale, block)
+    return out.reshape(*batch, n, d_v)

@@ -1,15 +1,18 @@
-"""FlashAttention's forward pass as a Triton kernel (chapter 7).
+"""FlashAttention's forward and backward passes as Triton kernels (chapter 7).
 
-The same algorithm as :func:`~selfattn.efficient.flash.flash_attention`: one program per
-(block of queries, batch x head); it keeps its queries, the running max ``m``, the
-running sum ``l`` and the unnormalised output in registers / SRAM, streams the keys
-and values through in blocks, and writes only the final output. fp16, bf16 and
-fp32 inputs; the tiles accumulate in fp32.
+The same algorithm as :func:`~selfattn.efficient.flash.flash_attention`. Forward: one program
+per (batch x head, block of queries); it keeps its queries, the running max ``m``, the running
+sum ``l`` and the unnormalised output on chip, streams the keys and values through in blocks,
+and writes the output and each row's log-sum-exp. Backward (FlashAttention-2, Algorithm 2):
+a small kernel computes D = rowsum(dO * O); one kernel per block of keys accumulates dK and dV
+over the queries, one per block of queries accumulates dQ over the keys, both recomputing P
+tile by tile from the log-sum-exp. fp16, bf16 and fp32 inputs; the tiles accumulate in fp32.
+Launch settings fit the device's shared memory (:mod:`~selfattn.efficient.triton_configs`).
 
 Triton is imported lazily, on the first call, so ``import selfattn`` works on a
 machine without Triton or a GPU. With the environment variable
-``TRITON_INTERPRET=1`` set before the first call, the kernel runs in Triton's
-interpreter on CPU tensors (slowly): that is how the tests check it against
+``TRITON_INTERPRET=1`` set before the first call, the kernels run in Triton's
+interpreter on CPU tensors (slowly): that is how the tests check them against
 torch SDPA without a GPU.
 """
 
@@ -18,12 +21,27 @@ from __future__ import annotations
 import functools
 import math
 import os
+from dataclasses import replace
 
 import torch
 
 from .._checks import check_qkv
+from .triton_configs import (
+    SHARED_MEMORY_BUDGET,
+    LaunchConfig,
+    choose_config,
+    device_shared_memory,
+    launch_grid,
+)
 
-__all__ = ["triton_flash_attention", "triton_available"]
+__all__ = [
+    "triton_flash_attention",
+    "triton_available",
+    "causal_diagonal",
+    "compile_for_gpu",
+]
+
+_LOG2E = 1.4426950408889634
 
 
 def triton_available() -> bool:
@@ -39,23 +57,56 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _kernels():
+    """The four kernels: compiled for the GPU, or run by the interpreter if TRITON_INTERPRET=1."""
+    return _define_kernels(_interpreting())
+
+
 @functools.cache
-def _kernel():
-    """Define the kernel on first use (importing triton here, not at module import)."""
+def _define_kernels(interpret: bool):
+    """Define the kernels on first use (importing triton here, not at module import).
+
+    Conventions shared by the four kernels: tensors are ``(batch x heads, rows, head dim)``
+    with a contiguous last dim; a one-axis grid of ``batch x heads x row blocks`` programs,
+    the row block varying fastest (:func:`~selfattn.efficient.triton_configs.launch_grid`); base
+    offsets are int64 (a tensor may hold more than 2^31 elements), offsets inside a tile int32.
+    Key ``j`` is visible to query ``i`` when ``j <= i + diag`` (``diag`` = 0 top-left,
+    ``m - n`` bottom-right). Scores are in base 2: ``qk_scale`` = softmax scale * log2(e), and
+    ``LSE`` holds each row's log2-sum-exp2 (+inf for a row that sees no key).
+    """
+    saved = os.environ.get("TRITON_INTERPRET")
+    # triton.jit reads the variable when a kernel is defined: interpreted or compiled.
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        return _jit_kernels()
+    finally:
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def _jit_kernels():
     import triton
     import triton.language as tl
 
-    @triton.jit
+    # Sizes are not specialised: one compiled kernel serves every n, m (and n = 1), instead of
+    # a recompilation per divisibility class of each size.
+    sizes = ["n_q", "n_k", "d_k", "d_v", "diag"]
+
+    @triton.jit(do_not_specialize=sizes)
     def _flash_fwd(
         Q,
         K,
         V,
-        O,
-        qk_scale,  # softmax scale * log2(e): the kernel works with exp2
+        Out,
+        LSE,
+        qk_scale,
         n_q,
         n_k,
         d_k,
         d_v,
+        diag,
         stride_qb,
         stride_qn,
         stride_kb,
@@ -72,66 +123,492 @@ def _kernel():
         PRECISION: tl.constexpr,
         DOT_IN_FP32: tl.constexpr,
     ):
-        start_m = tl.program_id(0)
-        bh = tl.program_id(1)
-        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        # One grid axis: program = head * blocks + block, so neighbouring programs share a
+        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
+        blocks = tl.cdiv(n_q, BLOCK_M)
+        bh = (tl.program_id(0) // blocks).to(tl.int64)
+        row0 = (tl.program_id(0) % blocks) * BLOCK_M
+        offs_m = row0 + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_dk = tl.arange(0, BLOCK_DK)
         offs_dv = tl.arange(0, BLOCK_DV)
         # This program's queries stay on chip for the whole loop (masked loads: any n, any d).
         q = tl.load(
-            Q + bh * stride_qb + offs_m[:, None] * stride_qn + offs_dk[None, :],
+            Q
+            + bh * stride_qb
+            + row0.to(tl.int64) * stride_qn
+            + tl.arange(0, BLOCK_M)[:, None] * stride_qn
+            + offs_dk[None, :],
             mask=(offs_m[:, None] < n_q) & (offs_dk[None, :] < d_k),
             other=0.0,
         )
         if DOT_IN_FP32:
             q = q.to(tl.float32)
+        kt_ptrs = K + bh * stride_kb + offs_n[None, :] * stride_kn + offs_dk[:, None]
+        v_ptrs = V + bh * stride_vb + offs_n[:, None] * stride_vn + offs_dv[None, :]
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-        # Causal: key blocks past this block's last query are fully masked, so the loop stops early.
+        # Key tiles every row of this block sees in full run without masks; the tiles that
+        # straddle the diagonal or the end of the keys run masked; the causal loop stops at
+        # this block's last visible key.
         hi = n_k
+        full = n_k // BLOCK_N * BLOCK_N
         if CAUSAL:
-            hi = tl.minimum(n_k, (start_m + 1) * BLOCK_M)
-        for start_n in range(0, hi, BLOCK_N):
-            cols = start_n + offs_n
-            kt = tl.load(
-                K + bh * stride_kb + cols[None, :] * stride_kn + offs_dk[:, None],
-                mask=(cols[None, :] < n_k) & (offs_dk[:, None] < d_k),
-                other=0.0,
-            )  # (BLOCK_DK, BLOCK_N): k transposed
-            if DOT_IN_FP32:
-                kt = kt.to(tl.float32)
-            s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale
-            valid = cols[None, :] < n_k
-            if CAUSAL:
-                valid = valid & (cols[None, :] <= offs_m[:, None])
-            s = tl.where(valid, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: key 0 is visible to every row
-            alpha = tl.exp2(m_i - m_new)  # rescale factor exp(m_old - m_new), in base 2
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(
-                V + bh * stride_vb + cols[:, None] * stride_vn + offs_dv[None, :],
-                mask=(cols[:, None] < n_k) & (offs_dv[None, :] < d_v),
-                other=0.0,
-            )
-            if DOT_IN_FP32:
-                v = v.to(tl.float32)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            m_i = m_new
-        acc = acc / l_i[:, None]
+            hi = tl.minimum(n_k, row0 + BLOCK_M + diag)
+            full = tl.maximum(tl.minimum(n_k, row0 + diag + 1), 0) // BLOCK_N * BLOCK_N
+        for stage in tl.static_range(2):  # 0: full tiles, no masks; 1: the masked rest
+            if stage == 0:
+                lo, end = 0, full
+            else:
+                lo, end = full, hi
+            for start_n in range(lo, end, BLOCK_N):
+                cols = start_n + offs_n
+                kt = tl.load(
+                    kt_ptrs, mask=(cols[None, :] < n_k) & (offs_dk[:, None] < d_k), other=0.0
+                )  # (BLOCK_DK, BLOCK_N): k transposed
+                if DOT_IN_FP32:
+                    kt = kt.to(tl.float32)
+                s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale
+                if stage == 1:
+                    valid = cols[None, :] < n_k
+                    if CAUSAL:
+                        valid = valid & (cols[None, :] <= offs_m[:, None] + diag)
+                    s = tl.where(valid, s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                m_use = m_new
+                if stage == 1 and CAUSAL:
+                    # Bottom-right with n > m: a row may have seen no key yet (m = -inf);
+                    # exponents taken against 0 instead give p = 0 and alpha = 0, not nan.
+                    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = tl.exp2(m_i - m_use)  # rescale factor exp(m_old - m_new), in base 2
+                p = tl.exp2(s - m_use[:, None])
+                l_i = l_i * alpha + tl.sum(p, 1)
+                v = tl.load(
+                    v_ptrs, mask=(cols[:, None] < n_k) & (offs_dv[None, :] < d_v), other=0.0
+                )
+                if DOT_IN_FP32:
+                    v = v.to(tl.float32)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+                m_i = m_new
+                kt_ptrs += BLOCK_N * stride_kn
+                v_ptrs += BLOCK_N * stride_vn
+        l_div = l_i
+        if CAUSAL:
+            l_div = tl.where(l_i == 0.0, 1.0, l_i)  # a row that sees no key: output 0
+        acc = acc / l_div[:, None]
         tl.store(
-            O + bh * stride_ob + offs_m[:, None] * stride_on + offs_dv[None, :],
-            acc.to(O.dtype.element_ty),
+            Out
+            + bh * stride_ob
+            + row0.to(tl.int64) * stride_on
+            + tl.arange(0, BLOCK_M)[:, None] * stride_on
+            + offs_dv[None, :],
+            acc.to(Out.dtype.element_ty),
             mask=(offs_m[:, None] < n_q) & (offs_dv[None, :] < d_v),
         )
+        lse = tl.where(l_i == 0.0, float("inf"), m_i + tl.log2(l_div))
+        tl.store(LSE + bh * n_q + offs_m, lse, mask=offs_m < n_q)
 
-    return _flash_fwd
+    @triton.jit(do_not_specialize=["n_q", "d_v"])
+    def _flash_bwd_delta(
+        Out,
+        DO,
+        DELTA,
+        n_q,
+        d_v,
+        stride_ob,
+        stride_on,
+        stride_dob,
+        stride_don,
+        BLOCK_M: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
+    ):
+        # D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij: the term dS = P (dP - D) needs.
+        # One grid axis: program = head * blocks + block, so neighbouring programs share a
+        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
+        blocks = tl.cdiv(n_q, BLOCK_M)
+        bh = (tl.program_id(0) // blocks).to(tl.int64)
+        row0 = (tl.program_id(0) % blocks) * BLOCK_M
+        offs_m = row0 + tl.arange(0, BLOCK_M)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        mask = (offs_m[:, None] < n_q) & (offs_dv[None, :] < d_v)
+        local = tl.arange(0, BLOCK_M)[:, None]
+        o = tl.load(
+            Out
+            + bh * stride_ob
+            + row0.to(tl.int64) * stride_on
+            + local * stride_on
+            + offs_dv[None, :],
+            mask=mask,
+            other=0.0,
+        ).to(tl.float32)
+        do = tl.load(
+            DO
+            + bh * stride_dob
+            + row0.to(tl.int64) * stride_don
+            + local * stride_don
+            + offs_dv[None, :],
+            mask=mask,
+            other=0.0,
+        ).to(tl.float32)
+        tl.store(DELTA + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
+
+    @triton.jit(do_not_specialize=sizes)
+    def _flash_bwd_dkdv(
+        Q,
+        K,
+        V,
+        DO,
+        LSE,
+        DELTA,
+        DK,
+        DV,
+        qk_scale,
+        sm_scale,
+        n_q,
+        n_k,
+        d_k,
+        d_v,
+        diag,
+        stride_qb,
+        stride_qn,
+        stride_kb,
+        stride_kn,
+        stride_vb,
+        stride_vn,
+        stride_dob,
+        stride_don,
+        CAUSAL: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_DK: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
+        PRECISION: tl.constexpr,
+        DOT_IN_FP32: tl.constexpr,
+    ):
+        # One program per block of keys: it keeps k, v, dK, dV on chip and streams the queries.
+        blocks = tl.cdiv(n_k, BLOCK_N)
+        bh = (tl.program_id(0) // blocks).to(tl.int64)
+        col0 = (tl.program_id(0) % blocks) * BLOCK_N
+        offs_n = col0 + tl.arange(0, BLOCK_N)
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_dk = tl.arange(0, BLOCK_DK)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        local_n = tl.arange(0, BLOCK_N)[:, None]
+        k_off = bh * stride_kb + col0.to(tl.int64) * stride_kn + local_n * stride_kn
+        v_off = bh * stride_vb + col0.to(tl.int64) * stride_vn + local_n * stride_vn
+        k_mask = (offs_n[:, None] < n_k) & (offs_dk[None, :] < d_k)
+        v_mask = (offs_n[:, None] < n_k) & (offs_dv[None, :] < d_v)
+        k = tl.load(K + k_off + offs_dk[None, :], mask=k_mask, other=0.0)
+        v = tl.load(V + v_off + offs_dv[None, :], mask=v_mask, other=0.0)
+        if DOT_IN_FP32:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        dk = tl.zeros([BLOCK_N, BLOCK_DK], tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+        q_ptrs = Q + bh * stride_qb + offs_m[:, None] * stride_qn + offs_dk[None, :]
+        do_ptrs = DO + bh * stride_dob + offs_m[:, None] * stride_don + offs_dv[None, :]
+        lo = 0
+        if CAUSAL:
+            # Query i sees key j iff i >= j - diag: earlier query blocks see none of these keys.
+            lo = tl.maximum(col0 - diag, 0) // BLOCK_M * BLOCK_M
+            q_ptrs += lo.to(tl.int64) * stride_qn
+            do_ptrs += lo.to(tl.int64) * stride_don
+        for start_m in range(lo, n_q, BLOCK_M):
+            rows = start_m + offs_m
+            q = tl.load(q_ptrs, mask=(rows[:, None] < n_q) & (offs_dk[None, :] < d_k), other=0.0)
+            do = tl.load(do_ptrs, mask=(rows[:, None] < n_q) & (offs_dv[None, :] < d_v), other=0.0)
+            if DOT_IN_FP32:
+                q = q.to(tl.float32)
+                do = do.to(tl.float32)
+            lse = tl.load(LSE + bh * n_q + rows, mask=rows < n_q, other=float("inf"))
+            delta = tl.load(DELTA + bh * n_q + rows, mask=rows < n_q, other=0.0)
+            # Transposed tiles (keys x queries): P^T recomputed from the saved log-sum-exp.
+            st = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
+            valid = (offs_n[:, None] < n_k) & (rows[None, :] < n_q)
+            if CAUSAL:
+                valid = valid & (offs_n[:, None] <= rows[None, :] + diag)
+            pt = tl.where(valid, tl.exp2(st - lse[None, :]), 0.0)
+            dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)
+            dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+            dst = pt * (dpt - delta[None, :])
+            dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
+            q_ptrs += BLOCK_M * stride_qn
+            do_ptrs += BLOCK_M * stride_don
+        tl.store(
+            DK + k_off + offs_dk[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=k_mask
+        )
+        tl.store(DV + v_off + offs_dv[None, :], dv.to(DV.dtype.element_ty), mask=v_mask)
+
+    @triton.jit(do_not_specialize=sizes)
+    def _flash_bwd_dq(
+        Q,
+        K,
+        V,
+        DO,
+        LSE,
+        DELTA,
+        DQ,
+        qk_scale,
+        sm_scale,
+        n_q,
+        n_k,
+        d_k,
+        d_v,
+        diag,
+        stride_qb,
+        stride_qn,
+        stride_kb,
+        stride_kn,
+        stride_vb,
+        stride_vn,
+        stride_dob,
+        stride_don,
+        CAUSAL: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_DK: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
+        PRECISION: tl.constexpr,
+        DOT_IN_FP32: tl.constexpr,
+    ):
+        # One program per block of queries: it keeps q, dO, dQ on chip and streams the keys.
+        # One grid axis: program = head * blocks + block, so neighbouring programs share a
+        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
+        blocks = tl.cdiv(n_q, BLOCK_M)
+        bh = (tl.program_id(0) // blocks).to(tl.int64)
+        row0 = (tl.program_id(0) % blocks) * BLOCK_M
+        offs_m = row0 + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_dk = tl.arange(0, BLOCK_DK)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        local_m = tl.arange(0, BLOCK_M)[:, None]
+        q_off = bh * stride_qb + row0.to(tl.int64) * stride_qn + local_m * stride_qn
+        q_mask = (offs_m[:, None] < n_q) & (offs_dk[None, :] < d_k)
+        q = tl.load(Q + q_off + offs_dk[None, :], mask=q_mask, other=0.0)
+        do = tl.load(
+            DO
+            + bh * stride_dob
+            + row0.to(tl.int64) * stride_don
+            + local_m * stride_don
+            + offs_dv[None, :],
+            mask=(offs_m[:, None] < n_q) & (offs_dv[None, :] < d_v),
+            other=0.0,
+        )
+        if DOT_IN_FP32:
+            q = q.to(tl.float32)
+            do = do.to(tl.float32)
+        lse = tl.load(LSE + bh * n_q + offs_m, mask=offs_m < n_q, other=float("inf"))
+        delta = tl.load(DELTA + bh * n_q + offs_m, mask=offs_m < n_q, other=0.0)
+        dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
+        k_ptrs = K + bh * stride_kb + offs_n[:, None] * stride_kn + offs_dk[None, :]
+        v_ptrs = V + bh * stride_vb + offs_n[:, None] * stride_vn + offs_dv[None, :]
+        hi = n_k
+        if CAUSAL:
+            hi = tl.minimum(n_k, row0 + BLOCK_M + diag)
+        for start_n in range(0, hi, BLOCK_N):
+            cols = start_n + offs_n
+            k = tl.load(k_ptrs, mask=(cols[:, None] < n_k) & (offs_dk[None, :] < d_k), other=0.0)
+            v = tl.load(v_ptrs, mask=(cols[:, None] < n_k) & (offs_dv[None, :] < d_v), other=0.0)
+            if DOT_IN_FP32:
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+            valid = (cols[None, :] < n_k) & (offs_m[:, None] < n_q)
+            if CAUSAL:
+                valid = valid & (cols[None, :] <= offs_m[:, None] + diag)
+            p = tl.where(valid, tl.exp2(s - lse[:, None]), 0.0)
+            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+            ds = p * (dp - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+            k_ptrs += BLOCK_N * stride_kn
+            v_ptrs += BLOCK_N * stride_vn
+        tl.store(
+            DQ + q_off + offs_dk[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask
+        )
+
+    return _flash_fwd, _flash_bwd_delta, _flash_bwd_dkdv, _flash_bwd_dq
 
 
 def _pow2(x: int, at_least: int = 16) -> int:
     return max(at_least, 1 << (x - 1).bit_length())
+
+
+_ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def causal_diagonal(n: int, m: int, alignment: str = "top_left") -> int:
+    """The causal mask's diagonal: key ``j`` is visible to query ``i`` iff ``j <= i + diag``.
+
+    ``"top_left"`` (SDPA's ``is_causal``): ``diag = 0``, query 0 sees key 0.
+    ``"bottom_right"`` (``torch.nn.attention.bias.causal_lower_right``, flash-attn >= 2.1):
+    ``diag = m - n``, the last query sees every key, as when ``n`` new queries are decoded
+    against a cache of ``m`` keys. With ``n > m`` the first ``n - m`` queries see no key;
+    their output (and gradient) is 0.
+    """
+    if alignment not in _ALIGNMENTS:
+        raise ValueError(f"alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
+    return 0 if alignment == "top_left" else m - n
+
+
+def _dot_in_fp32(dtype: torch.dtype, device: torch.device) -> bool:
+    # bf16 tl.dot needs sm80. Triton's interpreter computes bf16 x bf16 dots wrongly (NumPy has
+    # no bfloat16), and sm75 (T4) has no bf16 tensor cores: there the tiles are upcast to fp32
+    # before each dot; on sm80+ the dots run in bf16 tensor cores.
+    if dtype != torch.bfloat16:
+        return False
+    if device.type == "cpu":
+        return True
+    return torch.cuda.get_device_capability(device)[0] < 8
+
+
+def _launch_configs(
+    device: torch.device,
+    d_k: int,
+    d_v: int,
+    dtype: torch.dtype,
+    causal: bool,
+    block_m: int | None,
+    block_n: int | None,
+) -> tuple[LaunchConfig, LaunchConfig]:
+    """(forward, backward) launch settings: chosen for the device, or the caller's block sizes."""
+    if device.type == "cpu":  # the interpreter runs fastest with small tiles
+        fwd = bwd = LaunchConfig(16, 16, 4, 1)
+    else:
+        budget = device_shared_memory(device)
+        fwd = choose_config("forward", d_k, d_v, dtype, causal, budget)
+        try:
+            bwd = choose_config("backward", d_k, d_v, dtype, causal, budget)
+        except ValueError:
+            bwd = None  # only the backward pass raises, if it is ever called
+    if block_m is not None or block_n is not None:
+        fwd = replace(fwd, block_m=block_m or fwd.block_m, block_n=block_n or fwd.block_n)
+        base = bwd or fwd
+        bwd = replace(base, block_m=block_m or base.block_m, block_n=block_n or base.block_n)
+    return fwd, bwd
+
+
+def _meta(q: torch.Tensor, d_k: int, d_v: int, dot_fp32: bool) -> dict:
+    on_gpu = q.device.type != "cpu"
+    ieee = q.dtype == torch.float32 or (dot_fp32 and on_gpu)
+    return {
+        "BLOCK_DK": _pow2(d_k),
+        "BLOCK_DV": _pow2(d_v),
+        "PRECISION": "ieee" if ieee else "tf32",  # fp32 inputs: exact fp32 dots, not TF32
+        "DOT_IN_FP32": dot_fp32,
+    }
+
+
+def _forward(qf, kf, vf, scale, causal, diag, cfg, dot_fp32):
+    import triton  # noqa: F401  (imported by _kernels; here only to fail early)
+
+    fwd = _kernels()[0]
+    bh, n, d_k = qf.shape
+    m, d_v = kf.shape[1], vf.shape[2]
+    out = torch.empty(bh, n, d_v, dtype=qf.dtype, device=qf.device)
+    lse = torch.empty(bh, n, dtype=torch.float32, device=qf.device)
+    fwd[launch_grid(bh, n, cfg.block_m)](
+        qf,
+        kf,
+        vf,
+        out,
+        lse,
+        scale * _LOG2E,
+        n,
+        m,
+        d_k,
+        d_v,
+        diag,
+        qf.stride(0),
+        qf.stride(1),
+        kf.stride(0),
+        kf.stride(1),
+        vf.stride(0),
+        vf.stride(1),
+        out.stride(0),
+        out.stride(1),
+        CAUSAL=causal,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        **_meta(qf, d_k, d_v, dot_fp32),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return out, lse
+
+
+def _backward(qf, kf, vf, out, lse, do, scale, causal, diag, cfg, dot_fp32):
+    _, delta_k, dkdv_k, dq_k = _kernels()
+    bh, n, d_k = qf.shape
+    m, d_v = kf.shape[1], vf.shape[2]
+    do = do.contiguous()
+    delta = torch.empty(bh, n, dtype=torch.float32, device=qf.device)
+    delta_k[launch_grid(bh, n, cfg.block_m)](
+        out,
+        do,
+        delta,
+        n,
+        d_v,
+        out.stride(0),
+        out.stride(1),
+        do.stride(0),
+        do.stride(1),
+        BLOCK_M=cfg.block_m,
+        BLOCK_DV=_pow2(d_v),
+    )
+    dq, dk, dv = torch.empty_like(qf), torch.empty_like(kf), torch.empty_like(vf)
+    common = (
+        scale * _LOG2E,
+        scale,
+        n,
+        m,
+        d_k,
+        d_v,
+        diag,
+        qf.stride(0),
+        qf.stride(1),
+        kf.stride(0),
+        kf.stride(1),
+        vf.stride(0),
+        vf.stride(1),
+        do.stride(0),
+        do.stride(1),
+    )
+    meta = dict(
+        CAUSAL=causal,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        **_meta(qf, d_k, d_v, dot_fp32),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    dkdv_k[launch_grid(bh, m, cfg.block_n)](qf, kf, vf, do, lse, delta, dk, dv, *common, **meta)
+    dq_k[launch_grid(bh, n, cfg.block_m)](qf, kf, vf, do, lse, delta, dq, *common, **meta)
+    return dq, dk, dv
+
+
+class _TritonFlash(torch.autograd.Function):
+    """Forward saves q, k, v, the output and the row log-sum-exp (O(n d) memory, not P)."""
+
+    @staticmethod
+    def forward(ctx, qf, kf, vf, scale, causal, diag, fwd_cfg, bwd_cfg, dot_fp32):
+        out, lse = _forward(qf, kf, vf, scale, causal, diag, fwd_cfg, dot_fp32)
+        ctx.save_for_backward(qf, kf, vf, out, lse)
+        ctx.args = (scale, causal, diag, bwd_cfg, dot_fp32)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do):
+        qf, kf, vf, out, lse = ctx.saved_tensors
+        scale, causal, diag, cfg, dot_fp32 = ctx.args
+        if cfg is None:
+            d_k, d_v = qf.shape[-1], vf.shape[-1]
+            choose_config(  # raises, saying why
+                "backward", d_k, d_v, qf.dtype, causal, device_shared_memory(qf.device)
+            )
+        dq, dk, dv = _backward(qf, kf, vf, out, lse, do, scale, causal, diag, cfg, dot_fp32)
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def triton_flash_attention(
@@ -143,17 +620,27 @@ def triton_flash_attention(
     scale: float | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
+    alignment: str = "top_left",
 ) -> torch.Tensor:
-    r"""softmax(q k^T * scale) v by the Triton FlashAttention kernel (forward only).
+    r"""softmax(q k^T * scale) v by the Triton FlashAttention kernels, differentiable.
+
+    The forward kernel writes the output and each row's log-sum-exp; the backward pass
+    (FlashAttention-2, Algorithm 2) computes D = rowsum(dO * O) in a small kernel, then dK, dV
+    in a kernel over key blocks and dQ in a kernel over query blocks, recomputing P tile by
+    tile from the log-sum-exp. Extra memory: O(n) floats per head, never the n x m matrix.
 
     Args:
         q: queries ``(..., n, d_k)``; k: keys ``(..., m, d_k)``; v: values ``(..., m, d_v)``,
             all float16, bfloat16 or float32, on a CUDA device (or on the CPU with
             ``TRITON_INTERPRET=1``). Batch dimensions broadcast; d_k, d_v <= 256.
-        causal: query ``i`` sees keys ``j <= i`` (top-left, as SDPA's ``is_causal``).
+        causal: mask future keys, aligned as ``alignment`` says.
         scale: defaults to ``1 / sqrt(d_k)``.
-        block_m, block_n: queries per program and keys per inner step (powers of two >= 16;
-            defaults 128 and 64 on a GPU, 16 in the interpreter).
+        block_m, block_n: queries and keys per tile (powers of two >= 16) for the forward and
+            backward kernels. Default: chosen for the device's shared memory
+            (:func:`~selfattn.efficient.triton_configs.choose_config`); 16 in the interpreter.
+        alignment: ``"top_left"`` (query ``i`` sees keys ``j <= i``, SDPA's ``is_causal``) or
+            ``"bottom_right"`` (``j <= i + m - n``, ``causal_lower_right``: the last query sees
+            every key, as in decoding against a cache); see :func:`causal_diagonal`.
 
     Returns:
         ``(..., n, d_v)`` in the input dtype. fp32 inputs use exact fp32 dots (not TF32).
@@ -162,7 +649,8 @@ def triton_flash_attention(
         ImportError: Triton is not installed.
         RuntimeError: the tensors are on the CPU and ``TRITON_INTERPRET=1`` is not set.
         TypeError: a dtype other than float16, bfloat16, float32, or bad tensors.
-        ValueError: mismatched shapes or devices, head dims over 256, or bad block sizes.
+        ValueError: mismatched shapes or devices, head dims over 256, bad block sizes or
+            alignment, or a grid over CUDA's limits.
     """
     batch = check_qkv(q, k, v)
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
@@ -176,58 +664,113 @@ def triton_flash_attention(
         )
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    diag = causal_diagonal(n, m, alignment)
     if q.device.type == "cpu" and not _interpreting():
         raise RuntimeError(
-            "triton_flash_attention needs CUDA tensors; on the CPU set TRITON_INTERPRET=1 before the "
-            "first call to run it in Triton's (slow) interpreter"
+            "triton_flash_attention needs CUDA tensors; on the CPU set TRITON_INTERPRET=1 before "
+            "the first call to run it in Triton's (slow) interpreter"
         )
     if not triton_available():
         raise ImportError("triton_flash_attention needs Triton: pip install triton")
-    # GPU defaults follow Triton's fused-attention tutorial for d <= 64 (128 x 64 tiles, 4 warps,
-    # 3 pipeline stages); the interpreter runs fastest with small tiles.
-    on_gpu = q.device.type != "cpu"
-    block_m = (128 if on_gpu else 16) if block_m is None else block_m
-    block_n = (64 if on_gpu else 16) if block_n is None else block_n
     for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if isinstance(b, bool) or not isinstance(b, int) or b < 16 or b & (b - 1):
+        if b is not None and (
+            isinstance(b, bool) or not isinstance(b, int) or b < 16 or b & (b - 1)
+        ):
             raise ValueError(f"{name} must be a power of two >= 16, got {b!r}")
     if scale is None:
         scale = 1.0 / math.sqrt(d_k)
+    causal = bool(causal)
+    fwd_cfg, bwd_cfg = _launch_configs(q.device, d_k, d_v, q.dtype, causal, block_m, block_n)
 
     qf = q.expand(*batch, n, d_k).reshape(-1, n, d_k).contiguous()
     kf = k.expand(*batch, m, d_k).reshape(-1, m, d_k).contiguous()
     vf = v.expand(*batch, m, d_v).reshape(-1, m, d_v).contiguous()
-    bh = qf.shape[0]
-    out = torch.empty(bh, n, d_v, dtype=q.dtype, device=q.device)
-    grid = (-(-n // block_m), bh)
-    _kernel()[grid](
-        qf,
-        kf,
-        vf,
-        out,
-        scale * 1.4426950408889634,  # log2(e)
-        n,
-        m,
-        d_k,
-        d_v,
-        qf.stride(0),
-        qf.stride(1),
-        kf.stride(0),
-        kf.stride(1),
-        vf.stride(0),
-        vf.stride(1),
-        out.stride(0),
-        out.stride(1),
-        CAUSAL=bool(causal),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_DK=_pow2(d_k),
-        BLOCK_DV=_pow2(d_v),
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        # Triton's interpreter computes bf16 x bf16 dots wrongly (numpy has no bfloat16), so there
-        # the tiles are upcast to fp32 before each dot; on a GPU the dots run in bf16 tensor cores.
-        DOT_IN_FP32=bool(q.device.type == "cpu" and q.dtype == torch.bfloat16),
-        num_warps=4 if max(d_k, d_v) <= 64 else 8,
-        num_stages=3,
+    dot_fp32 = _dot_in_fp32(q.dtype, q.device)
+    out = _TritonFlash.apply(
+        qf, kf, vf, float(scale), causal, diag if causal else 0, fwd_cfg, bwd_cfg, dot_fp32
     )
     return out.reshape(*batch, n, d_v)
+
+
+_TRITON_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def compile_for_gpu(
+    kernel: str,
+    capability: int,
+    dtype: torch.dtype,
+    d_k: int,
+    d_v: int,
+    *,
+    causal: bool = True,
+    config: LaunchConfig | None = None,
+) -> dict[str, int]:
+    """Compile one pass's kernels for a GPU generation, on any machine (no GPU needed).
+
+    Triton compiles ahead of time for a target (``GPUTarget("cuda", capability, 32)``) with
+    its bundled ``ptxas``; the result says whether the kernels build for that GPU and how much
+    shared memory each really uses, which the tests compare with the estimate of
+    :func:`~selfattn.efficient.triton_configs.shared_memory_bytes` and the device's budget.
+
+    Args:
+        kernel: ``"forward"`` (the forward kernel) or ``"backward"`` (the dK/dV and dQ kernels).
+        capability: compute capability as ``major * 10 + minor``, e.g. 75 (T4), 80, 90.
+        dtype: float16, bfloat16 or float32.
+        d_k, d_v: head dims (1..256).
+        causal: compile the causal variant.
+        config: launch settings; default: what a device with ``capability``'s budget in
+            :data:`~selfattn.efficient.triton_configs.SHARED_MEMORY_BUDGET` would get.
+
+    Returns:
+        ``{kernel name: shared memory in bytes}``.
+
+    Raises:
+        ImportError: Triton is not installed.
+        ValueError: an unknown capability or kernel, or no config fits.
+    """
+    if capability not in SHARED_MEMORY_BUDGET:
+        raise ValueError(
+            f"capability must be one of {sorted(SHARED_MEMORY_BUDGET)}, got {capability!r}"
+        )
+    if config is None:
+        config = choose_config(kernel, d_k, d_v, dtype, causal, SHARED_MEMORY_BUDGET[capability])
+    if not triton_available():
+        raise ImportError("compile_for_gpu needs Triton: pip install triton")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fwd, _, dkdv, dq = _define_kernels(interpret=False)
+    fns = [fwd] if kernel == "forward" else [dkdv, dq]
+    dot_fp32 = dtype == torch.bfloat16 and capability < 80
+    constants = {
+        "CAUSAL": bool(causal),
+        "BLOCK_M": config.block_m,
+        "BLOCK_N": config.block_n,
+        "BLOCK_DK": _pow2(d_k),
+        "BLOCK_DV": _pow2(d_v),
+        "PRECISION": "ieee" if dtype == torch.float32 or dot_fp32 else "tf32",
+        "DOT_IN_FP32": dot_fp32,
+    }
+    pointers = {"Q", "K", "V", "Out", "DO", "DQ", "DK", "DV"}
+    shared = {}
+    for fn in fns:
+        signature = {}
+        for name in fn.arg_names:
+            if name in constants:
+                signature[name] = "constexpr"
+            elif name in pointers:
+                signature[name] = "*" + _TRITON_TYPES[dtype]
+            elif name in ("LSE", "DELTA"):
+                signature[name] = "*fp32"
+            elif name in ("qk_scale", "sm_scale"):
+                signature[name] = "fp32"
+            else:
+                signature[name] = "i32"
+        compiled = triton.compile(
+            ASTSource(fn, signature, constexprs=constants),
+            target=GPUTarget("cuda", capability, 32),
+            options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+        )
+        shared[compiled.metadata.name] = int(compiled.metadata.shared)
+    return shared

@@ -8,6 +8,8 @@ A checker takes the reader's function or value, runs it on several cases
   stub raises ``NotImplementedError`` / returns ``None``;
 * ``❌ Exercise 3.1 (...): <which case, expected vs got>``.
 
+The reader's function gets deep copies of its arguments and runs under a time limit
+(:func:`set_time_limit`); a crash of the checker itself is reported as the checker's.
 Checkers never raise, so a notebook whose exercises are untouched still runs
 clean. They return a :class:`CheckResult` (used by the tests) that displays
 nothing by itself, so the line is not printed twice.
@@ -21,23 +23,31 @@ Writing a checker::
 """
 
 from ._core import (
+    AnswerRaised,
     CheckResult,
     Mismatch,
     NotAttempted,
+    TookTooLong,
     call_answer,
     checker,
     expect_close,
+    expect_int,
     expect_shape,
     expect_true,
+    set_time_limit,
 )
 
 __all__ = [
+    "AnswerRaised",
     "CheckResult",
     "Mismatch",
     "NotAttempted",
+    "TookTooLong",
     "call_answer",
     "checker",
     "expect_close",
+    "expect_int",
     "expect_shape",
     "expect_true",
+    "set_time_limit",
 ]

@@ -1,8 +1,29 @@
-"""The checker machinery shared by every chapter's exercises."""
+"""The checker machinery shared by every chapter's exercises.
+
+Three promises make a checker hard to fool and impossible to hang:
+
+* :func:`call_answer` hands the reader's function **deep copies** of its arguments, so a
+  function that modifies its inputs (zeroing a model's parameters, say) cannot change the
+  objects the checker then computes the expected value from;
+* it runs the reader's function under a **time limit** (5 seconds by default, changed
+  with :func:`set_time_limit` or the ``SELFATTN_CHECK_TIME_LIMIT`` environment
+  variable) and reports "took too long" instead of waiting forever;
+* an exception raised by the reader's code is reported as the reader's, and an exception
+  raised by the checker itself as the checker's fault, never the other way round.
+
+Integers are compared exactly (:func:`expect_int`), floats with a stated tolerance
+(:func:`expect_close`).
+"""
 
 from __future__ import annotations
 
+import copy
 import functools
+import math
+import numbers
+import os
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -12,12 +33,50 @@ import torch
 PASSED, NOT_ATTEMPTED, FAILED = "passed", "not attempted", "failed"
 
 
+def _limit_from_environment(default: float = 5.0) -> float:
+    try:
+        value = float(os.environ.get("SELFATTN_CHECK_TIME_LIMIT", default))
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and value > 0 else default
+
+
+#: Seconds the reader's function may run in one call before the checker gives up on it.
+TIME_LIMIT_S: float = _limit_from_environment()
+
+
+def set_time_limit(seconds: float) -> float:
+    """Set how long (in seconds, > 0) one call of the reader's function may take.
+
+    Returns the previous limit, so a test can restore it.
+    """
+    global TIME_LIMIT_S
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        raise TypeError(f"seconds must be a number, got {type(seconds).__name__} {seconds!r}")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"seconds must be a finite number > 0, got {seconds}")
+    previous, TIME_LIMIT_S = TIME_LIMIT_S, float(seconds)
+    return previous
+
+
 class Mismatch(AssertionError):
     """Raised inside a checker when the answer is wrong; the message is shown to the reader."""
 
 
 class NotAttempted(Exception):
     """Raised inside a checker when the answer is still the stub."""
+
+
+class TookTooLong(Mismatch):
+    """Raised by :func:`call_answer` when the reader's function exceeds the time limit."""
+
+
+class AnswerRaised(Exception):
+    """Raised by :func:`call_answer` when the reader's function raised; wraps that error."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
 
 
 @dataclass
@@ -41,14 +100,116 @@ class CheckResult:
         pass
 
 
-def call_answer(answer: Callable, *args, **kwargs):
-    """Call the reader's function; a stub (NotImplementedError or ``None`` returned) means not attempted."""
+def _private_copy(obj):
+    """A deep copy the reader's function may modify freely (the original stays pristine)."""
     try:
-        out = answer(*args, **kwargs)
-    except NotImplementedError:
-        raise NotAttempted() from None
+        return copy.deepcopy(obj)
+    except Exception:
+        # Non-leaf tensors (part of an autograd graph) refuse deepcopy: a clone keeps
+        # the graph and still protects the values. Anything else that cannot be copied
+        # (a generator, a lock) is passed as it is.
+        if isinstance(obj, torch.Tensor):
+            return obj.clone()
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(_private_copy(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: _private_copy(v) for k, v in obj.items()}
+        return obj
+
+
+class _Calls(threading.local):
+    # How many answers the running checker has received: tells a crash of the checker
+    # before any answer (its own bug) from one while reading the reader's result.
+    answered = 0
+
+
+_calls = _Calls()
+
+
+class _Alarm(BaseException):
+    # A BaseException, so that a reader's ``except Exception`` cannot swallow the timeout.
+    pass
+
+
+def _run_with_time_limit(fn: Callable, limit: float):
+    """Run ``fn()``; raise :class:`TookTooLong` when it takes more than ``limit`` seconds.
+
+    In the main thread on Linux and macOS (a Jupyter kernel runs cells there) a SIGALRM
+    timer interrupts the function. Elsewhere (another thread, Windows) the function runs
+    in a daemon thread and the checker stops waiting for it; Python cannot kill a thread,
+    so such a function may keep running in the background.
+    """
+    message = (
+        f"your function took too long (more than {limit:g} s); does it loop forever? "
+        "(the limit is selfattn.exercises.set_time_limit)"
+    )
+    use_signal = (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0  # nobody else's timer is running
+    )
+    if use_signal:
+
+        def on_alarm(signum, frame):
+            raise _Alarm()
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            try:
+                return fn()
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except _Alarm:
+            raise TookTooLong(message) from None
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+    box: dict = {}
+    grad = torch.is_grad_enabled()  # grad mode is per thread: carry the caller's over
+
+    def target() -> None:
+        try:
+            with torch.set_grad_enabled(grad):
+                box["out"] = fn()
+        except BaseException as err:  # handed back to the checker's thread below
+            box["err"] = err
+
+    worker = threading.Thread(target=target, daemon=True, name="selfattn-answer")
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        raise TookTooLong(message)
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
+
+
+def call_answer(answer: Callable, *args, **kwargs):
+    """Call the reader's function on deep copies of the arguments, under the time limit.
+
+    A stub (``NotImplementedError`` raised or ``None`` returned) raises
+    :class:`NotAttempted`; an error raised by the reader's code comes back as
+    :class:`AnswerRaised` (reported as the reader's, not the checker's, fault); running
+    longer than the time limit (:func:`set_time_limit`) raises :class:`TookTooLong`.
+    """
+    if not callable(answer):
+        raise Mismatch(f"expected a function, got {type(answer).__name__} {answer!r:.60}")
+    args, kwargs = _private_copy(args), _private_copy(kwargs)
+
+    def run():
+        try:
+            return answer(*args, **kwargs)
+        except NotImplementedError:
+            raise NotAttempted() from None
+        except (KeyboardInterrupt, _Alarm):
+            raise
+        except Exception as err:
+            raise AnswerRaised(err) from err
+
+    out = _run_with_time_limit(run, TIME_LIMIT_S)
     if out is None:
         raise NotAttempted()
+    _calls.answered += 1
     return out
 
 
@@ -59,15 +220,41 @@ def _as_array(x) -> np.ndarray:
 
 
 def expect_shape(got, expected_shape, *, case: str) -> None:
-    """Raise :class:`Mismatch` naming ``case`` unless ``got`` (tensor or array) has ``expected_shape``."""
+    """Raise :class:`Mismatch` naming ``case`` unless ``got`` (tensor, array) has that shape."""
     shape = tuple(got.shape) if hasattr(got, "shape") else np.shape(got)
     if tuple(shape) != tuple(expected_shape):
         raise Mismatch(f"case {case}: expected shape {tuple(expected_shape)}, got {tuple(shape)}")
 
 
+def expect_int(got, expected: int, *, case: str) -> None:
+    """An exact integer check: ``got`` must be an integer (int, NumPy or 0-d tensor integer,
+    or a float with no fractional part) equal to ``expected``; ``expected + 0.9`` fails."""
+    value = got
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise Mismatch(f"case {case}: expected one integer, got a tensor {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise Mismatch(f"case {case}: expected the integer {expected}, got {value!r:.60}")
+    if isinstance(value, numbers.Integral):
+        exact = int(value) == expected
+    else:
+        exact = math.isfinite(value) and float(value).is_integer() and int(value) == expected
+    if not exact:
+        raise Mismatch(f"case {case}: expected {expected}, got {value!r}")
+
+
 def expect_close(got, expected, *, case: str, atol: float = 1e-5, rtol: float = 1e-5) -> None:
     """Shape, NaN and value check with a message naming the case and the largest difference."""
-    g, e = _as_array(got), _as_array(expected)
+    try:
+        g = _as_array(got)
+    except Exception:
+        raise Mismatch(
+            f"case {case}: expected a tensor or array, got {type(got).__name__} {got!r:.60}"
+        ) from None
+    e = _as_array(expected)
     if g.shape != e.shape:
         raise Mismatch(f"case {case}: expected shape {e.shape}, got {g.shape}")
     if np.isnan(g).any() and not np.isnan(e).any():
@@ -76,25 +263,27 @@ def expect_close(got, expected, *, case: str, atol: float = 1e-5, rtol: float = 
         diff = np.abs(g - e)
         idx = np.unravel_index(np.nanargmax(diff), diff.shape) if diff.size else ()
         raise Mismatch(
-            f"case {case}: largest difference {float(np.nanmax(diff)):.3g} at index {tuple(int(i) for i in idx)} "
+            f"case {case}: largest difference {float(np.nanmax(diff)):.3g} "
+            f"at index {tuple(int(i) for i in idx)} "
             f"(expected {e[idx]:.6g}, got {g[idx]:.6g}; tolerance atol={atol:g}, rtol={rtol:g})"
         )
 
 
 def expect_true(condition: bool, message: str) -> None:
-    """Raise :class:`Mismatch` with ``message`` (which should name the case) unless ``condition`` holds."""
+    """Raise :class:`Mismatch` with ``message`` (naming the case) unless ``condition`` holds."""
     if not condition:
         raise Mismatch(message)
 
 
 def checker(number: str, title: str):
-    """Turn ``check(answer)`` (which raises Mismatch / NotAttempted) into a checker that prints one line."""
+    """Turn ``check(answer)`` (raising Mismatch, NotAttempted) into a checker printing one line."""
 
     def decorate(check: Callable) -> Callable[..., CheckResult]:
         label = f"Exercise {number} ({title})"
 
         @functools.wraps(check)
         def run(answer, *args, **kwargs) -> CheckResult:
+            _calls.answered = 0
             if answer is None:
                 result = CheckResult(label, NOT_ATTEMPTED, f"⏳ {label}: not attempted yet")
             else:
@@ -104,10 +293,26 @@ def checker(number: str, title: str):
                     result = CheckResult(label, NOT_ATTEMPTED, f"⏳ {label}: not attempted yet")
                 except Mismatch as err:
                     result = CheckResult(label, FAILED, f"❌ {label}: {err}")
-                except Exception as err:  # the reader's code crashed: say where, never raise
+                except AnswerRaised as err:  # the reader's code crashed: say so, never raise
                     result = CheckResult(
-                        label, FAILED, f"❌ {label}: your code raised {type(err).__name__}: {err}"
+                        label,
+                        FAILED,
+                        f"❌ {label}: your code raised {type(err.error).__name__}: {err.error}",
                     )
+                except Exception as err:  # the checker's own failure: never blame the reader
+                    what = f"{type(err).__name__}: {err}"
+                    if _calls.answered:
+                        message = (
+                            f"the checker failed while reading your function's result ({what}); "
+                            "check the type and shape it returns (the checker should have "
+                            "said this more clearly: this part is the checker's fault)"
+                        )
+                    else:
+                        message = (
+                            f"the checker itself failed ({what}); this is a bug in the "
+                            "checker, not in your answer"
+                        )
+                    result = CheckResult(label, FAILED, f"❌ {label}: {message}")
                 else:
                     result = CheckResult(label, PASSED, f"✅ {label}: passed")
             print(result.message)

@@ -1,6 +1,7 @@
 """Checkers for chapter 1, "Why self-attention".
 
-* 1.1 ``check_dilated_layers``: dilated width-``k`` convolution layers needed to connect tokens ``n`` apart.
+* 1.1 ``check_dilated_layers``: dilated width-``k`` convolution layers needed to connect
+  tokens ``n`` apart.
 * 1.2 ``check_rnn_bound``: the bound ``||W_ih|| ||W_hh||^t`` on an RNN's gradient reach.
 * 1.3 ``check_reach_to_first``: ``|| d y[-1] / d x[0] ||`` with autograd.
 * 1.4 ``check_accuracy_by_distance``: accuracy per distance from predictions.
@@ -28,7 +29,7 @@ __all__ = [
 
 
 def conv_layers_needed(n: int, k: int) -> int:
-    """Layers of width-``k`` convolutions (stride 1, no dilation) before position ``n`` sees position 0.
+    """Layers of width-``k`` convolutions (stride 1, no dilation) before ``n`` sees position 0.
 
     Each layer widens the receptive field by ``k - 1`` tokens: after ``L`` layers it spans
     ``1 + L (k - 1)`` tokens, which must be at least ``n + 1``. So ``L = ceil(n / (k - 1))``.
@@ -39,7 +40,7 @@ def conv_layers_needed(n: int, k: int) -> int:
 
 
 def dilated_layers_needed(n: int, k: int) -> int:
-    """Layers of width-``k`` convolutions with dilations ``1, k, k^2, ...`` before position ``n`` sees position 0.
+    """Layers of width-``k`` convolutions, dilations ``1, k, k^2, ...``, before ``n`` sees 0.
 
     After ``L`` such layers the receptive field spans ``k^L`` tokens, which must be at least
     ``n + 1``: the smallest such ``L`` (0 for ``n = 0``). Integer arithmetic, no logarithms.
@@ -53,9 +54,10 @@ def dilated_layers_needed(n: int, k: int) -> int:
 
 
 def rnn_reach_bound(rnn: torch.nn.RNN, distance: int) -> float:
-    """``||W_ih||_2 * ||W_hh||_2 ** distance``: the bound on ``||d h_t / d x_{t - distance}||_2`` of a tanh RNN.
+    """``||W_ih||_2 * ||W_hh||_2 ** distance``: a tanh RNN's bound on ``||d h_t / d x_{t-s}||_2``.
 
-    Spectral norms (largest singular values) of the input and recurrent weights of a one-layer ``nn.RNN``.
+    Spectral norms (largest singular values) of the input and recurrent weights of a
+    one-layer ``nn.RNN``; ``s`` is ``distance``.
     """
     w_ih = torch.linalg.matrix_norm(rnn.weight_ih_l0.detach().double(), ord=2)
     w_hh = torch.linalg.matrix_norm(rnn.weight_hh_l0.detach().double(), ord=2)
@@ -75,7 +77,7 @@ def accuracy_by_distance(
     }
 
 
-@checker("1.1", "dilated convolution layers to connect two tokens")
+@checker("1.1", "dilated convolution layers")
 def check_dilated_layers(answer):
     for n, k in (
         (1, 3),

@@ -27,21 +27,26 @@ __all__ = [
 
 
 def hard_lookup(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """The value ``(d_v,)`` whose key ``(m, d)`` has the largest dot product with the query ``(d,)``."""
+    """The value ``(d_v,)`` whose key (of ``(m, d)``) has the largest dot product with ``(d,)``."""
     return values[torch.argmax(keys @ query)]
 
 
 def soft_lookup(
     query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
-    """``softmax(keys @ query / temperature) @ values``: query ``(d,)``, keys ``(m, d)``, values ``(m, d_v)`` -> ``(d_v,)``."""
+    """``softmax(keys @ query / temperature) @ values``.
+
+    Shapes: query ``(d,)``, keys ``(m, d)``, values ``(m, d_v)`` -> ``(d_v,)``.
+    """
     return torch.softmax(keys @ query / temperature, dim=-1) @ values
 
 
 def cross_attention(
     x: torch.Tensor, context: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
 ) -> torch.Tensor:
-    """Queries from ``x`` ``(n, d)``, keys and values from ``context`` ``(m, d)``; returns ``(n, d_v)``.
+    """Queries from ``x`` ``(n, d)``, keys and values from ``context`` ``(m, d)``.
+
+    Returns ``(n, d_v)``.
 
     ``w_q``, ``w_k``: ``(d, d_k)``; ``w_v``: ``(d, d_v)``. Scores are scaled by ``1/sqrt(d_k)``.
     """

@@ -110,8 +110,9 @@ def check_dot_variance(answer) -> None:
 
 @checker("3.4", "attention with a temperature")
 def check_temperature(answer) -> None:
-    """``answer(q, k, v, temperature)`` must return ``softmax(q k^T / (temperature * sqrt(d_k))) v``
-    for ``q (..., n, d_k)``, ``k (..., m, d_k)``, ``v (..., m, d_v)``."""
+    """``answer(q, k, v, temperature)`` must return
+    ``softmax(q k^T / (temperature * sqrt(d_k))) v`` for ``q (..., n, d_k)``,
+    ``k (..., m, d_k)``, ``v (..., m, d_v)``."""
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 4, 16, generator=g, dtype=torch.float64) for _ in range(3))
     cases = [

@@ -35,7 +35,8 @@ def _expect_bool_mask(got, expected: torch.Tensor, *, case: str) -> None:
         return
     expect_true(
         not torch.equal(~got, expected),
-        f"case {case}: every entry is flipped: this book's masks use True = may attend (SDPA's convention)",
+        f"case {case}: every entry is flipped: this book's masks use True = may attend "
+        "(SDPA's convention)",
     )
     idx = tuple((got != expected).nonzero()[0].tolist())
     expect_true(

@@ -2,7 +2,8 @@
 
 * 6.1 :func:`check_sinusoidal`: the sinusoidal encoding ``(n, d)`` from its formula.
 * 6.2 :func:`check_shift_matrix`: the ``d x d`` matrix ``M_k`` with ``PE[pos + k] = M_k PE[pos]``.
-* 6.3 :func:`check_alibi_slopes`: ALiBi's per-head slopes, including head counts that are not powers of two.
+* 6.3 :func:`check_alibi_slopes`: ALiBi's per-head slopes, including head counts that are not
+  powers of two.
 * 6.4 :func:`check_rope`: rotary position embedding of ``(n, d)`` vectors at given positions.
 
 Each compares the reader's function with the library's (:mod:`selfattn.positional`) on
@@ -30,7 +31,7 @@ def _tensor(got, case: str) -> torch.Tensor:
 
 @checker("6.1", "sinusoidal encoding")
 def check_sinusoidal(answer):
-    """``answer(n, d)`` must return ``PE`` ``(n, d)`` with base 10000 (sin in even columns, cos in odd)."""
+    """``answer(n, d)`` -> ``PE`` ``(n, d)``, base 10000: sin in even columns, cos in odd."""
     for n, d in ((1, 2), (4, 2), (10, 8), (7, 6), (50, 64)):
         case = f"n={n}, d={d}"
         got = _tensor(call_answer(answer, n, d), case)
@@ -41,7 +42,7 @@ def check_sinusoidal(answer):
 
 @checker("6.2", "the shift as a block rotation")
 def check_shift_matrix(answer):
-    """``answer(k, d)`` must return ``M_k`` ``(d, d)`` with ``PE[pos + k] = M_k @ PE[pos]`` (base 10000)."""
+    """``answer(k, d)`` -> ``M_k`` ``(d, d)`` with ``PE[pos + k] = M_k @ PE[pos]`` (base 10000)."""
     for k, d in ((1, 2), (3, 8), (0, 4), (-2, 6), (10, 16)):
         case = f"k={k}, d={d}"
         got = _tensor(call_answer(answer, k, d), case)
@@ -56,7 +57,7 @@ def check_shift_matrix(answer):
 
 @checker("6.3", "ALiBi slopes")
 def check_alibi_slopes(answer):
-    """``answer(h)`` must return the ``h`` slopes of Press et al. (2022), as a sequence or tensor ``(h,)``."""
+    """``answer(h)`` -> the ``h`` slopes of Press et al. (2022), a sequence or tensor ``(h,)``."""
     for h in (1, 2, 4, 8, 16, 3, 5, 6, 12, 20):
         case = f"num_heads={h}"
         got = _tensor(call_answer(answer, h), case).flatten()
@@ -65,7 +66,10 @@ def check_alibi_slopes(answer):
 
 @checker("6.4", "rotary position embedding")
 def check_rope(answer):
-    """``answer(x, positions)`` must rotate the pairs ``(x[:, 2i], x[:, 2i+1])`` of ``x`` ``(n, d)`` by ``positions * theta_i``."""
+    """``answer(x, positions)`` must rotate the pairs ``(x[:, 2i], x[:, 2i+1])`` of ``x (n, d)``.
+
+    Row ``r`` turns by the angle ``positions[r] * theta_i``, ``theta_i = 10000^(-2i/d)``.
+    """
     g = torch.Generator().manual_seed(6)
     for n, d, positions in (
         (1, 2, [0]),

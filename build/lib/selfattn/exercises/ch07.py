@@ -1,4 +1,4 @@
-"""Checkers for chapter 7's exercises (the cost of attention, the online softmax, FlashAttention's IO).
+"""Checkers for chapter 7's exercises (cost of attention, online softmax, FlashAttention's IO).
 
 Each checker runs the reader's answer on several cases and prints one line:
 passed, not attempted yet, or the first case that failed with expected vs got.
@@ -44,16 +44,16 @@ def check_attention_flops(answer) -> None:
 
 
 def _state(s: torch.Tensor, v: torch.Tensor):
-    m = s.max()
-    p = torch.exp(s - m)
-    return m, p.sum(), p @ v
+    mu = s.max()  # the running max is mu in chapter 7 (m counts the keys)
+    p = torch.exp(s - mu)
+    return mu, p.sum(), p @ v
 
 
 @checker("7.2", "merging two online-softmax states")
 def check_merge_states(answer) -> None:
-    """``answer(m1, l1, o1, m2, l2, o2)`` gets the states ``(max, sum of exp(s - max),
+    """``answer(mu1, l1, o1, mu2, l2, o2)`` gets the states ``(max, sum of exp(s - max),
     unnormalised output sum exp(s - max) v)`` of two disjoint blocks of keys and must return the
-    state ``(m, l, o)`` of their union; ``o / l`` is then softmax attention over both blocks."""
+    state ``(mu, l, o)`` of their union; ``o / l`` is then softmax attention over both blocks."""
     g = torch.Generator().manual_seed(7)
     cases = [
         (
@@ -84,12 +84,12 @@ def check_merge_states(answer) -> None:
         got = call_answer(answer, *a, *b)
         expect_true(
             isinstance(got, (tuple, list)) and len(got) == 3,
-            f"case {name}: return a tuple (m, l, o)",
+            f"case {name}: return a tuple (mu, l, o)",
         )
-        m, l, o = (torch.as_tensor(x, dtype=torch.float64) for x in got)
+        mu, total, o = (torch.as_tensor(x, dtype=torch.float64) for x in got)
         em, el, eo = _state(torch.cat([s1, s2]), torch.cat([v1, v2]))
-        expect_close(m, em, case=f"{name}: m", atol=1e-9, rtol=1e-9)
-        expect_close(l, el, case=f"{name}: l", atol=1e-9, rtol=1e-9)
+        expect_close(mu, em, case=f"{name}: mu", atol=1e-9, rtol=1e-9)
+        expect_close(total, el, case=f"{name}: l", atol=1e-9, rtol=1e-9)
         expect_close(o, eo, case=f"{name}: o", atol=1e-9, rtol=1e-9)
 
 

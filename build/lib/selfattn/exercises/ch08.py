@@ -30,8 +30,9 @@ def _expect_int(got, expected: int, *, case: str) -> None:
 
 @checker("8.1", "pairs a causal sliding window computes")
 def check_window_pairs(answer) -> None:
-    """``answer(n, window)`` must return how many (query, key) pairs causal sliding-window attention
-    computes: query ``i`` sees ``min(i + 1, window)`` keys (itself and up to ``window - 1`` before)."""
+    """``answer(n, window)`` must return how many (query, key) pairs causal sliding-window
+    attention computes: query ``i`` sees ``min(i + 1, window)`` keys (itself and up to
+    ``window - 1`` before)."""
     for n, w in ((10, 3), (5, 5), (3, 10), (1, 1), (1000, 64), (7, 1)):
         _expect_int(
             call_answer(answer, n, w),
@@ -42,8 +43,9 @@ def check_window_pairs(answer) -> None:
 
 @checker("8.2", "receptive field of stacked windows")
 def check_receptive_field(answer) -> None:
-    """``answer(window, layers)`` must return how many input positions can influence the last output of
-    a long sequence after ``layers`` stacked causal sliding-window layers of ``window`` keys each."""
+    """``answer(window, layers)`` must return how many input positions can influence the last
+    output of a long sequence after ``layers`` stacked causal sliding-window layers of
+    ``window`` keys each."""
     for w, layers in ((4, 1), (4, 3), (2, 5), (1, 7), (256, 32), (3, 2)):
         _expect_int(
             call_answer(answer, w, layers),
@@ -54,9 +56,9 @@ def check_receptive_field(answer) -> None:
 
 @checker("8.3", "linear attention, non-causal")
 def check_linear_attention(answer) -> None:
-    """``answer(q, k, v)`` for q ``(..., n, d)``, k ``(..., m, d)``, v ``(..., m, d_v)`` must return
-    non-causal linear attention with phi(x) = elu(x) + 1 and eps = 1e-6 added to the normaliser,
-    computed in O(n): phi(q) (phi(k)^T v) / (phi(q) . sum_j phi(k_j) + eps)."""
+    """``answer(q, k, v)`` for q ``(..., n, d)``, k ``(..., m, d)``, v ``(..., m, d_v)`` must
+    return non-causal linear attention with phi(x) = elu(x) + 1 and eps = 1e-6 added to the
+    normaliser, computed in O(n): phi(q) (phi(k)^T v) / (phi(q) . sum_j phi(k_j) + eps)."""
     g = torch.Generator().manual_seed(8)
     for shape_q, shape_k, dv in (
         ((6, 4), (6, 4), 3),
@@ -76,11 +78,12 @@ def check_linear_attention(answer) -> None:
         )
 
 
-@checker("8.4", "one recurrent step of causal linear attention")
+@checker("8.4", "a step of causal linear attention")
 def check_linear_step(answer) -> None:
     """``answer(S, z, q_t, k_t, v_t)`` with state ``S (d, d_v)``, ``z (d,)`` and the new token's
     ``q_t, k_t (d,)``, ``v_t (d_v,)`` must return ``(out_t, S_new, z_new)``: absorb token t first
-    (S += phi(k_t) v_t^T, z += phi(k_t)), then read out_t = phi(q_t) S_new / (phi(q_t) . z_new + 1e-6)."""
+    (S += phi(k_t) v_t^T, z += phi(k_t)), then read
+    out_t = phi(q_t) S_new / (phi(q_t) . z_new + 1e-6)."""
     g = torch.Generator().manual_seed(9)
     d, dv = 4, 3
     state = LinearAttentionState.empty((), d, dv, dtype=torch.float64)

@@ -1,4 +1,6 @@
-"""Checkers for chapter 9's exercises (the pre-LN block, patches, CLIP's loss, masked accuracy, cached decoding).
+"""Checkers for chapter 9's exercises.
+
+The pre-LN block, patches, CLIP's loss, masked accuracy, and cached decoding.
 
 Each checker runs the reader's answer on several cases, edge cases included,
 and prints one line: passed, not attempted yet, or the first case that failed
@@ -46,8 +48,10 @@ def check_block_forward(answer) -> None:
 
 @checker("9.2", "cut images into patches")
 def check_patchify(answer) -> None:
-    """``answer(images, patch)`` for ``images (N, C, H, W)`` must return ``(N, P, C * patch * patch)``,
-    patches row by row, each flattened channel-first (as :func:`selfattn.data.images.patchify`)."""
+    """``answer(images, patch)`` for ``images (N, C, H, W)``: ``(N, P, C * patch * patch)``.
+
+    Patches row by row, each flattened channel-first (as :func:`selfattn.data.images.patchify`).
+    """
     for N, C, H, W, p in ((2, 3, 8, 8, 4), (1, 1, 6, 9, 3), (3, 2, 4, 4, 4), (1, 3, 5, 5, 1)):
         images = torch.randn(N, C, H, W, generator=_gen(N * 7 + H + W + p), dtype=torch.float64)
         expect_close(
@@ -61,8 +65,10 @@ def check_patchify(answer) -> None:
 
 @checker("9.3", "CLIP's contrastive loss")
 def check_clip_loss(answer) -> None:
-    """``answer(logits)`` for a ``(B, B)`` image-by-caption logit matrix must return the symmetric
-    cross-entropy: the mean of the image->text and the text->image losses, true pairs on the diagonal."""
+    """``answer(logits)`` for ``(B, B)`` image-by-caption logits: the symmetric cross-entropy.
+
+    The mean of the image->text and the text->image losses, true pairs on the diagonal.
+    """
     cases = [
         ("random B=4", 3 * torch.randn(4, 4, generator=_gen(0), dtype=torch.float64)),
         ("B=1", torch.tensor([[2.5]], dtype=torch.float64)),
@@ -121,11 +127,18 @@ def check_masked_accuracy(answer) -> None:
         expect_true(abs(got - expected) < 1e-9, f"case {name}: expected {expected}, got {got:.4g}")
 
 
+def _shape_or_type(value) -> str:
+    return str(tuple(value.shape)) if torch.is_tensor(value) else type(value).__name__
+
+
 @checker("9.5", "greedy decoding with a KV cache")
 def check_greedy_cached(answer) -> None:
-    """``answer(model, ids, steps)`` must continue ``ids (B, p)`` greedily by ``steps`` tokens with a
-    KV cache (prefill the prompt once, then feed one token per step) and return ``(B, p + steps)``
-    ids. Every call after the first must feed the model one token (that is what the cache is for)."""
+    """``answer(model, ids, steps)``: ``ids (B, p)`` continued greedily by ``steps`` tokens.
+
+    With a KV cache (prefill the prompt once, then feed one token per step), returning
+    ``(B, p + steps)`` ids. Every call after the first must feed the model one token (that is
+    what the cache is for).
+    """
     for seed, B, p, steps in ((0, 1, 3, 6), (1, 2, 1, 5), (2, 3, 4, 1)):
         torch.manual_seed(seed)
         model = MiniGPT(7, d_model=16, num_heads=2, num_layers=2, max_len=16).eval()
@@ -133,7 +146,8 @@ def check_greedy_cached(answer) -> None:
         expected = model.generate(ids, steps, greedy=True)
         lengths = []
 
-        def count(module, args, kwargs):  # record the length of every input the model is given
+        # record the length of every input the model is given (bound now: one list per case)
+        def count(module, args, kwargs, lengths=lengths):
             ids_in = args[0] if args else kwargs.get("ids")
             lengths.append(
                 ids_in.shape[1] if torch.is_tensor(ids_in) and ids_in.dim() == 2 else -1
@@ -147,7 +161,7 @@ def check_greedy_cached(answer) -> None:
         case = f"B={B}, prompt length {p}, {steps} steps"
         expect_true(
             torch.is_tensor(got) and tuple(got.shape) == (B, p + steps),
-            f"case {case}: expected ids of shape {(B, p + steps)}, got {tuple(got.shape) if torch.is_tensor(got) else type(got).__name__}",
+            f"case {case}: expected ids of shape {(B, p + steps)}, got {_shape_or_type(got)}",
         )
         expect_true(
             torch.equal(got.long(), expected),
@@ -155,6 +169,7 @@ def check_greedy_cached(answer) -> None:
         )
         expect_true(
             len(lengths) <= steps + 1 and all(n == 1 for n in lengths[1:]),
-            f"case {case}: the model was called {len(lengths)} times with inputs of lengths {lengths}; with a cache "
-            f"the prompt goes in once and every later call feeds one token",
+            f"case {case}: the model was called {len(lengths)} times with inputs of lengths "
+            f"{lengths}; with a cache the prompt goes in once and every later call feeds one "
+            "token",
         )

@@ -1,6 +1,7 @@
 """The smallest model on which heads divide the work (chapter 5, "what heads learn").
 
-Token and learned position embeddings, **one** causal :class:`~selfattn.multihead.MultiHeadAttention`
+Token and learned position embeddings, **one** causal
+:class:`~selfattn.multihead.MultiHeadAttention`
 layer and a linear read-out that predicts two things at every position: the previous
 token and the first token (:func:`selfattn.data.lookup.prev_first_lookup`). There is no
 residual connection and no MLP, so everything the read-out knows came through attention,
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import require_module
 from ..multihead import MultiHeadAttention
 
 __all__ = ["LookupHeadsModel", "lookup_loss"]
@@ -43,7 +45,8 @@ class LookupHeadsModel(nn.Module):
         self.readout = nn.Linear(d_model, 2 * vocab_size)
 
     def forward(self, tokens: torch.Tensor):
-        """``tokens (B, n)`` long -> ``(prev_logits (B, n, V), first_logits (B, n, V), weights (B, h, n, n))``."""
+        """``tokens (B, n)`` long -> ``(prev_logits (B, n, V), first_logits (B, n, V), weights (B,
+        h, n, n))``."""
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(
                 f"tokens must be a (B, n) long tensor, got {tuple(tokens.shape)} {tokens.dtype}"
@@ -60,8 +63,14 @@ class LookupHeadsModel(nn.Module):
 def lookup_loss(model: LookupHeadsModel, batch) -> torch.Tensor:
     """Sum of the two cross-entropies (previous token, first token); position 0 is ignored.
 
-    ``batch`` is a :class:`selfattn.data.lookup.LookupBatch`. Fits :func:`~selfattn.train.train_loop`'s ``loss_fn``.
+    ``batch`` is a :class:`selfattn.data.lookup.LookupBatch`. Fits
+    :func:`~selfattn.train.train_loop`'s ``loss_fn``.
     """
+    require_module(model)
+    if not all(hasattr(batch, f) for f in ("tokens", "prev", "first")):
+        raise TypeError(
+            f"batch must be a LookupBatch (tokens, prev, first), got {type(batch).__name__}"
+        )
     prev_logits, first_logits, _ = model(batch.tokens)
     V = model.vocab_size
     return F.cross_entropy(prev_logits.reshape(-1, V), batch.prev.reshape(-1)) + F.cross_entropy(

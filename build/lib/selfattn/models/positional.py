@@ -15,14 +15,17 @@ comparison under one training budget compares the encodings and nothing else.
 
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import check_token_ids, require_int, require_module
 from ..attention import scaled_dot_product_attention
-from ..data.order_tasks import IGNORE_INDEX
+from ..data.order_tasks import IGNORE_INDEX, ShiftedCopyTask
 from ..positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
@@ -32,7 +35,16 @@ from ..positional import (
 )
 from ..train import train_loop
 
-__all__ = ["ENCODINGS", "OrderModelConfig", "OrderModel", "token_accuracy", "train_order_model"]
+__all__ = [
+    "ENCODINGS",
+    "OrderModelConfig",
+    "OrderModel",
+    "token_accuracy",
+    "train_order_model",
+    "steps_to_loss",
+    "extrapolation_run",
+    "extrapolation_study",
+]
 
 #: The encodings :class:`OrderModel` accepts.
 ENCODINGS = ("none", "sinusoidal", "learned", "alibi", "relative", "rope")
@@ -99,9 +111,12 @@ class OrderModel(nn.Module):
         if encoding not in ENCODINGS:
             raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
         cfg = self.cfg = OrderModelConfig(vocab_size=vocab_size, encoding=encoding, **kwargs)
+        for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
+            require_int(getattr(cfg, name), name, 1)
         if cfg.d_model % cfg.num_heads or (cfg.d_model // cfg.num_heads) % 2:
             raise ValueError(
-                f"d_model={cfg.d_model} must split into num_heads={cfg.num_heads} heads of even size"
+                f"d_model={cfg.d_model} must split into num_heads={cfg.num_heads} "
+                "heads of even size"
             )
         self.embed = nn.Embedding(vocab_size, cfg.d_model)
         self.pos = (
@@ -130,7 +145,10 @@ class OrderModel(nn.Module):
         return causal
 
     def forward(self, tokens: torch.Tensor, *, return_weights: bool = False):
-        """``tokens`` long ``(B, n)`` -> logits ``(B, n, vocab_size)`` (and each layer's ``(B, h, n, n)`` weights)."""
+        """``tokens`` long ``(B, n)`` -> logits ``(B, n, vocab_size)``.
+
+        With ``return_weights``, also each layer's attention weights ``(B, h, n, n)``.
+        """
         if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             got = (
                 f"{tuple(tokens.shape)} {tokens.dtype}"
@@ -138,6 +156,7 @@ class OrderModel(nn.Module):
                 else type(tokens).__name__
             )
             raise TypeError(f"tokens must be a torch.long tensor (B, n), got {got}")
+        check_token_ids(tokens, "tokens", self.cfg.vocab_size)
         n = tokens.shape[1]
         x = self.embed(tokens)
         if self.cfg.encoding == "sinusoidal":
@@ -157,7 +176,7 @@ class OrderModel(nn.Module):
 def token_accuracy(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, per_position: bool = False
 ):
-    """Share of scored positions (``y != IGNORE_INDEX``) where ``argmax`` of the logits equals ``y``.
+    """Share of scored positions (``y != IGNORE_INDEX``) where the logits' argmax equals ``y``.
 
     Args:
         x, y: long ``(B, n)``.
@@ -166,6 +185,7 @@ def token_accuracy(
     Returns:
         A float, or a float tensor ``(n,)``.
     """
+    require_module(model)
     model.eval()
     pred = model(x).argmax(-1)
     scored = y != IGNORE_INDEX
@@ -186,10 +206,11 @@ def train_order_model(
     seed: int = 0,
     **model_kwargs,
 ) -> tuple[OrderModel, list[float]]:
-    """Build an :class:`OrderModel` (weights seeded with ``seed``) and train it on ``task`` at length ``n_train``.
+    """Build an :class:`OrderModel` (weights seeded with ``seed``), train it at length ``n_train``.
 
     Args:
-        encoding: one of ``ENCODINGS``; task: e.g. :class:`~selfattn.data.order_tasks.ShiftedCopyTask`.
+        encoding: one of ``ENCODINGS``.
+        task: e.g. :class:`~selfattn.data.order_tasks.ShiftedCopyTask`.
         n_train: training sequence length; steps, batch_size, lr: the budget (Adam).
 
     Returns:
@@ -211,3 +232,113 @@ def train_order_model(
         desc=f"{encoding}",
     )
     return model, losses
+
+
+def steps_to_loss(losses, threshold: float = 0.1, *, window: int = 20) -> int | None:
+    """First step at which the ``window``-step moving average of ``losses`` is below ``threshold``.
+
+    The average ending at step ``t`` covers steps ``t - window + 1 .. t`` (1-based ``t``, so the
+    earliest possible answer is ``window``).
+
+    Args:
+        losses: per-step training losses, a sequence of floats of length ``steps``.
+        threshold: the loss to get below; window: the moving-average length.
+
+    Returns:
+        The step (an int), or ``None`` if the average never gets below ``threshold``.
+    """
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    losses = [float(v) for v in losses]
+    running = sum(losses[:window])
+    for end in range(window, len(losses) + 1):
+        if end > window:
+            running += losses[end - 1] - losses[end - 1 - window]
+        if running / window < threshold:
+            return end
+    return None
+
+
+def extrapolation_run(
+    encoding: str,
+    seed: int,
+    *,
+    n_train: int = 16,
+    n_test: int = 32,
+    steps: int = 600,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    shift: int = 3,
+    vocab_size: int = 16,
+    num_test: int = 500,
+    max_len: int = 64,
+) -> tuple[OrderModel, list[float], dict]:
+    """One run of chapter 6's experiment: train on the shifted copy at ``n_train``, test longer.
+
+    ``seed`` seeds everything that is random: the weights, the training batches and the test
+    sets (``ShiftedCopyTask(seed=seed)``), so two seeds are two independent repetitions.
+
+    Returns:
+        ``(model, losses, metrics)`` with ``metrics`` a dict: ``acc_short`` (token accuracy on
+        ``num_test`` sequences of length ``n_train``), ``acc_long`` (length ``n_test``),
+        ``acc_beyond`` (positions ``n_train .. n_test - 1`` of the long ones), ``per_position``
+        (list of ``n_test`` accuracies, NaN where nothing is scored) and ``steps_to_loss01``
+        (:func:`steps_to_loss` at 0.1, or ``None``).
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if n_test <= n_train:
+        raise ValueError(f"n_test must exceed n_train={n_train}, got {n_test}")
+    task = ShiftedCopyTask(shift=shift, vocab_size=vocab_size, seed=seed)
+    model, losses = train_order_model(
+        encoding,
+        task,
+        n_train=n_train,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        max_len=max_len,
+    )
+    test_short, test_long = task.test_set(num_test, n_train), task.test_set(num_test, n_test)
+    per_position = token_accuracy(model, *test_long, per_position=True)
+    metrics = {
+        "acc_short": token_accuracy(model, *test_short),
+        "acc_long": token_accuracy(model, *test_long),
+        "acc_beyond": per_position[n_train:].mean().item(),
+        "per_position": per_position.tolist(),
+        "steps_to_loss01": steps_to_loss(losses, 0.1),
+    }
+    return model, losses, metrics
+
+
+def extrapolation_study(seeds, *, encodings=ENCODINGS, **run_kwargs) -> dict:
+    """:func:`extrapolation_run` for every encoding and seed: the multi-seed table of chapter 6.
+
+    Args:
+        seeds: the seeds (ints); encodings: a subset of ``ENCODINGS``.
+        **run_kwargs: the budget, passed to :func:`extrapolation_run`.
+
+    Returns:
+        A JSON-ready dict ``{"settings": {...}, "seeds": [...], "runs": {encoding: {seed as
+        str: metrics without per_position}}}``.
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed, got none")
+    runs: dict[str, dict[str, dict]] = {}
+    for encoding in encodings:
+        runs[encoding] = {}
+        for seed in seeds:
+            _, _, metrics = extrapolation_run(encoding, seed, **run_kwargs)
+            metrics.pop("per_position")
+            runs[encoding][str(seed)] = {
+                k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
+                for k, v in metrics.items()
+            }
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(extrapolation_run).parameters.items()
+        if p.kind is p.KEYWORD_ONLY
+    }
+    return {"settings": {**defaults, **run_kwargs}, "seeds": seeds, "runs": runs}

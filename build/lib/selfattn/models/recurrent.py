@@ -1,4 +1,5 @@
-"""Tiny recurrent classifiers: an LSTM or a plain tanh RNN that reads a sequence and answers at its end (chapter 1).
+"""Tiny recurrent classifiers: an LSTM or a plain tanh RNN that reads a sequence and answers at its
+end (chapter 1).
 
 The contrast with :mod:`selfattn.models.tiny_attention`: everything the answer needs
 must survive in one hidden state passed from step to step.
@@ -53,9 +54,13 @@ class RecurrentClassifier(nn.Module):
         self.head = nn.Linear(d_hidden, n_classes)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits ``(B, n_classes)`` from the hidden state after the last token of ids ``(B, n)``."""
+        """Logits ``(B, n_classes)`` from the hidden state after the last token of ids ``(B,
+        n)``."""
         if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 2:
-            got = f"{type(ids).__name__} {getattr(ids, 'dtype', '')} {tuple(getattr(ids, 'shape', ()))}"
+            got = (
+                f"{type(ids).__name__} {getattr(ids, 'dtype', '')} "
+                f"{tuple(getattr(ids, 'shape', ()))}"
+            )
             raise TypeError(f"ids must be a long tensor of shape (B, n), got {got}")
         states, _ = self.rnn(self.embed(ids))  # (B, n, d_hidden)
         return self.head(states[:, -1])

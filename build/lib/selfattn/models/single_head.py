@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from .._checks import require_float, require_int
 from ..attention import scaled_dot_product_attention
 
 __all__ = ["SingleHeadSelfAttention", "KeyValueRecallModel"]
@@ -43,7 +44,7 @@ class SingleHeadSelfAttention(nn.Module):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         d_v = d_model if d_v is None else d_v
-        # No biases: the scores are then exactly the bilinear form x_i^T W_q W_k^T x_j of the chapter.
+        # No biases: the scores are then exactly the chapter's bilinear form x_i^T W_q W_k^T x_j.
         self.w_q = nn.Linear(d_model, d_k, bias=False)
         self.w_k = nn.Linear(d_model, d_k, bias=False)
         self.w_v = nn.Linear(d_model, d_v, bias=False)
@@ -60,7 +61,8 @@ class SingleHeadSelfAttention(nn.Module):
     ):
         """Self-attention over the tokens of ``x (..., n, d_model)``; ``mask`` as in
         :func:`selfattn.attention.scaled_dot_product_attention` (bool, True = may attend)."""
-        if x.shape[-1] != self.w_q.in_features:
+        require_float(x, "x")
+        if x.dim() < 2 or x.shape[-1] != self.w_q.in_features:
             raise ValueError(
                 f"x must have shape (..., n, d_model={self.w_q.in_features}), got {tuple(x.shape)}"
             )
@@ -84,7 +86,8 @@ class KeyValueRecallModel(nn.Module):
 
     Args:
         n_keys, n_values: vocabulary sizes of keys and values.
-        d_model: embedding width; d_k: query/key width; scaled: see :class:`SingleHeadSelfAttention`.
+        d_model: embedding width; d_k: query/key width.
+        scaled: see :class:`SingleHeadSelfAttention`.
 
     Shapes:
         ``forward(keys (B, p), values (B, p), query (B,)) -> logits (B, n_values)``.
@@ -92,6 +95,8 @@ class KeyValueRecallModel(nn.Module):
 
     def __init__(self, n_keys: int, n_values: int, d_model: int, d_k: int, *, scaled: bool = True):
         super().__init__()
+        n_keys, n_values = require_int(n_keys, "n_keys", 1), require_int(n_values, "n_values", 1)
+        d_model, d_k = require_int(d_model, "d_model", 1), require_int(d_k, "d_k", 1)
         self.key_embedding = nn.Embedding(n_keys, d_model)
         self.value_embedding = nn.Embedding(
             n_values + 1, d_model
@@ -106,8 +111,8 @@ class KeyValueRecallModel(nn.Module):
         """The input sequence ``(B, p + 1, d_model)``: p pair tokens, then the query token."""
         if keys.shape != values.shape or keys.dim() != 2 or query.shape != keys.shape[:1]:
             raise ValueError(
-                f"expected keys (B, p), values (B, p) and query (B,), got keys {tuple(keys.shape)}, "
-                f"values {tuple(values.shape)}, query {tuple(query.shape)}"
+                "expected keys (B, p), values (B, p) and query (B,), got keys "
+                f"{tuple(keys.shape)}, values {tuple(values.shape)}, query {tuple(query.shape)}"
             )
         pairs = self.key_embedding(keys) + self.value_embedding(values)
         marker = torch.full_like(query, self.n_values)

@@ -1,4 +1,4 @@
-"""Tiny attention models built on the book's :func:`selfattn.attention.scaled_dot_product_attention` (chapters 1-2).
+"""Tiny attention models on :func:`selfattn.attention.scaled_dot_product_attention` (chapters 1-2).
 
 * :class:`SelfAttention`: learned projections ``Q = X W_Q``, ``K = C W_K``, ``V = C W_V``
   with ``C = X`` (self-attention) or another sequence (cross-attention).
@@ -17,6 +17,7 @@ import math
 import torch
 from torch import nn
 
+from .._checks import check_token_ids, require_int, require_number, require_tensor
 from ..attention import scaled_dot_product_attention
 from ..positional import sinusoidal_encoding
 
@@ -30,8 +31,9 @@ def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
     explains it; here it only tells the attention model where each token is. This is
     :func:`selfattn.positional.sinusoidal_encoding` under the name chapter 1 uses.
     """
-    if n < 1 or d < 2 or d % 2:
-        raise ValueError(f"sinusoidal_positions needs n >= 1 and an even d >= 2, got n={n}, d={d}")
+    n, d = require_int(n, "n", 1), require_int(d, "d", 2)
+    if d % 2:
+        raise ValueError(f"sinusoidal_positions needs an even d >= 2, got d={d}")
     return sinusoidal_encoding(n, d)
 
 
@@ -61,8 +63,10 @@ class SelfAttention(nn.Module):
         bias: bool = False,
     ):
         super().__init__()
-        d_k = d_model if d_k is None else d_k
-        d_v = d_model if d_v is None else d_v
+        d_model = require_int(d_model, "d_model", 1)
+        d_k = d_model if d_k is None else require_int(d_k, "d_k", 1)
+        d_v = d_model if d_v is None else require_int(d_v, "d_v", 1)
+        n_heads = require_int(n_heads, "n_heads", 1)
         if d_k % n_heads or d_v % n_heads:
             raise ValueError(f"d_k={d_k} and d_v={d_v} must be divisible by n_heads={n_heads}")
         self.d_model, self.d_k, self.d_v, self.n_heads = d_model, d_k, d_v, n_heads
@@ -88,7 +92,8 @@ class SelfAttention(nn.Module):
         Args:
             x: queries come from here, ``(B, n, d_model)``.
             context: keys and values come from here, ``(B, m, d_model)``; ``None`` = ``x``.
-            mask: bool, broadcastable to ``(B, n_heads, n, m)``, ``True`` = may attend.
+            mask: bool (``True`` = may attend) or float (added), ``(n, m)``, ``(B, n, m)``
+                (one mask per sequence, shared by the heads) or ``(B, n_heads, n, m)``.
             temperature: divides the scaled scores: below 1 sharpens the weights, above 1
                 flattens them (the trained model uses 1).
             return_weights: also return the weights ``(B, n_heads, n, m)``.
@@ -100,8 +105,18 @@ class SelfAttention(nn.Module):
                 raise ValueError(
                     f"{name} must have shape (B, n, d_model={self.d_model}), got {shape}"
                 )
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        temperature = require_number(temperature, "temperature", positive=True)
+        if mask is not None:
+            require_tensor(mask, "mask")
+            if mask.dim() == 3:
+                # (B, n, m) is one mask per sequence: insert the head axis, or broadcasting
+                # would read the batch axis as the head axis.
+                mask = mask.unsqueeze(1)
+            elif mask.dim() not in (2, 4):
+                raise ValueError(
+                    "mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, n_heads, n, m), "
+                    f"got shape {tuple(mask.shape)}"
+                )
         q, k, v = (
             self._heads(self.w_q(x)),
             self._heads(self.w_k(context)),
@@ -117,7 +132,7 @@ class SelfAttention(nn.Module):
 
 
 class AttentionClassifier(nn.Module):
-    """Token + position embeddings, ``n_layers`` residual attention layers, a read-out at one position.
+    """Token and position embeddings, ``n_layers`` residual attention layers, a read-out.
 
     Each layer is ``x = x + W_O attention(LayerNorm(x))``, followed (when ``mlp``) by
     ``x = x + MLP(LayerNorm(x))``. The class logits come from the final vector at the
@@ -157,8 +172,11 @@ class AttentionClassifier(nn.Module):
             raise ValueError(
                 f"positions must be 'sinusoidal', 'learned' or None, got {positions!r}"
             )
-        if n_layers < 1:
-            raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+        vocab_size = require_int(vocab_size, "vocab_size", 1)
+        n_classes = require_int(n_classes, "n_classes", 1)
+        n_layers = require_int(n_layers, "n_layers", 1)
+        d_model = require_int(d_model, "d_model", 1)
+        max_len = require_int(max_len, "max_len", 1)
         self.d_model, self.positions, self.max_len = d_model, positions, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos_table = (
@@ -188,8 +206,12 @@ class AttentionClassifier(nn.Module):
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Token plus position vectors ``(B, n, d_model)`` for ids ``(B, n)``."""
         if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 2:
-            got = f"{type(ids).__name__} {getattr(ids, 'dtype', '')} {tuple(getattr(ids, 'shape', ()))}"
+            got = (
+                f"{type(ids).__name__} {getattr(ids, 'dtype', '')} "
+                f"{tuple(getattr(ids, 'shape', ()))}"
+            )
             raise TypeError(f"ids must be a long tensor of shape (B, n), got {got}")
+        check_token_ids(ids, "ids", self.embed.num_embeddings)
         n = ids.shape[1]
         x = self.embed(ids)
         if self.positions == "sinusoidal":
@@ -225,9 +247,11 @@ class AttentionClassifier(nn.Module):
         b, n = ids.shape
         if query_position is None:
             query_position = torch.full((b,), n - 1, dtype=torch.long, device=ids.device)
+        require_tensor(query_position, "query_position")
         if query_position.shape != (b,) or ((query_position < 0) | (query_position >= n)).any():
             raise ValueError(
-                f"query_position must be (B,)=({b},) indices in 0..{n - 1}, got {query_position.tolist()}"
+                f"query_position must be (B,)=({b},) indices in 0..{n - 1}, "
+                f"got {query_position.tolist()}"
             )
         logits = self.head(self.final_norm(x[torch.arange(b, device=ids.device), query_position]))
         return (logits, all_weights) if return_weights else logits

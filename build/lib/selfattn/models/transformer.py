@@ -5,14 +5,14 @@ in GPT-2 and ViT: normalise, attend, add; normalise, MLP, add), on top of
 :class:`~selfattn.multihead.MultiHeadAttention`. The four models differ only in what becomes a
 token and which mask the attention uses:
 
-===========  ===========================  ================================  ==========================
-model        tokens                        mask                              objective
-===========  ===========================  ================================  ==========================
-MiniBERT     words                         padding only (bidirectional)      predict masked words
-MiniGPT      characters                    causal (+ KV cache to generate)   predict the next character
-MiniViT      image patches + class token   none                              classify the image
-MiniCLIP     patches / caption words       none / padding; cross-attention   match images and captions
-===========  ===========================  ================================  ==========================
+========  ==========================  ===============================  ======================
+model     tokens                      mask                             objective
+========  ==========================  ===============================  ======================
+MiniBERT  words                       padding only (bidirectional)     predict masked words
+MiniGPT   characters                  causal (+ KV cache to generate)  predict the next char
+MiniViT   image patches, class token  none                             classify the image
+MiniCLIP  patches / caption words     none / padding; cross-attention  match images, captions
+========  ==========================  ===============================  ======================
 
 Shapes: ``B`` batch, ``n`` tokens, ``d`` = ``d_model``, ``h`` heads, ``V`` vocabulary,
 ``P`` patches. Positions are learned embeddings (chapter 6 compares the alternatives).
@@ -27,6 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import (
+    check_token_ids,
+    require_float,
+    require_int,
+    require_module,
+    require_number,
+    require_tensor,
+)
 from ..data.images import patchify
 from ..multihead import KVCache, MultiHeadAttention
 
@@ -58,6 +66,7 @@ def _init_weights(module: nn.Module) -> None:
 
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
+    require_module(model)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -66,7 +75,8 @@ def _check_ids(ids, name: str = "ids") -> None:
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype != torch.long or ids.dim() != 2:
         raise TypeError(
-            f"{name} must be a (B, n) torch.long tensor, got shape {tuple(ids.shape)} dtype {ids.dtype}"
+            f"{name} must be a (B, n) torch.long tensor, "
+            f"got shape {tuple(ids.shape)} dtype {ids.dtype}"
         )
 
 
@@ -78,6 +88,7 @@ class MLP(nn.Module):
 
     def __init__(self, d_model: int, hidden: int):
         super().__init__()
+        d_model, hidden = require_int(d_model, "d_model", 1), require_int(hidden, "hidden", 1)
         self.fc = nn.Linear(d_model, hidden)
         self.proj = nn.Linear(hidden, d_model)
 
@@ -104,6 +115,9 @@ class TransformerBlock(nn.Module):
         self, d_model: int, num_heads: int, *, mlp_ratio: int = 4, cross_attention: bool = False
     ):
         super().__init__()
+        d_model = require_int(d_model, "d_model", 1)
+        num_heads = require_int(num_heads, "num_heads", 1)
+        mlp_ratio = require_int(mlp_ratio, "mlp_ratio", 1)
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, num_heads)
         self.cross = None
@@ -129,17 +143,35 @@ class TransformerBlock(nn.Module):
         Args:
             x: ``(B, n, d)``.
             mask: self-attention mask (``None``, ``"causal"``, or bool ``(n, m)`` / ``(B, 1, m)`` /
-                ``(B, n, m)``; ``True`` = may attend), passed to :class:`~selfattn.multihead.MultiHeadAttention`.
+                ``(B, n, m)``; ``True`` = may attend), passed to
+                :class:`~selfattn.multihead.MultiHeadAttention`.
             context: ``(B, m, d)`` for the cross-attention sub-layer (required when it exists,
                 unless ``cross_cache`` already holds the context's keys and values).
             context_mask: mask for the cross-attention, e.g. ``(B, 1, m)`` padding.
-            cache, cross_cache: :class:`~selfattn.multihead.KVCache` of each attention, for decoding.
+            cache, cross_cache: :class:`~selfattn.multihead.KVCache` of each attention, for
+                decoding.
             return_weights: also return the attention weights.
 
         Returns:
             ``(B, n, d)``, or ``(y, weights)`` where ``weights`` is a dict with ``"self"``
             ``(B, h, n, m)`` and, with cross-attention, ``"cross"`` ``(B, h, n, m_context)``.
         """
+        if self.cross is None and not (
+            context is None and context_mask is None and cross_cache is None
+        ):
+            raise ValueError(
+                "this block has no cross-attention (built with cross_attention=False), so "
+                "context, context_mask and cross_cache must be None; got "
+                + ", ".join(
+                    name
+                    for name, value in (
+                        ("context", context),
+                        ("context_mask", context_mask),
+                        ("cross_cache", cross_cache),
+                    )
+                    if value is not None
+                )
+            )
         weights = {}
         a, weights["self"] = self.attn(self.ln1(x), mask=mask, cache=cache, return_weights=True)
         x = x + a
@@ -167,15 +199,15 @@ class Encoder(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, num_layers: int, *, mlp_ratio: int = 4):
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        num_layers = require_int(num_layers, "num_layers", 1)
         self.blocks = nn.ModuleList(
             TransformerBlock(d_model, num_heads, mlp_ratio=mlp_ratio) for _ in range(num_layers)
         )
         self.ln_f = nn.LayerNorm(d_model)
 
     def forward(self, x: torch.Tensor, *, mask=None, return_weights: bool = False):
-        """``x`` ``(B, n, d)`` and an optional self-attention mask -> ``(B, n, d)`` (and the per-layer weights)."""
+        """``x`` ``(B, n, d)`` and an optional self-attention mask -> ``(B, n, d)`` (and the
+        per-layer weights)."""
         weights = []
         for block in self.blocks:
             x, w = block(x, mask=mask, return_weights=True)
@@ -185,7 +217,8 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """A stack of causal :class:`TransformerBlock` (optionally with cross-attention) and a final LayerNorm.
+    """A stack of causal :class:`TransformerBlock` (optionally with cross-attention) and a final
+    LayerNorm.
 
     Position ``i`` sees positions ``0..i`` only, so the whole sequence trains in one pass
     and the model can generate one token at a time. With ``caches`` (one
@@ -203,8 +236,7 @@ class Decoder(nn.Module):
         cross_attention: bool = False,
     ):
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        num_layers = require_int(num_layers, "num_layers", 1)
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 d_model, num_heads, mlp_ratio=mlp_ratio, cross_attention=cross_attention
@@ -228,7 +260,13 @@ class Decoder(nn.Module):
         return_weights: bool = False,
     ):
         """Args: ``x`` ``(B, n, d)``; ``context`` ``(B, m, d)`` when built with cross-attention;
-        ``caches`` from :meth:`new_caches`. Returns ``(B, n, d)`` (or with a list of per-layer weight dicts)."""
+        ``caches`` from :meth:`new_caches`. Returns ``(B, n, d)`` (or with a list of per-layer
+        weight dicts)."""
+        if not self.cross_attention and (context is not None or context_mask is not None):
+            raise ValueError(
+                "this decoder has no cross-attention (built with cross_attention=False), so "
+                "context and context_mask must be None"
+            )
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(
                 f"caches must hold one entry per layer ({len(self.blocks)}), got {len(caches)}"
@@ -257,6 +295,8 @@ class _TokenEmbedding(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int):
         super().__init__()
+        vocab_size = require_int(vocab_size, "vocab_size", 1)
+        max_len = require_int(max_len, "max_len", 1)
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
         self.max_len = max_len
@@ -264,13 +304,11 @@ class _TokenEmbedding(nn.Module):
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         """ids ``(B, n)`` at positions ``start .. start + n - 1`` -> ``(B, n, d)``."""
         _check_ids(ids)
+        start = require_int(start, "start", 0)
         n = ids.shape[1]
         if start + n > self.max_len:
             raise ValueError(f"positions {start}..{start + n - 1} exceed max_len={self.max_len}")
-        if ids.numel() and (ids.min() < 0 or ids.max() >= self.tok.num_embeddings):
-            raise ValueError(
-                f"token ids must lie in 0..{self.tok.num_embeddings - 1}, got {ids.min().item()}..{ids.max().item()}"
-            )
+        check_token_ids(ids, "ids", self.tok.num_embeddings)
         positions = torch.arange(start, start + n, device=ids.device)
         return self.tok(ids) + self.pos(positions)
 
@@ -308,7 +346,8 @@ class MiniBERT(nn.Module):
         return (ids != self.pad_id).unsqueeze(1)
 
     def forward(self, ids: torch.Tensor, *, return_weights: bool = False):
-        """ids ``(B, n)`` -> logits ``(B, n, V)`` (and per-layer weights ``(B, h, n, n)`` on request)."""
+        """ids ``(B, n)`` -> logits ``(B, n, V)`` (and per-layer weights ``(B, h, n, n)`` on
+        request)."""
         x = self.embed(ids)
         out = self.encoder(x, mask=self.padding_mask(ids), return_weights=return_weights)
         if return_weights:
@@ -321,6 +360,8 @@ def mlm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
     Args: logits ``(B, n, V)``, targets ``(B, n)``. Returns a scalar.
     """
+    require_float(logits, "logits")
+    require_tensor(targets, "targets")
     return F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
     )
@@ -398,14 +439,13 @@ class MiniGPT(nn.Module):
             ``(B, p + max_new_tokens)`` ids (and the logits on request).
         """
         _check_ids(ids)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        max_new_tokens = require_int(max_new_tokens, "max_new_tokens", 1)
         if ids.shape[1] + max_new_tokens > self.max_len:
             raise ValueError(
-                f"prompt length {ids.shape[1]} + max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}"
+                f"prompt length {ids.shape[1]} + max_new_tokens {max_new_tokens} "
+                f"exceeds max_len={self.max_len}"
             )
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        temperature = require_number(temperature, "temperature", positive=True)
         was_training = self.training
         self.eval()
         caches = self.decoder.new_caches() if use_cache else None
@@ -426,7 +466,8 @@ class MiniGPT(nn.Module):
 
 
 class PatchEmbedding(nn.Module):
-    """Images -> tokens: cut into patches, project each linearly, prepend a class token, add positions.
+    """Images -> tokens: cut into patches, project each linearly, prepend a class token, add
+    positions.
 
     Args:
         image_size: side ``H = W``; patch: side of a patch (divides ``image_size``);
@@ -438,6 +479,10 @@ class PatchEmbedding(nn.Module):
 
     def __init__(self, image_size: int, patch: int, channels: int, d_model: int):
         super().__init__()
+        image_size = require_int(image_size, "image_size", 1)
+        patch = require_int(patch, "patch", 1)
+        channels = require_int(channels, "channels", 1)
+        d_model = require_int(d_model, "d_model", 1)
         if image_size % patch:
             raise ValueError(f"image_size={image_size} must be a multiple of patch={patch}")
         self.image_size, self.patch, self.channels = image_size, patch, channels
@@ -458,7 +503,8 @@ class PatchEmbedding(nn.Module):
                 tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             )
             raise ValueError(
-                f"images must have shape (B, {expected[0]}, {expected[1]}, {expected[2]}), got {got}"
+                f"images must have shape (B, {expected[0]}, {expected[1]}, {expected[2]}), "
+                f"got {got}"
             )
         tokens = self.proj(patchify(images, self.patch))  # (B, P, d)
         cls = self.cls.expand(images.shape[0], -1, -1)
@@ -466,7 +512,8 @@ class PatchEmbedding(nn.Module):
 
 
 class MiniViT(nn.Module):
-    """A Vision Transformer in miniature: patches are tokens, the class token's output is classified.
+    """A Vision Transformer in miniature: patches are tokens, the class token's output is
+    classified.
 
     Args:
         num_classes: number of labels. image_size, patch, channels: the images.
@@ -485,6 +532,7 @@ class MiniViT(nn.Module):
         num_layers: int = 2,
     ):
         super().__init__()
+        num_classes = require_int(num_classes, "num_classes", 1)
         self.embed = PatchEmbedding(image_size, patch, channels, d_model)
         self.encoder = Encoder(d_model, num_heads, num_layers)
         self.head = nn.Linear(d_model, num_classes)
@@ -495,7 +543,8 @@ class MiniViT(nn.Module):
         return self.encoder(self.embed(images), return_weights=return_weights)
 
     def forward(self, images: torch.Tensor, *, return_weights: bool = False):
-        """images ``(B, C, H, W)`` -> logits ``(B, num_classes)`` (and per-layer weights ``(B, h, 1+P, 1+P)``)."""
+        """images ``(B, C, H, W)`` -> logits ``(B, num_classes)`` (and per-layer weights ``(B, h,
+        1+P, 1+P)``)."""
         out = self.tokens(images, return_weights=return_weights)
         x = out[0] if return_weights else out
         logits = self.head(x[:, 0])
@@ -503,7 +552,8 @@ class MiniViT(nn.Module):
 
     @torch.no_grad()
     def class_token_attention(self, images: torch.Tensor, *, layer: int = -1) -> torch.Tensor:
-        """How much the class token attends to each patch in ``layer``, averaged over heads: ``(B, P)``.
+        """How much the class token attends to each patch in ``layer``, averaged over heads: ``(B,
+        P)``.
 
         The class token's weight on itself is left out, so a row sums to at most 1.
         """
@@ -512,11 +562,13 @@ class MiniViT(nn.Module):
 
 
 def clip_loss(logits: torch.Tensor) -> torch.Tensor:
-    """CLIP's symmetric contrastive loss: pair ``i`` of a batch must pick caption ``i`` and vice versa.
+    """CLIP's symmetric contrastive loss: pair ``i`` of a batch must pick caption ``i`` and vice
+    versa.
 
     ``(CE(logits, arange(B)) + CE(logits^T, arange(B))) / 2`` for a ``(B, B)`` matrix of
     image-to-text logits whose diagonal holds the true pairs.
     """
+    require_float(logits, "logits")
     if logits.dim() != 2 or logits.shape[0] != logits.shape[1]:
         raise ValueError(
             f"clip_loss needs a square (B, B) logit matrix, got shape {tuple(logits.shape)}"
@@ -526,7 +578,8 @@ def clip_loss(logits: torch.Tensor) -> torch.Tensor:
 
 
 class MiniCLIP(nn.Module):
-    """CLIP in miniature: an image encoder and a text encoder trained to agree, plus cross-attention.
+    """CLIP in miniature: an image encoder and a text encoder trained to agree, plus
+    cross-attention.
 
     * ``encode_image``: a :class:`MiniViT`-style encoder; the class token's output, projected
       to ``embed_dim`` and L2-normalised.
@@ -579,7 +632,8 @@ class MiniCLIP(nn.Module):
         return self.image_encoder(self.image_embed(images))
 
     def text_tokens(self, ids: torch.Tensor):
-        """The text encoder's output ``(B, L, d)`` and the real-token mask ``(B, L)`` (False at padding)."""
+        """The text encoder's output ``(B, L, d)`` and the real-token mask ``(B, L)`` (False at
+        padding)."""
         _check_ids(ids)
         real = ids != self.pad_id
         if not real.any(dim=1).all():
@@ -587,11 +641,13 @@ class MiniCLIP(nn.Module):
         return self.text_encoder(self.text_embed(ids), mask=real.unsqueeze(1)), real
 
     def embed_image(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Image tokens ``(B, 1 + P, d)`` -> unit vectors ``(B, embed_dim)`` (from the class token)."""
+        """Image tokens ``(B, 1 + P, d)`` -> unit vectors ``(B, embed_dim)`` (from the class
+        token)."""
         return F.normalize(self.image_proj(tokens[:, 0]), dim=-1)
 
     def embed_text(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """Word tokens ``(B, L, d)`` and mask ``(B, L)`` -> unit vectors ``(B, embed_dim)`` (mean of real words)."""
+        """Word tokens ``(B, L, d)`` and mask ``(B, L)`` -> unit vectors ``(B, embed_dim)`` (mean
+        of real words)."""
         w = real.unsqueeze(-1).to(tokens.dtype)
         return F.normalize(self.text_proj((tokens * w).sum(1) / w.sum(1)), dim=-1)
 

@@ -3,7 +3,8 @@
 Pick a sentence, a layer, a head and a temperature; the view shows the weights from ``it``
 to every token as bars (the correct antecedent in green, the other noun in red) and the
 whole weight matrix of that layer and head as a heatmap. The temperature divides the
-model's scaled scores (1 = as trained), as in :meth:`selfattn.models.tiny_attention.SelfAttention.forward`.
+model's scaled scores (1 = as trained), as in
+:meth:`selfattn.models.tiny_attention.SelfAttention.forward`.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ import torch
 from ..data.coreference import CorefExample, CorefTask
 from ..viz import plot_attention
 
-__all__ = ["sentence_weights", "plot_sentence", "plot_sentences", "explorer"]
+__all__ = ["sentence_weights", "model_answer", "plot_sentence", "plot_sentences", "explorer"]
 
 
 def sentence_weights(
     model, task: CorefTask, example: CorefExample, *, temperature: float = 1.0
 ) -> list[np.ndarray]:
-    """Weights of every layer for one sentence: a list of ``(n_heads, n, n)`` arrays (rows are queries)."""
+    """Weights of every layer for one sentence.
+
+    Returns:
+        A list of ``(n_heads, n, n)`` arrays, one per layer (rows are queries).
+    """
     ids = task.encode(list(example.tokens))[None].to(next(model.parameters()).device)
     with torch.no_grad():
         _, weights = model(
@@ -32,6 +37,23 @@ def sentence_weights(
             return_weights=True,
         )
     return [w[0].cpu().numpy() for w in weights]
+
+
+def model_answer(model, task: CorefTask, example: CorefExample) -> str:
+    """The noun the model names for "it" in one sentence (its argmax over the nouns)."""
+    device = next(model.parameters()).device
+    ids = task.encode(list(example.tokens))[None].to(device)
+    with torch.no_grad():
+        logits = model(ids, torch.tensor([example.it_position], device=device))
+    return task.nouns[int(logits[0].argmax())]
+
+
+def _answer_title(model, task: CorefTask, example: CorefExample) -> tuple[str, str]:
+    """``(title line, colour)``: the model's answer and whether it is right."""
+    answer = model_answer(model, task, example)
+    if answer == example.antecedent:
+        return f"model: {answer} (right)", "tab:green"
+    return f"model: {answer} (wrong; it = {example.antecedent})", "tab:red"
 
 
 def plot_sentence(
@@ -68,8 +90,10 @@ def plot_sentence(
     axes[0].set_ylim(0, 1)
     axes[0].set_xlabel("key token (green: antecedent, red: the other noun)")
     axes[0].set_ylabel("weight from 'it'")
+    verdict, _ = _answer_title(model, task, example)
     axes[0].set_title(
-        f"'{example.text}'\nlayer {layer_index + 1}/{n_layers}, head {head + 1}, T = {temperature:g}: "
+        f"'{example.text}'; {verdict}\n"
+        f"layer {layer_index + 1}/{n_layers}, head {head + 1}, T = {temperature:g}: "
         f"{row[example.antecedent_position]:.2f} on '{example.antecedent}'",
         fontsize=9,
     )
@@ -89,6 +113,9 @@ def plot_sentences(
 ):
     """Bars of the weights from ``it`` for several sentences, one panel each (the static figure).
 
+    Each panel's title gives the model's answer and whether it is right (green) or wrong
+    (red, with the correct antecedent).
+
     Returns:
         The matplotlib figure.
     """
@@ -107,7 +134,8 @@ def plot_sentences(
             range(len(w)), labels=list(example.tokens), rotation=60, ha="right", fontsize=8
         )
         ax.set_ylim(0, 1)
-        ax.set_title(f"... it was too {example.adjective}\n-> {example.antecedent}", fontsize=9)
+        verdict, color = _answer_title(model, task, example)
+        ax.set_title(f"... it was too {example.adjective}\n{verdict}", fontsize=9, color=color)
     axes[0, 0].set_ylabel("weight from 'it'")
     fig.supxlabel("key token (green: antecedent, red: the other noun)", fontsize=9)
     fig.tight_layout()

@@ -19,6 +19,7 @@ from ..attention import softmax
 
 __all__ = [
     "D_K_CHOICES",
+    "DRAWS",
     "QueryWeights",
     "query_weights",
     "plot_query_weights",
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 D_K_CHOICES: tuple[int, ...] = tuple(2**i for i in range(2, 11))  # 4, 8, ..., 1024
+DRAWS: tuple[int, ...] = tuple(range(5))  #: the explorer's random draws
 
 
 class QueryWeights(NamedTuple):
@@ -54,7 +56,8 @@ def query_weights(
         d_k: dimension of query and keys, 1 to 1024.
         scaled: multiply the scores by ``1/sqrt(d_k)``.
         n_keys: number of keys ``m``.
-        seed: the draw (the same for every ``d_k``: smaller ``d_k`` use a prefix of the components).
+        seed: the draw (the same for every ``d_k``: smaller ``d_k`` use a prefix of the
+            components).
 
     Returns:
         :class:`QueryWeights` with ``(n_keys,)`` scores and weights, their entropy and maximum.
@@ -74,7 +77,8 @@ def query_weights(
 
 
 def plot_query_weights(d_k: int, scaled: bool = True, *, n_keys: int = 16, seed: int = 0, ax=None):
-    """Bar chart of one query's weights over its keys, titled with ``d_k``, the entropy and the largest weight.
+    """Bar chart of one query's weights over its keys, titled with ``d_k``, the entropy and
+    the largest weight.
 
     Returns:
         The matplotlib axes.
@@ -91,13 +95,15 @@ def plot_query_weights(d_k: int, scaled: bool = True, *, n_keys: int = 16, seed:
     ax.set_ylabel("weight α_j")
     label = "scaled by 1/√d_k" if scaled else "unscaled"
     ax.set_title(
-        f"d_k = {d_k}, {label}\nentropy {r.entropy:.2f} nats (max {math.log(n_keys):.2f}), max α {r.max_weight:.2f}"
+        f"d_k = {d_k}, {label}\nentropy {r.entropy:.2f} nats"
+        f" (max {math.log(n_keys):.2f}), max α {r.max_weight:.2f}"
     )
     return ax
 
 
 def plot_explorer_grid(d_ks: Sequence[int] = (4, 64, 1024), *, n_keys: int = 16, seed: int = 0):
-    """The explorer's view for a few ``d_k``: top row scaled, bottom row unscaled (the static figure).
+    """The explorer's view for a few ``d_k``: top row scaled, bottom row unscaled (the static
+    figure).
 
     Returns:
         The matplotlib figure.
@@ -119,37 +125,49 @@ def plot_explorer_grid(d_ks: Sequence[int] = (4, 64, 1024), *, n_keys: int = 16,
 
 def explorer(*, n_keys: int = 16, seed: int = 0, d_k: int = 64, scaled: bool = True):
     """The interactive view: a ``d_k`` slider (4 to 1024), a scale on/off switch and a
-    "draw" slider that picks another random query and keys (seeds 0 to 9).
+    "draw" slider that picks another random query and keys (draws 0 to 4).
+
+    Every view is drawn in advance (9 x 2 x 5 = 90), so the controls also work on the
+    static website.
 
     Returns:
         An ``ipywidgets.VBox`` (display it, or leave it as a cell's last expression).
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
+
+    from ._explorer import Control, grid_explorer
 
     if d_k not in D_K_CHOICES:
         raise ValueError(f"d_k must be one of {D_K_CHOICES}, got {d_k!r}")
-    if not 0 <= seed <= 9:
-        raise ValueError(f"seed must be from 0 to 9 (the draw slider's range), got {seed!r}")
-    slider = widgets.SelectionSlider(options=list(D_K_CHOICES), value=d_k, description="d_k")
-    toggle = widgets.Checkbox(value=scaled, description="scale by 1/√d_k")
-    draw_slider = widgets.IntSlider(value=seed, min=0, max=9, description="draw")
-    out = widgets.Output()
+    if seed not in DRAWS:
+        raise ValueError(
+            f"seed must be from 0 to {DRAWS[-1]} (the draw slider's range), got {seed!r}"
+        )
 
-    def draw(d_k: int, scaled: bool, seed: int) -> None:
-        with out:
-            out.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(5.0, 3.0))
-            plot_query_weights(d_k, scaled, n_keys=n_keys, seed=seed, ax=ax)
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)  # closed, so the inline backend does not draw it a second time
+    def render(d_k: int, scale: bool, draw: int):
+        fig, ax = plt.subplots(figsize=(5.0, 3.0))
+        plot_query_weights(d_k, scale, n_keys=n_keys, seed=draw, ax=ax)
+        fig.tight_layout()
+        return fig
 
-    def on_change(_change=None) -> None:
-        draw(slider.value, toggle.value, draw_slider.value)
+    def alt(d_k: int, scale: bool, draw: int) -> str:
+        r = query_weights(d_k, scale, n_keys=n_keys, seed=draw)
+        return (
+            f"Bar chart of one query's attention weights over {n_keys} keys; "
+            f"entropy {r.entropy:.2f} nats, largest weight {r.max_weight:.2f}"
+        )
 
-    for control in (slider, toggle, draw_slider):
-        control.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([widgets.HBox([slider, toggle, draw_slider]), out])
+    return grid_explorer(
+        [
+            Control("d_k", D_K_CHOICES, value=d_k),
+            Control(
+                "scale",
+                [("by 1/√d_k", True), ("unscaled", False)],
+                value=scaled,
+                kind="toggle",
+            ),
+            Control("draw", DRAWS, value=seed),
+        ],
+        render,
+        alt=alt,
+    )

@@ -17,6 +17,9 @@ from ..masks import causal_mask, padding_mask, sliding_window_mask
 
 __all__ = [
     "MASK_KINDS",
+    "EXPLORER_NS",
+    "EXPLORER_LENGTHS",
+    "EXPLORER_WINDOWS",
     "MaskView",
     "mask_for",
     "mask_view",
@@ -26,6 +29,9 @@ __all__ = [
 ]
 
 MASK_KINDS: tuple[str, ...] = ("none", "causal", "padding", "padding + causal", "sliding window")
+EXPLORER_NS: tuple[int, ...] = (4, 8, 16)  #: the explorer's sequence lengths
+EXPLORER_LENGTHS: tuple[int, ...] = (2, 5, 8)  #: its real lengths (padding kinds)
+EXPLORER_WINDOWS: tuple[int, ...] = (1, 3, 5)  #: its window sizes (sliding window)
 
 
 class MaskView(NamedTuple):
@@ -59,7 +65,10 @@ def mask_for(kind: str, n: int, *, length: int | None = None, window: int = 3) -
 def mask_view(
     kind: str, n: int = 8, *, length: int | None = None, window: int = 3, seed: int = 0
 ) -> MaskView:
-    """The mask for ``kind`` and single-head weights ``softmax(q k^T / sqrt(d) + mask)`` for random q, k (d = 8)."""
+    """The mask for ``kind`` and single-head weights ``softmax(q k^T / sqrt(d) + mask)``.
+
+    The queries and keys are random, ``(n, 8)``, drawn from ``seed``.
+    """
     mask = mask_for(kind, n, length=length, window=window)
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(n, 8, generator=g), torch.randn(n, 8, generator=g)
@@ -125,41 +134,51 @@ def plot_explorer_grid(
 
 
 def explorer(*, kind: str = "causal", n: int = 8, length: int = 5, window: int = 3, seed: int = 0):
-    """The interactive view: mask type, sequence length n (2 to 16), real length (padding) and window.
+    """The interactive view: mask type, length n (4, 8 or 16), real length (padding) and window.
+
+    Every view is drawn in advance over ``MASK_KINDS`` x ``EXPLORER_NS`` x ``EXPLORER_LENGTHS``
+    x ``EXPLORER_WINDOWS`` (5 x 3 x 3 x 3 = 135 views), so the controls also work on the
+    static website. A real length above ``n`` is drawn as ``n`` (no padding), and its view
+    says so; the real length matters only to the padding kinds, the window only to the
+    sliding window, and each view's alt text says which values it uses.
 
     Returns:
         An ``ipywidgets.VBox``.
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
+
+    from ._explorer import Control, grid_explorer
 
     if kind not in MASK_KINDS:
         raise ValueError(f"kind must be one of {MASK_KINDS}, got {kind!r}")
-    kind_w = widgets.Dropdown(options=list(MASK_KINDS), value=kind, description="mask")
-    n_w = widgets.IntSlider(value=n, min=2, max=16, description="n")
-    length_w = widgets.IntSlider(value=min(length, n), min=0, max=n, description="real length")
-    window_w = widgets.IntSlider(value=window, min=1, max=16, description="window")
-    out = widgets.Output()
+    for name, value, grid in (
+        ("n", n, EXPLORER_NS),
+        ("length", length, EXPLORER_LENGTHS),
+        ("window", window, EXPLORER_WINDOWS),
+    ):
+        if value not in grid:
+            raise ValueError(f"{name} must be one of {grid} (the explorer's grid), got {value!r}")
 
-    def on_change(_change=None) -> None:
-        length_w.max = n_w.value  # the real length cannot exceed n
-        with out:
-            out.clear_output(wait=True)
-            fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6))
-            plot_mask_view(
-                kind_w.value,
-                n_w.value,
-                length=length_w.value,
-                window=window_w.value,
-                seed=seed,
-                axes=axes,
-            )
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)
+    def render(mask: str, n: int, real_length: int, window: int):
+        fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6))
+        plot_mask_view(mask, n, length=min(real_length, n), window=window, seed=seed, axes=axes)
+        fig.tight_layout()
+        return fig
 
-    for control in (kind_w, n_w, length_w, window_w):
-        control.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([widgets.HBox([kind_w, n_w]), widgets.HBox([length_w, window_w]), out])
+    def alt(mask: str, n: int, real_length: int, window: int) -> str:
+        used = _title(mask, n, min(real_length, n), window)
+        return (
+            "Two heatmaps: the mask (white = may attend) and the attention weights it "
+            f"leaves, for the mask {used}"
+        )
+
+    return grid_explorer(
+        [
+            Control("mask", MASK_KINDS, value=kind, kind="dropdown"),
+            Control("n", EXPLORER_NS, value=n),
+            Control("real length", EXPLORER_LENGTHS, value=length),
+            Control("window", EXPLORER_WINDOWS, value=window),
+        ],
+        render,
+        alt=alt,
+    )

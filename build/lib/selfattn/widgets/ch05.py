@@ -38,7 +38,7 @@ def head_token_weights(weights, head: int, query: int) -> np.ndarray:
 
 
 def plot_head_token(weights, tokens: Sequence[str], head: int, query: int, ax=None):
-    """Bar chart of one head's attention from one query over the keys (labelled ``position:token``).
+    """Bar chart of one head's attention from one query over the keys (``position:token``).
 
     Returns:
         The matplotlib axes.
@@ -90,6 +90,9 @@ def plot_explorer_grid(weights, tokens: Sequence[str], query: int):
 def explorer(weights, tokens: Sequence[str], *, head: int = 0, query: int | None = None):
     """The interactive view: a head selector and a query-position slider.
 
+    Every view (``h x n``) is drawn in advance, so the controls also work on the static
+    website.
+
     Args:
         weights: ``(h, n, n)`` attention weights of one sequence.
         tokens: the ``n`` token labels.
@@ -97,28 +100,36 @@ def explorer(weights, tokens: Sequence[str], *, head: int = 0, query: int | None
     Returns:
         An ``ipywidgets.VBox``.
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
+
+    from ._explorer import Control, grid_explorer
 
     w = _as_weights(weights)
     h, n, _ = w.shape
     query = n - 1 if query is None else query
     head_token_weights(w, head, query)  # validates both
-    head_w = widgets.Dropdown(options=list(range(h)), value=head, description="head")
-    query_w = widgets.IntSlider(value=query, min=0, max=n - 1, description="query")
-    out = widgets.Output()
+    if len(tokens) != n:
+        raise ValueError(f"tokens has {len(tokens)} labels, expected n={n}")
 
-    def on_change(_change=None) -> None:
-        with out:
-            out.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(6.0, 2.8))
-            plot_head_token(w, tokens, head_w.value, query_w.value, ax=ax)
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)
+    def render(head: int, query: int):
+        fig, ax = plt.subplots(figsize=(6.0, 2.8))
+        plot_head_token(w, tokens, head, query, ax=ax)
+        fig.tight_layout()
+        return fig
 
-    head_w.observe(on_change, names="value")
-    query_w.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([widgets.HBox([head_w, query_w]), out])
+    def alt(head: int, query: int) -> str:
+        row = head_token_weights(w, head, query)
+        top = int(row.argmax())
+        return (
+            f"Bar chart of head {head}'s attention from query {query} ({tokens[query]}) "
+            f"over the {n} keys; largest weight {row[top]:.2f} on key {top} ({tokens[top]})"
+        )
+
+    return grid_explorer(
+        [
+            Control("head", list(range(h)), value=head, kind="toggle"),
+            Control("query", [(f"{j}:{t}", j) for j, t in enumerate(tokens)], value=query),
+        ],
+        render,
+        alt=alt,
+    )

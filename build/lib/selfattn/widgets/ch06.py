@@ -25,6 +25,8 @@ __all__ = ["BASES", "distance_curves", "plot_encodings", "plot_encodings_grid", 
 
 #: The bases the explorer's slider offers (10000 is the paper's).
 BASES: tuple[float, ...] = (10.0, 100.0, 1000.0, 10000.0, 100000.0)
+EXPLORER_NS: tuple[int, ...] = (16, 64, 256)  #: the explorer's numbers of positions
+EXPLORER_DS: tuple[int, ...] = (16, 64, 128)  #: the explorer's dimensions
 
 
 def _check(n: int, d: int, base: float) -> None:
@@ -123,35 +125,47 @@ def plot_encodings_grid(
 
 
 def explorer(*, n: int = 64, d: int = 64, base: float = 10000.0):
-    """The interactive view: sliders for positions ``n`` (8-256), dimensions ``d`` (2-128, even) and the base.
+    """The interactive view: positions ``n``, dimensions ``d`` and the base.
+
+    Every view is drawn in advance over ``EXPLORER_NS`` x ``EXPLORER_DS`` x ``BASES``
+    (3 x 3 x 5 = 45 views), so the controls also work on the static website.
 
     Returns:
         An ``ipywidgets.VBox``.
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
+
+    from ._explorer import Control, grid_explorer
 
     _check(n, d, base)
     if base not in BASES:
         raise ValueError(f"base must be one of {BASES}, got {base!r}")
-    n_slider = widgets.IntSlider(value=n, min=8, max=256, step=8, description="positions n")
-    d_slider = widgets.IntSlider(value=d, min=2, max=128, step=2, description="dims d")
-    base_slider = widgets.SelectionSlider(
-        options=[(f"{b:g}", b) for b in BASES], value=base, description="base"
+    if n not in EXPLORER_NS or d not in EXPLORER_DS:
+        raise ValueError(
+            f"n must be one of {EXPLORER_NS} and d one of {EXPLORER_DS} (the explorer's grid), "
+            f"got n={n!r}, d={d!r}"
+        )
+
+    def render(positions: int, dims: int, base: float):
+        fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))
+        plot_encodings(positions, dims, base, axes=axes)
+        fig.tight_layout()
+        return fig
+
+    def alt(positions: int, dims: int, base: float) -> str:
+        return (
+            f"Left, a heatmap of the sinusoidal encoding of {positions} positions in {dims} "
+            f"dimensions with base {base:g}; right, how similar position encodings are "
+            "as a function of their distance"
+        )
+
+    return grid_explorer(
+        [
+            Control("positions n", EXPLORER_NS, value=n),
+            Control("dims d", EXPLORER_DS, value=d),
+            Control("base", [(f"{b:g}", b) for b in BASES], value=base),
+        ],
+        render,
+        alt=alt,
+        colors=128,
     )
-    out = widgets.Output()
-
-    def on_change(_change=None) -> None:
-        with out:
-            out.clear_output(wait=True)
-            fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-            plot_encodings(n_slider.value, d_slider.value, base_slider.value, axes=axes)
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)  # closed, so the inline backend does not draw it a second time
-
-    for control in (n_slider, d_slider, base_slider):
-        control.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([widgets.HBox([n_slider, d_slider, base_slider]), out])

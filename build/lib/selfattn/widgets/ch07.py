@@ -1,8 +1,8 @@
-"""Chapter 7's explorer: step through the key blocks of the online softmax and watch m, l and O.
+"""Chapter 7's explorer: step through the key blocks of the online softmax; watch mu, l and O.
 
 One query attends to ``n`` keys with 2-D values (so the output is a point in the plane).
 The keys are processed ``block`` at a time, as FlashAttention's inner loop does. After
-each step the view shows the scores seen so far and the running max ``m``, the running
+each step the view shows the scores seen so far and the running max ``mu``, the running
 sum ``l`` (and the rescale factor ``alpha`` that just shrank it), and the normalised
 output ``O / l``: exact softmax attention over the keys seen so far, walking towards
 the final output.
@@ -17,7 +17,18 @@ import torch
 
 from ..efficient.flash import online_softmax_steps
 
-__all__ = ["TileRun", "tile_run", "plot_tile_step", "plot_explorer_grid", "explorer"]
+__all__ = [
+    "EXPLORER_BLOCKS",
+    "EXPLORER_SEEDS",
+    "TileRun",
+    "tile_run",
+    "plot_tile_step",
+    "plot_explorer_grid",
+    "explorer",
+]
+
+EXPLORER_BLOCKS: tuple[int, ...] = (2, 4, 8)  #: the explorer's block sizes
+EXPLORER_SEEDS: tuple[int, ...] = (0, 1, 2)  #: the explorer's random draws
 
 
 class TileRun(NamedTuple):
@@ -42,7 +53,7 @@ def tile_run(n: int = 16, block: int = 4, seed: int = 0) -> TileRun:
 
 
 def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=None):
-    """Three panels after ``step`` blocks (1-based): scores and m; l per step; the output O / l in the plane.
+    """Three panels after ``step`` blocks (1-based): scores and mu; l per step; O / l in the plane.
 
     Returns:
         The three matplotlib axes.
@@ -62,7 +73,7 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
         for j in range(n)
     ]
     ax_s.bar(range(n), run.scores.numpy(), color=colours)
-    ax_s.axhline(now["m"], color="tab:red", ls="--", label=f"running max m = {now['m']:.2f}")
+    ax_s.axhline(now["m"], color="tab:red", ls="--", label=f"running max μ = {now['m']:.2f}")
     ax_s.set_title(f"step {step}/{len(steps)}: keys {now['start']}..{now['stop'] - 1} (orange)")
     ax_s.set_xlabel("key j")
     ax_s.set_ylabel("score s_j")
@@ -71,9 +82,9 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
     ls = [s["l"] for s in steps[:step]]
     ax_l.bar(range(1, step + 1), ls, color="tab:green")
     ax_l.set_xlim(0.4, len(steps) + 0.6)
-    ax_l.set_title(f"running sum l = {now['l']:.3f}, alpha = {now['alpha']:.3f}")
+    ax_l.set_title(f"running sum ℓ = {now['l']:.3f}, α = {now['alpha']:.3f}")
     ax_l.set_xlabel("step (key block)")
-    ax_l.set_ylabel("l = sum exp(s_j - m)")
+    ax_l.set_ylabel("ℓ = sum exp(s_j - μ)")
 
     v = run.values.numpy()
     ax_o.scatter(v[:, 0], v[:, 1], c="lightgray", s=18, label="values v_j")
@@ -81,7 +92,7 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
     ax_o.scatter(seen[:, 0], seen[:, 1], c="tab:blue", s=18)
     path = torch.stack([s["out"] for s in steps[:step]]).numpy()
     ax_o.plot(
-        path[:, 0], path[:, 1], "-o", color="tab:orange", ms=4, label="O / l after each step"
+        path[:, 0], path[:, 1], "-o", color="tab:orange", ms=4, label="O / ℓ after each step"
     )
     ax_o.scatter(
         [run.exact[0]],
@@ -91,7 +102,7 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
         c="tab:red",
         label="softmax attention (all keys)",
     )
-    ax_o.set_title("output O / l in the plane of the values")
+    ax_o.set_title("output O / ℓ in the plane of the values")
     ax_o.set_xlabel("value component 1")
     ax_o.set_ylabel("value component 2")
     ax_o.legend(loc="best", fontsize=7)
@@ -111,40 +122,60 @@ def plot_explorer_grid(
     fig, axes = plt.subplots(len(steps), 3, figsize=(11.0, 3.3 * len(steps)), squeeze=False)
     for row, step in enumerate(steps):
         plot_tile_step(step, n, block, seed, axes=axes[row])
-    fig.suptitle(f"Online softmax over {n} keys in blocks of {block}: m, l and O / l")
+    fig.suptitle(f"Online softmax over {n} keys in blocks of {block}: μ, ℓ and O / ℓ")
     fig.tight_layout()
     return fig
 
 
 def explorer(*, n: int = 16, block: int = 4, seed: int = 0):
-    """The interactive view: the step, the number of keys n (4 to 32), the block size and the seed.
+    """The interactive view: the block size, the seed and the step, over ``n`` keys.
+
+    Every view is drawn in advance over ``EXPLORER_BLOCKS`` x ``EXPLORER_SEEDS`` x the steps
+    ``1 .. ceil(n / min(EXPLORER_BLOCKS))`` (3 x 3 x 8 = 72 views for ``n = 16``), so the
+    controls also work on the static website. A step past the last one of a larger block
+    shows the last step, and its view says so.
 
     Returns:
         An ``ipywidgets.VBox``.
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
-    n_w = widgets.IntSlider(value=n, min=4, max=32, description="keys n")
-    block_w = widgets.IntSlider(value=block, min=1, max=16, description="block")
-    seed_w = widgets.IntSlider(value=seed, min=0, max=20, description="seed")
-    step_w = widgets.IntSlider(value=1, min=1, max=-(-n // block), description="step")
-    out = widgets.Output()
+    from ._explorer import Control, grid_explorer
 
-    def on_change(_change=None) -> None:
-        step_w.max = -(-n_w.value // block_w.value)
-        with out:
-            out.clear_output(wait=True)
-            fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.4))
-            plot_tile_step(
-                min(step_w.value, step_w.max), n_w.value, block_w.value, seed_w.value, axes=axes
-            )
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)
+    if not 4 <= n <= 32:
+        raise ValueError(f"n must be from 4 to 32, got {n!r}")
+    if block not in EXPLORER_BLOCKS or seed not in EXPLORER_SEEDS:
+        raise ValueError(
+            f"block must be one of {EXPLORER_BLOCKS} and seed one of {EXPLORER_SEEDS} "
+            f"(the explorer's grid), got block={block!r}, seed={seed!r}"
+        )
+    max_steps = -(-n // min(EXPLORER_BLOCKS))
 
-    for control in (n_w, block_w, seed_w, step_w):
-        control.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([widgets.HBox([step_w, block_w]), widgets.HBox([n_w, seed_w]), out])
+    def last(block: int, step: int) -> int:
+        return min(step, -(-n // block))
+
+    def render(block: int, seed: int, step: int):
+        fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.4))
+        plot_tile_step(last(block, step), n, block, seed, axes=axes)
+        fig.tight_layout()
+        return fig
+
+    def alt(block: int, seed: int, step: int) -> str:
+        shown = last(block, step)
+        steps = -(-n // block)
+        note = "" if shown == step else f" (there are only {steps} steps: the last one shown)"
+        return (
+            f"Online softmax over {n} keys in blocks of {block}, after step {shown} of "
+            f"{steps}{note}: the scores and running max, the running sum per step, and the "
+            "output walking towards softmax attention"
+        )
+
+    return grid_explorer(
+        [
+            Control("block", EXPLORER_BLOCKS, value=block, kind="toggle"),
+            Control("seed", EXPLORER_SEEDS, value=seed, kind="toggle"),
+            Control("step", list(range(1, max_steps + 1)), value=1),
+        ],
+        render,
+        alt=alt,
+    )

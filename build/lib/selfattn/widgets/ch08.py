@@ -17,9 +17,21 @@ import torch
 from ..efficient.sparse import block_sparse_mask, receptive_field, strided_mask
 from ..masks import sliding_window_mask
 
-__all__ = ["PATTERNS", "pattern_mask", "plot_pattern", "plot_explorer_grid", "explorer"]
+__all__ = [
+    "PATTERNS",
+    "EXPLORER_NS",
+    "EXPLORER_SIZES",
+    "EXPLORER_LAYERS",
+    "pattern_mask",
+    "plot_pattern",
+    "plot_explorer_grid",
+    "explorer",
+]
 
 PATTERNS: tuple[str, ...] = ("sliding window", "strided", "block local + global")
+EXPLORER_NS: tuple[int, ...] = (16, 32, 64)  #: the explorer's sequence lengths
+EXPLORER_SIZES: tuple[int, ...] = (2, 4, 8)  #: its window / stride / block sizes
+EXPLORER_LAYERS: tuple[int, ...] = (1, 2, 4)  #: its numbers of stacked layers
 
 
 def pattern_mask(pattern: str, n: int, size: int) -> torch.Tensor:
@@ -88,31 +100,51 @@ def plot_explorer_grid(
 
 
 def explorer(*, pattern: str = "sliding window", n: int = 32, size: int = 4, layers: int = 1):
-    """The interactive view: pattern, n (8 to 64), window / stride / block size, and layers (1 to 8).
+    """The interactive view: pattern, n, window / stride / block size and layers.
+
+    Every view is drawn in advance over ``PATTERNS`` x ``EXPLORER_NS`` x ``EXPLORER_SIZES``
+    x ``EXPLORER_LAYERS`` (3 x 3 x 3 x 3 = 81 views), so the controls also work on the
+    static website.
 
     Returns:
         An ``ipywidgets.VBox``.
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
-    pattern_w = widgets.Dropdown(options=list(PATTERNS), value=pattern, description="pattern")
-    n_w = widgets.IntSlider(value=n, min=8, max=64, description="n")
-    size_w = widgets.IntSlider(value=size, min=1, max=16, description="size")
-    layers_w = widgets.IntSlider(value=layers, min=1, max=8, description="layers")
-    out = widgets.Output()
+    from ._explorer import Control, grid_explorer
 
-    def on_change(_change=None) -> None:
-        with out:
-            out.clear_output(wait=True)
-            fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.8))
-            plot_pattern(pattern_w.value, n_w.value, size_w.value, layers_w.value, axes=axes)
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)
+    if pattern not in PATTERNS:
+        raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
+    for name, value, grid in (
+        ("n", n, EXPLORER_NS),
+        ("size", size, EXPLORER_SIZES),
+        ("layers", layers, EXPLORER_LAYERS),
+    ):
+        if value not in grid:
+            raise ValueError(f"{name} must be one of {grid} (the explorer's grid), got {value!r}")
 
-    for control in (pattern_w, n_w, size_w, layers_w):
-        control.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([widgets.HBox([pattern_w, n_w]), widgets.HBox([size_w, layers_w]), out])
+    def render(pattern: str, n: int, size: int, layers: int):
+        fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.8))
+        plot_pattern(pattern, n, size, layers, axes=axes)
+        fig.tight_layout()
+        return fig
+
+    def alt(pattern: str, n: int, size: int, layers: int) -> str:
+        mask = pattern_mask(pattern, n, size)
+        reach = receptive_field(mask, layers)
+        return (
+            f"Two heatmaps: the {pattern} mask of one layer ({int(mask.sum())} of "
+            f"{n * (n + 1) // 2} causal pairs) and the reach after {layers} layer(s): "
+            f"the last output sees {int(reach[-1].sum())} of {n} inputs"
+        )
+
+    return grid_explorer(
+        [
+            Control("pattern", PATTERNS, value=pattern, kind="dropdown"),
+            Control("n", EXPLORER_NS, value=n),
+            Control("size", EXPLORER_SIZES, value=size),
+            Control("layers", EXPLORER_LAYERS, value=layers),
+        ],
+        render,
+        alt=alt,
+    )

@@ -46,7 +46,7 @@ def _to_rgb(image) -> np.ndarray:
 def overlay_attention(
     image, weights, ax=None, title: str | None = None, *, vmax: float | None = None
 ):
-    """Draw ``image (C, H, W)`` with the patch weights ``(P,)`` laid over it as a translucent heat map.
+    """Draw ``image (C, H, W)`` with the patch weights ``(P,)`` over it as a translucent heat map.
 
     Every patch cell is coloured by its weight (0 to ``vmax``, default the largest weight) and
     labelled with it when the grid is at most 6 x 6.
@@ -110,7 +110,8 @@ def plot_overlays(
     images, weights = _np(images), _np(weights)
     if images.shape[0] != weights.shape[0] or len(titles) != images.shape[0]:
         raise ValueError(
-            f"got {images.shape[0]} images, {weights.shape[0]} weight rows and {len(titles)} titles"
+            f"got {images.shape[0]} images, {weights.shape[0]} weight rows "
+            f"and {len(titles)} titles"
         )
     n = images.shape[0]
     ncols = ncols or n
@@ -126,52 +127,64 @@ def plot_overlays(
     return fig
 
 
-def explorer(images, views: dict, captions: Sequence[str], *, index: int = 0):
-    """Pick an image and a view (a ViT layer's class token, or a CLIP caption word) and see its attention.
+def explorer(images, views: dict, captions: Sequence[str], *, index: int = 0, n_images: int = 8):
+    """Pick an image and a view (a ViT layer's class token, or a CLIP caption word): its attention.
+
+    Every view is drawn in advance for the first ``n_images`` images, so the controls also
+    work on the static website.
 
     Args:
         images: ``(N, C, H, W)`` test images.
-        views: ``{name: (N, P) weights}``, e.g. ``{"ViT layer 1, class token": ..., "CLIP word 'red'": ...}``.
+        views: ``{name: (N, P) weights}``, e.g.
+            ``{"ViT layer 1, class token": ..., "CLIP word 'red'": ...}``.
         captions: ``N`` strings shown in the title (true label or caption).
         index: the image shown first.
+        n_images: how many of the images the explorer offers (the first ones).
 
     Returns:
         An ``ipywidgets.VBox``.
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
+
+    from ._explorer import Control, grid_explorer
 
     images = _np(images)
     views = {name: _np(w) for name, w in views.items()}
     n = images.shape[0]
+    if not views:
+        raise ValueError("views must name at least one set of weights, got none")
     for name, w in views.items():
         if w.shape[0] != n:
             raise ValueError(f"view {name!r} has {w.shape[0]} rows, expected one per image ({n})")
-    if not 0 <= index < n:
-        raise ValueError(f"index must be in 0..{n - 1}, got {index}")
-    image_w = widgets.IntSlider(value=index, min=0, max=n - 1, description="image")
-    view_w = widgets.Dropdown(
-        options=list(views),
-        value=next(iter(views)),
-        description="view",
-        layout=widgets.Layout(width="28em"),
+    if len(captions) != n:
+        raise ValueError(f"got {len(captions)} captions, expected one per image ({n})")
+    shown = min(n, n_images)
+    if not 0 <= index < shown:
+        raise ValueError(f"index must be in 0..{shown - 1}, got {index}")
+
+    def render(image: int, view: str):
+        fig, ax = plt.subplots(figsize=(3.6, 3.6))
+        overlay_attention(
+            images[image], views[view][image], ax=ax, title=f"{captions[image]}\n{view}"
+        )
+        fig.tight_layout()
+        return fig
+
+    def alt(image: int, view: str) -> str:
+        grid = patch_grid(views[view][image])
+        i, j = np.unravel_index(int(grid.argmax()), grid.shape)
+        return (
+            f"Image {image} ({captions[image]}) with the attention of {view} laid over its "
+            f"{grid.shape[0]} x {grid.shape[1]} patches; the largest weight, {grid[i, j]:.2f}, "
+            f"is on the patch in row {i + 1}, column {j + 1}"
+        )
+
+    return grid_explorer(
+        [
+            Control("image", list(range(shown)), value=index),
+            Control("view", list(views), kind="dropdown"),
+        ],
+        render,
+        alt=alt,
+        colors=128,
     )
-    out = widgets.Output()
-
-    def on_change(_change=None) -> None:
-        with out:
-            out.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(3.6, 3.6))
-            w = views[view_w.value][image_w.value]
-            overlay_attention(
-                images[image_w.value], w, ax=ax, title=f"{captions[image_w.value]}\n{view_w.value}"
-            )
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)
-
-    image_w.observe(on_change, names="value")
-    view_w.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([widgets.HBox([image_w, view_w]), out])
