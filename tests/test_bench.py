@@ -165,3 +165,118 @@ def test_the_default_output_is_the_checkout_and_otherwise_out_is_required(monkey
     assert "--out" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         bench.main(["--quick", "--out", "x.json", "--only", "nope"])
+
+
+def test_training_cases_compute_the_gradients_of_attention():
+    # Every training case returns dq of softmax(q k^T / sqrt(d)) v for the same upstream grad.
+    x = bench.make_inputs("sdpa_train", 37)
+    q, k, v = (x[n].detach().clone().requires_grad_(True) for n in ("q", "k", "v"))
+    (F.scaled_dot_product_attention(q, k, v) * x["grad_out"]).sum().backward()
+    for method in ("flash_attention_train", "sdpa_train", "plain_train"):
+        dq = bench._methods()[method](bench.make_inputs(method, 37))
+        torch.testing.assert_close(dq, q.grad, atol=1e-5, rtol=1e-5)
+    # The harness measures under no_grad: the training step must still build its graph.
+    with torch.no_grad():
+        dq = bench._methods()["flash_attention_train"](bench.make_inputs("plain_train", 37))
+    torch.testing.assert_close(dq, q.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_decoding_cases_attend_one_query_at_a_time_to_the_whole_cache():
+    x = bench.make_inputs("sdpa_decode", 300)
+    assert len(x["queries"]) == x["tokens"] == bench.DECODE_TOKENS
+    assert x["queries"][-1].shape == (1, bench.HEADS, 1, bench.D_HEAD)
+    expected = F.scaled_dot_product_attention(x["queries"][-1], x["k"], x["v"])
+    for method in ("flash_decoding", "sdpa_decode", "plain_decode"):
+        out = bench._methods()[method](bench.make_inputs(method, 300))
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    r = bench.time_case("flash_decoding", 300, repeats=3)
+    assert r["per_token_s"] == pytest.approx(r["median_s"] / bench.DECODE_TOKENS)
+
+
+def test_gqa_layer_decodes_against_a_cache_of_n_every_call_and_holds_a_quarter():
+    mha, gqa = bench.make_inputs("mha_decode", 40), bench.make_inputs("gqa_decode", 40)
+    assert gqa["layer"].num_kv_heads == bench.GQA_KV_HEADS
+    assert mha["layer"].num_kv_heads == mha["layer"].num_heads == bench.GQA_HEADS
+    # The prefilled cache is what kv_cache_bytes counts, a quarter of MHA's for 8 -> 2.
+    assert gqa["cache"].nbytes == bench._facts("gqa_decode", 40)["cache_bytes"]
+    assert mha["cache"].nbytes == bench._facts("mha_decode", 40)["cache_bytes"]
+    assert gqa["cache"].nbytes * 4 == mha["cache"].nbytes
+    run = bench._methods()["gqa_decode"]
+    first = run(gqa)
+    assert len(gqa["cache"]) == 40 + bench.DECODE_TOKENS
+    torch.testing.assert_close(run(gqa), first)  # the cache went back to n, not n + tokens
+    assert len(gqa["cache"]) == 40 + bench.DECODE_TOKENS
+    assert first.shape == (1, 1, bench.GQA_D_MODEL)
+
+
+def test_quick_plan_has_the_new_rows_and_their_targets():
+    report = bench.run_cpu(quick=True, repeats=1, out=None, memory=False, log=lambda *_: None)
+    rows = {(c["method"], c["n"]): c for c in report["cases"]}
+    for n in (64, 128):
+        for method in ("flash_attention_train", "sdpa_train", "plain_train"):
+            assert (method, n) in rows
+    for method in ("flash_decoding", "sdpa_decode", "plain_decode"):
+        row = rows[(method, 256)]
+        assert row["tokens"] == bench.DECODE_TOKENS and row["per_token_s"] > 0
+    mha, gqa = rows[("mha_decode", 128)], rows[("gqa_decode", 128)]
+    assert gqa["cache_bytes"] * 4 == mha["cache_bytes"] == 2 * 8 * 64 * 128 * 4
+    assert gqa["per_token_s"] > 0 and mha["per_token_s"] > 0
+
+
+def _new_cases(**over):
+    cases = [
+        dict(method="flash_attention_train", n=4096, median_s=0.5, extra_peak_mib=30.0),
+        dict(method="sdpa_train", n=4096, median_s=0.2, extra_peak_mib=20.0),
+        dict(method="plain_train", n=4096, median_s=1.0, extra_peak_mib=800.0),
+        dict(method="flash_decoding", n=16384, median_s=0.32, per_token_s=0.01),
+        dict(method="sdpa_decode", n=16384, median_s=0.16, per_token_s=0.005),
+        dict(method="plain_decode", n=16384, median_s=0.32, per_token_s=0.01),
+        dict(method="mha_decode", n=4096, median_s=0.64, per_token_s=0.02, cache_bytes=16),
+        dict(method="gqa_decode", n=4096, median_s=0.32, per_token_s=0.01, cache_bytes=4),
+    ]
+    for c in cases:
+        c.setdefault("extra_peak_mib", 1.0)
+        c.update(over.get(c["method"], {}))
+    return cases
+
+
+def test_new_targets_are_evaluated_from_the_cases():
+    t = {x["target"].split(",")[0]: x for x in bench.evaluate_targets(_new_cases())}
+    time_ratio = t["flash_attention fwd+bwd time / SDPA fwd+bwd"]
+    assert time_ratio["value"] == pytest.approx(2.5) and not time_ratio["met"]  # goal <= 2
+    memory = t["flash_attention fwd+bwd extra peak / plain's"]
+    assert memory["value"] == pytest.approx(30 / 800) and memory["met"]  # goal <= 0.1
+    decode = t["flash_decoding time per token / SDPA decode's"]
+    assert decode["value"] == pytest.approx(2.0) and decode["met"]  # reported, no target
+    assert "plain 10.00 ms" in decode["detail"]
+    cache = next(x for k, x in t.items() if k.startswith("GQA (8->2 KV heads) cache bytes"))
+    assert cache["value"] == pytest.approx(0.25) and cache["met"]
+    assert t["GQA decode time per token / MHA's"]["value"] == pytest.approx(0.5)
+    # A flash training step that needs more than a tenth of plain's memory fails its target,
+    # and one within twice SDPA's time meets it.
+    slow = {"flash_attention_train": dict(median_s=0.3, extra_peak_mib=100.0)}
+    t = {x["target"].split(",")[0]: x for x in bench.evaluate_targets(_new_cases(**slow))}
+    assert t["flash_attention fwd+bwd time / SDPA fwd+bwd"]["met"]
+    assert not t["flash_attention fwd+bwd extra peak / plain's"]["met"]
+    # Targets of a memory-only row (no time) are left out instead of failing.
+    cases = [c for c in _new_cases() if c["method"] != "sdpa_train"]
+    cases.append(dict(method="sdpa_train", n=4096, extra_peak_mib=20.0))
+    names = [x["target"] for x in bench.evaluate_targets(cases)]
+    assert not any("SDPA fwd+bwd" in name for name in names)
+
+
+def test_a_partial_run_of_the_new_rows_adds_their_targets_to_the_file():
+    old_case = dict(method="linear_decode", n=1024, extra_peak_mib=0.0)  # memory only
+    old = {"quick": False, "torch_threads": 1, "date": "old", "cases": [old_case]}
+    new = {
+        "quick": False,
+        "torch_threads": 1,
+        "date": "new",
+        "machine": {},
+        "only": ["sdpa_train"],
+        "cases": _new_cases(),
+    }
+    merged = bench.merge_results(old, new)
+    names = [t["target"] for t in merged["targets"]]
+    assert any(name.startswith("flash_attention fwd+bwd time") for name in names)
+    assert any(name.startswith("GQA decode time") for name in names)

@@ -23,6 +23,16 @@ How it measures:
   OS's max-RSS). *Extra peak memory* is the difference: what the computation needed on
   top of its inputs.
 * The inputs: float32, batch 1 x 4 heads x n x d = 64, seeded.
+* **training** cases (``*_train``) time one forward and one backward pass (the
+  gradients of q, k and v for a fixed upstream gradient); their extra peak memory is
+  what the forward keeps for the backward plus what the backward needs.
+* **decoding** cases time ``DECODE_TOKENS`` new tokens per call and also report the time
+  per token: one query at a time against a cache of ``n`` keys and values
+  (``flash_decoding``, ``sdpa_decode``, ``plain_decode``: the attention alone, cache
+  fixed), or a whole :class:`~selfattn.multihead.MultiHeadAttention` layer (d_model 512,
+  8 query heads) appending to its :class:`~selfattn.multihead.KVCache` (``mha_decode``:
+  8 key/value heads; ``gqa_decode``: 2), with the cache's bytes from
+  :func:`~selfattn.multihead.kv_cache_bytes`.
 
 The results file holds the machine (CPU model, cores), the date, the torch version, the
 thread count, every case and the performance targets that chapters 7 and 8 quote, each
@@ -63,6 +73,10 @@ __all__ = [
 
 HEADS, D_HEAD = 4, 64
 WINDOW = 256
+#: Tokens decoded per timed call in the decoding cases (time per token = call time / this).
+DECODE_TOKENS = 32
+#: The GQA comparison's layer: d_model, query heads, and the key/value heads of GQA.
+GQA_D_MODEL, GQA_HEADS, GQA_KV_HEADS = 512, 8, 2
 
 
 def _checkout_results() -> Path | None:
@@ -97,6 +111,7 @@ def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 
 def _methods() -> dict[str, Callable]:
     from .efficient import flash_attention, linear_attention, sliding_window_attention
+    from .efficient.decoding import flash_decoding
 
     return {
         "plain": lambda x: plain_attention(x["q"], x["k"], x["v"]),
@@ -112,6 +127,14 @@ def _methods() -> dict[str, Callable]:
         "linear_decode": _linear_decode,
         "kv_cache_decode": lambda x: _generate(x, use_cache=True),
         "no_cache_decode": lambda x: _generate(x, use_cache=False),
+        "flash_attention_train": lambda x: _train_step(flash_attention, x),
+        "sdpa_train": lambda x: _train_step(F.scaled_dot_product_attention, x),
+        "plain_train": lambda x: _train_step(_plain_differentiable, x),
+        "flash_decoding": lambda x: _decode_queries(flash_decoding, x),
+        "sdpa_decode": lambda x: _decode_queries(F.scaled_dot_product_attention, x),
+        "plain_decode": lambda x: _decode_queries(plain_attention, x),
+        "mha_decode": _layer_decode,
+        "gqa_decode": _layer_decode,
     }
 
 
@@ -126,7 +149,18 @@ METHODS = (
     "linear_decode",
     "kv_cache_decode",
     "no_cache_decode",
+    "flash_attention_train",
+    "sdpa_train",
+    "plain_train",
+    "flash_decoding",
+    "sdpa_decode",
+    "plain_decode",
+    "mha_decode",
+    "gqa_decode",
 )
+_TRAIN = ("flash_attention_train", "sdpa_train", "plain_train")
+_DECODE_QUERIES = ("flash_decoding", "sdpa_decode", "plain_decode")
+_LAYER_DECODE = ("mha_decode", "gqa_decode")
 DESCRIPTIONS = {
     "plain": "plain attention, n x n matrix materialised (bench.plain_attention)",
     "sdpa": "torch SDPA (CPU: its fused flash kernel)",
@@ -140,7 +174,56 @@ DESCRIPTIONS = {
     "kv_cache_decode": "selfattn.multihead.generate with KV cache "
     "(4 layers, d_model 256, 4 heads)",
     "no_cache_decode": "selfattn.multihead.generate recomputing the prefix each step",
+    "flash_attention_train": "selfattn.efficient.flash_attention forward + backward "
+    "(block_q=256, block_k=512; saves only the output and the row log-sum-exp)",
+    "sdpa_train": "torch SDPA forward + backward (CPU: its fused flash kernel)",
+    "plain_train": "plain attention forward + backward with autograd "
+    "(softmax(q k^T / sqrt(d)) v; keeps the n x n probabilities for the backward)",
+    "flash_decoding": f"{DECODE_TOKENS} tokens, each one query against a cache of n: "
+    "selfattn.efficient.decoding.flash_decoding (chunk_size=1024)",
+    "sdpa_decode": f"{DECODE_TOKENS} tokens, each one query against a cache of n: torch SDPA",
+    "plain_decode": f"{DECODE_TOKENS} tokens, each one query against a cache of n: "
+    "bench.plain_attention",
+    "mha_decode": f"{DECODE_TOKENS} tokens through MultiHeadAttention(d_model={GQA_D_MODEL}, "
+    f"num_heads={GQA_HEADS}) appending to a KVCache of n positions (MHA, {GQA_HEADS} KV heads)",
+    "gqa_decode": f"{DECODE_TOKENS} tokens through MultiHeadAttention(d_model={GQA_D_MODEL}, "
+    f"num_heads={GQA_HEADS}, num_kv_heads={GQA_KV_HEADS}) appending to a KVCache of n "
+    f"positions (GQA, {GQA_KV_HEADS} KV heads)",
 }
+
+
+def _plain_differentiable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """plain_attention without in-place steps (autograd needs the scores it would overwrite)."""
+    return torch.softmax((q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1), dim=-1) @ v
+
+
+def _train_step(attention: Callable, x: dict) -> torch.Tensor:
+    """One forward and one backward pass; returns the gradient of q."""
+    # The harness times and measures under no_grad; a training step needs the graph.
+    with torch.enable_grad():
+        out = attention(x["q"], x["k"], x["v"])
+        dq, _, _ = torch.autograd.grad(out, (x["q"], x["k"], x["v"]), x["grad_out"])
+    return dq
+
+
+def _decode_queries(attention: Callable, x: dict) -> torch.Tensor:
+    """Each of the new queries ``(1, 4, 1, d)`` attends to the whole cache, one by one."""
+    out = None
+    for q in x["queries"]:
+        out = attention(q, x["k"], x["v"])
+    return out
+
+
+def _layer_decode(x: dict) -> torch.Tensor:
+    """The new tokens go through the layer one by one, each appended to its cache."""
+    cache = x["cache"]
+    # Back to the n prefilled positions (no copy), so that every call decodes against
+    # the same cache instead of one that grows from call to call.
+    cache.k, cache.v = x["k0"], x["v0"]
+    out = None
+    for t in range(x["tokens"]):
+        out = x["layer"](x["new"][:, t : t + 1], cache=cache)
+    return out
 
 
 def _linear_decode(x) -> torch.Tensor:
@@ -164,7 +247,10 @@ def _generate(x, *, use_cache: bool):
 def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
     """Inputs for one case: q, k, v of shape ``(1, 4, n, 64)`` float32 (plus a mask or a model).
 
-    For the decoding cases ``n`` is the number of generated tokens (prompt of 16).
+    For ``kv_cache_decode`` / ``no_cache_decode`` ``n`` is the number of generated tokens
+    (prompt of 16); for the other decoding cases it is the length of the cache, and the
+    inputs hold ``DECODE_TOKENS`` new queries (or new tokens, for the GQA layer).
+    Training cases' q, k, v require grad and come with an upstream gradient ``grad_out``.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
@@ -179,7 +265,40 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
             "prompt": torch.randn(1, 16, HEADS * D_HEAD, generator=g),
             "steps": n,
         }
+    if method in _LAYER_DECODE:
+        from .multihead import KVCache, attention_stack
+
+        kv_heads = GQA_KV_HEADS if method == "gqa_decode" else GQA_HEADS
+        layer = attention_stack(
+            num_layers=1,
+            d_model=GQA_D_MODEL,
+            num_heads=GQA_HEADS,
+            num_kv_heads=kv_heads,
+            seed=seed,
+        )[0]
+        d_head = GQA_D_MODEL // GQA_HEADS
+        cache = KVCache()
+        cache.append(
+            torch.randn(1, kv_heads, n, d_head, generator=g),
+            torch.randn(1, kv_heads, n, d_head, generator=g),
+        )
+        return {
+            "layer": layer,
+            "cache": cache,
+            "k0": cache.k,
+            "v0": cache.v,
+            "new": torch.randn(1, DECODE_TOKENS, GQA_D_MODEL, generator=g),
+            "tokens": DECODE_TOKENS,
+        }
     x = {name: torch.randn(1, HEADS, n, D_HEAD, generator=g) for name in ("q", "k", "v")}
+    if method in _DECODE_QUERIES:
+        x["queries"] = list(torch.randn(DECODE_TOKENS, 1, HEADS, 1, D_HEAD, generator=g))
+        x["tokens"] = DECODE_TOKENS
+        del x["q"]
+    if method in _TRAIN:
+        for name in ("q", "k", "v"):
+            x[name].requires_grad_(True)
+        x["grad_out"] = torch.randn(1, HEADS, n, D_HEAD, generator=g)
     if method == "dense_masked_sdpa":
         from .masks import sliding_window_mask
 
@@ -193,7 +312,9 @@ def time_case(
     """Warm up, then time ``repeats`` runs; fewer repeats (at least 3) when one run is slow.
 
     Returns:
-        ``{"median_s", "cpu_median_s", "times_s", "cpu_times_s"}``.
+        ``{"median_s", "cpu_median_s", "times_s", "cpu_times_s"}``; the decoding cases
+        that decode several tokens per call add ``"per_token_s"`` and
+        ``"cpu_per_token_s"`` (the medians divided by the number of tokens).
     """
     fn = _methods()[method]
     x = make_inputs(method, n)
@@ -210,12 +331,34 @@ def time_case(
             fn(x)
             wall.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
-    return {
+    row = {
         "median_s": statistics.median(wall),
         "cpu_median_s": statistics.median(cpu),
         "times_s": [round(t, 5) for t in wall],
         "cpu_times_s": [round(t, 5) for t in cpu],
     }
+    if x.get("tokens"):
+        row["per_token_s"] = row["median_s"] / x["tokens"]
+        row["cpu_per_token_s"] = row["cpu_median_s"] / x["tokens"]
+    return row
+
+
+def _facts(method: str, n: int) -> dict:
+    """What a case is, beyond its measurements: tokens per call, the cache's bytes."""
+    facts = {}
+    if method in _DECODE_QUERIES + _LAYER_DECODE:
+        facts["tokens"] = DECODE_TOKENS
+    if method in _LAYER_DECODE:
+        from .multihead import kv_cache_bytes
+
+        facts["cache_bytes"] = kv_cache_bytes(
+            1,
+            GQA_HEADS,
+            GQA_D_MODEL // GQA_HEADS,
+            n,
+            num_kv_heads=GQA_KV_HEADS if method == "gqa_decode" else GQA_HEADS,
+        )
+    return facts
 
 
 def _status_kib(field: str) -> int | None:
@@ -284,12 +427,27 @@ def fit_slope(ns, values) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
 
 
+def _sizes(quick: bool) -> dict:
+    """The sizes of the plan (and of the targets), full or quick."""
+    if quick:
+        return dict(
+            sweep=[64], big=256, mid=128, steps=4, train=[64, 128], cache=256, gqa_cache=128
+        )
+    return dict(
+        sweep=[1024, 2048, 4096, 8192],
+        big=16384,
+        mid=8192,
+        steps=256,
+        train=[1024, 2048, 4096],
+        cache=16384,
+        gqa_cache=4096,
+    )
+
+
 def _plan(quick: bool) -> list[tuple[str, int]]:
     """(method, n) pairs, in the order they are measured."""
-    if quick:
-        sweep, big, mid, steps = [64], 256, 128, 4
-    else:
-        sweep, big, mid, steps = [1024, 2048, 4096, 8192], 16384, 8192, 256
+    size = _sizes(quick)
+    sweep, big, mid, steps = size["sweep"], size["big"], size["mid"], size["steps"]
     plan = []
     for n in sweep:
         plan += [
@@ -314,6 +472,11 @@ def _plan(quick: bool) -> list[tuple[str, int]]:
     ]
     if _have_multihead():
         plan += [("kv_cache_decode", steps), ("no_cache_decode", steps)]
+    for n in size["train"]:
+        plan += [(m, n) for m in _TRAIN]
+    plan += [(m, size["cache"]) for m in _DECODE_QUERIES]
+    if _have_multihead():
+        plan += [(m, size["gqa_cache"]) for m in _LAYER_DECODE]
     return plan
 
 
@@ -345,12 +508,20 @@ def machine_info() -> dict:
 
 
 def _case(results: list[dict], method: str, n: int) -> dict | None:
-    return next((r for r in results if r["method"] == method and r["n"] == n), None)
+    """The case measured for ``method`` at ``n`` with both time and memory, else None."""
+    row = next((r for r in results if r["method"] == method and r["n"] == n), None)
+    if row is None or "median_s" not in row or "extra_peak_mib" not in row:
+        return None  # e.g. a memory-only update of a method the full run did not time
+    return row
 
 
 def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
-    """The performance targets chapters 7 and 8 quote, each with its value and whether met."""
-    mid, big, steps = (128, 256, 4) if quick else (8192, 16384, 256)
+    """The performance targets chapters 7 and 8 quote, each with its value and whether met.
+
+    A target whose cases are missing (or lack a time or a memory) is left out.
+    """
+    size = _sizes(quick)
+    mid, big, steps = size["mid"], size["big"], size["steps"]
     targets = []
 
     def add(name, value, target, met, detail, value_cpu=None):
@@ -402,7 +573,9 @@ def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
             cpu_ratio(dense, win),
         )
     wins = sorted(
-        (r["n"], r["extra_peak_mib"]) for r in results if r["method"] == "sliding_window"
+        (r["n"], r["extra_peak_mib"])
+        for r in results
+        if r["method"] == "sliding_window" and "extra_peak_mib" in r
     )
     wins = [w for w in wins if w[0] >= big // 4]
     if len(wins) >= 2:
@@ -435,6 +608,87 @@ def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
             True,
             f"{slow['median_s']:.3f} s vs {fast['median_s']:.3f} s",
             cpu_ratio(slow, fast),
+        )
+    train = size["train"][-1]
+    flash, sdpa, plain = (
+        _case(results, m, train) for m in ("flash_attention_train", "sdpa_train", "plain_train")
+    )
+    if flash and sdpa:
+        r = flash["median_s"] / sdpa["median_s"]
+        add(
+            f"flash_attention fwd+bwd time / SDPA fwd+bwd, n={train}",
+            r,
+            "<= 2",
+            r <= 2,
+            f"{flash['median_s']:.3f} s vs {sdpa['median_s']:.3f} s",
+            cpu_ratio(flash, sdpa),
+        )
+    if flash and plain and plain["extra_peak_mib"] > 0:
+        r = flash["extra_peak_mib"] / plain["extra_peak_mib"]
+        add(
+            f"flash_attention fwd+bwd extra peak / plain's, n={train}",
+            r,
+            "<= 0.1",
+            r <= 0.1,
+            f"{flash['extra_peak_mib']:.1f} MiB vs {plain['extra_peak_mib']:.1f} MiB",
+        )
+    grows = {
+        m: sorted((r["n"], r["extra_peak_mib"]) for r in results if r["method"] == m)
+        for m in ("flash_attention_train", "plain_train")
+        if _case(results, m, train)
+    }
+    if len(grows.get("flash_attention_train", [])) >= 2:
+        p = fit_slope(*zip(*grows["flash_attention_train"]))
+        detail = ", ".join(f"n={a}: {b:.1f} MiB" for a, b in grows["flash_attention_train"])
+        if len(grows.get("plain_train", [])) >= 2:
+            detail += f"; plain's slope {fit_slope(*zip(*grows['plain_train'])):.2f}"
+        add(
+            "flash_attention fwd+bwd extra-peak slope in n (log-log)",
+            p,
+            "<= 1.2 (at most linear)",
+            p <= 1.2,
+            detail,
+        )
+    cache = size["cache"]
+    flash, sdpa, plain = (_case(results, m, cache) for m in _DECODE_QUERIES)
+    if flash and sdpa and "per_token_s" in flash and "per_token_s" in sdpa:
+        r = flash["per_token_s"] / sdpa["per_token_s"]
+        detail = f"{flash['per_token_s'] * 1e3:.2f} ms vs {sdpa['per_token_s'] * 1e3:.2f} ms"
+        if plain and "per_token_s" in plain:
+            detail += f"; plain {plain['per_token_s'] * 1e3:.2f} ms"
+        add(
+            f"flash_decoding time per token / SDPA decode's, cache {cache}",
+            r,
+            "(reported, no target)",
+            True,
+            detail + " per token",
+            cpu_ratio(flash, sdpa),
+        )
+    gqa_cache = size["gqa_cache"]
+    mha = next((r for r in results if r["method"] == "mha_decode" and r["n"] == gqa_cache), None)
+    gqa = next((r for r in results if r["method"] == "gqa_decode" and r["n"] == gqa_cache), None)
+    if mha and gqa and mha.get("cache_bytes") and gqa.get("cache_bytes"):
+        r = gqa["cache_bytes"] / mha["cache_bytes"]
+        goal = GQA_KV_HEADS / GQA_HEADS
+        add(
+            f"GQA ({GQA_HEADS}->{GQA_KV_HEADS} KV heads) cache bytes / MHA's, {gqa_cache} "
+            "positions",
+            r,
+            f"<= {goal:g}",
+            r <= goal,
+            f"{gqa['cache_bytes'] / 2**20:.1f} MiB vs {mha['cache_bytes'] / 2**20:.1f} MiB "
+            "(one layer)",
+        )
+    mha, gqa = _case(results, "mha_decode", gqa_cache), _case(results, "gqa_decode", gqa_cache)
+    if mha and gqa and "per_token_s" in mha and "per_token_s" in gqa:
+        r = gqa["per_token_s"] / mha["per_token_s"]
+        add(
+            f"GQA decode time per token / MHA's, {gqa_cache} cached positions",
+            r,
+            "(reported, no target)",
+            True,
+            f"{gqa['per_token_s'] * 1e3:.2f} ms vs {mha['per_token_s'] * 1e3:.2f} ms per token",
+            cpu_ratio(gqa, mha),
         )
     return targets
 
@@ -479,7 +733,7 @@ def run_cpu(
     for method, n in _plan(quick):
         if only is not None and method not in only:
             continue
-        row = {"method": method, "n": n, "description": DESCRIPTIONS[method]}
+        row = {"method": method, "n": n, "description": DESCRIPTIONS[method], **_facts(method, n)}
         if timing:
             row.update(time_case(method, n, repeats=repeats))
         if memory:
@@ -492,6 +746,7 @@ def run_cpu(
                 if timing
                 else ""
             )
+            + (f" = {row['per_token_s'] * 1e3:.2f} ms/token" if "per_token_s" in row else "")
             + (f" extra peak {row['extra_peak_mib']:.1f} MiB" if memory else "")
         )
     report = {
@@ -533,7 +788,8 @@ def merge_results(old: dict, new: dict) -> dict:
     Each new case updates the old case of the same method and n field by field (a
     memory-only run keeps the old times), or is appended. The old file's date, machine
     and thread count stay; the partial run is listed under ``"updates"``, with its own
-    date and machine, and the targets are evaluated again.
+    date and machine, and the targets are evaluated again (from the cases that have
+    both a time and a memory).
 
     Args:
         old: the results file's contents (a full run).
@@ -567,8 +823,7 @@ def merge_results(old: dict, new: dict) -> dict:
             "machine": new["machine"],
         }
     )
-    if all("median_s" in c and "extra_peak_mib" in c for c in cases):
-        merged["targets"] = evaluate_targets(cases, quick=bool(merged.get("quick")))
+    merged["targets"] = evaluate_targets(cases, quick=bool(merged.get("quick")))
     return merged
 
 
