@@ -284,9 +284,12 @@ def run_case(report, kernel, fn, oracle, q, k, v, do, dtype_name, label, backwar
         report.check(ok, f"{kernel} {label} {part}", f"error {err:.2e} > bar {bar:.2e}")
 
 
-def kernel_suite(plan: Plan, device, report: Report, deadline: float) -> None:
+def kernel_suite(plan: Plan, device, report: Report, deadline: float) -> dict:
+    """Every kernel over the plan's cases; returns {kernel: [checks, seconds]}."""
     import torch
     from selfattn import efficient
+
+    timings = {}
 
     kernels = []
     if efficient.triton_available() and (device.type == "cuda" or plan.dry_run):
@@ -313,7 +316,7 @@ def kernel_suite(plan: Plan, device, report: Report, deadline: float) -> None:
                     for mode in CAUSAL_MODES:
                         if time.perf_counter() > deadline:
                             report.check(False, name, "not finished: out of time")
-                            return
+                            return timings
                         if mode == "bottom_right" and not has_alignment:
                             skipped.append(mode)
                             continue
@@ -324,10 +327,71 @@ def kernel_suite(plan: Plan, device, report: Report, deadline: float) -> None:
                         run_case(report, name, call, oracle, q, k, v, do, dtype_name, label, True)
         took = time.perf_counter() - start
         count = report.passed + report.failed - before
-        note = f" (no alignment argument: {len(skipped)} bottom_right cases skipped)" * bool(
-            skipped
-        )
-        print(f"  {name}: {count} checks in {took:.1f} s{note}", flush=True)
+        timings[name] = [count, took, len(skipped)]
+    return timings
+
+
+def _suite_task(dry_run: bool, dtype_name: str, head_dim: int, deadline_wall: float) -> dict:
+    """One (dtype, head dim) slice of the kernel suite, in a worker process of its own.
+
+    Slices run in parallel so that Triton compiles their kernel variants on several cores.
+    """
+    _use_source_tree()
+    if dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    device = torch.device("cpu") if dry_run else torch.device("cuda", 0)
+    plan = make_plan(dry_run, device)
+    plan.dtypes, plan.head_dims = (dtype_name,), (head_dim,)
+    report = Report()
+    deadline = time.perf_counter() + (deadline_wall - time.time())
+    try:
+        timings = kernel_suite(plan, device, report, deadline)
+    except Exception:  # noqa: BLE001  (a crash of the slice is reported and counted)
+        report.check(False, f"kernel suite {dtype_name} d={head_dim}", traceback.format_exc())
+        timings = {}
+    return {"report": report, "timings": timings, "shared": shared_memory_report(device)}
+
+
+def run_kernel_suite(plan: Plan, report: Report, deadline: float, jobs: int) -> list[dict]:
+    """The kernel suite in ``jobs`` worker processes, one (dtype, head dim) slice per task."""
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=max(1, jobs), mp_context=multiprocessing.get_context("spawn")
+    )
+    deadline_wall = time.time() + (deadline - time.perf_counter())
+    futures = [
+        pool.submit(_suite_task, plan.dry_run, dt, d, deadline_wall)
+        for dt in plan.dtypes
+        for d in plan.head_dims
+    ]
+    timings, shared = {}, {}
+    for future in futures:
+        try:
+            part = future.result(timeout=max(1.0, deadline - time.perf_counter() + 30))
+        except Exception as e:  # noqa: BLE001  (a dead worker, or out of time)
+            report.check(False, "kernel suite", f"a slice did not finish: {type(e).__name__} {e}")
+            continue
+        sub = part["report"]
+        report.passed += sub.passed
+        report.failed += sub.failed
+        report.skipped += sub.skipped
+        for failure in sub.failures:
+            report.failures.append(failure)
+            print(f"  FAIL {failure}", flush=True)
+        for key, (err, where) in sub.worst.items():
+            report.error(key, err, where)
+        for name, (count, took, skipped) in part["timings"].items():
+            total = timings.setdefault(name, [0, 0.0, 0])
+            total[0], total[1], total[2] = total[0] + count, total[1] + took, total[2] + skipped
+        for row in part["shared"]:
+            shared[row["kernel"], row["shared"], row["num_warps"], row["num_stages"]] = row
+    pool.shutdown(wait=False, cancel_futures=True)
+    for name, (count, took, skipped) in timings.items():
+        note = f" (no alignment argument: {skipped} bottom_right cases skipped)" * bool(skipped)
+        print(f"  {name}: {count} checks, {took:.1f} s of worker time{note}", flush=True)
+    return sorted(shared.values(), key=lambda r: (r["kernel"], r["shared"]))
 
 
 def _kernel_pair(name, fn, mode, n, m, window, device):
@@ -641,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu-check: no CUDA device here; run `make gpu-check DRY_RUN=1` to test the script")
         return 2
     device = torch.device("cpu") if args.dry_run else torch.device("cuda", 0)
-    limit = args.time_limit or (300.0 if args.dry_run else 470.0)
+    limit = args.time_limit or (600.0 if args.dry_run else 470.0)
     deadline = t0 + limit
     plan = make_plan(args.dry_run, device)
     report = Report()
@@ -678,12 +742,8 @@ def main(argv: list[str] | None = None) -> int:
         pool, futures = run_chapters(plan, tmp / "chapters", jobs, timeout=int(limit))
 
     print("[2/5] kernel suite against SDPA in float64", flush=True)
-    try:
-        kernel_suite(plan, device, report, deadline - (60 if not args.dry_run else 30))
-    except Exception:  # noqa: BLE001  (a crash of the suite itself is reported and counted)
-        traceback.print_exc()
-        report.check(False, "kernel suite", "crashed")
-    smem = shared_memory_report(device)
+    suite_jobs = 1 if args.dry_run else max(1, min(6, (os.cpu_count() or 2) // 2))
+    smem = run_kernel_suite(plan, report, deadline - (60 if not args.dry_run else 30), suite_jobs)
     for row in smem:
         print(f"  compiled {row['kernel']}: {row['shared']} bytes of shared memory")
 
@@ -712,15 +772,19 @@ def main(argv: list[str] | None = None) -> int:
         report.check(False, "benchmark", "crashed")
 
     print("[5/5] summary", flush=True)
+    chapters_ok = (
+        "chapters skipped"
+        if args.skip_chapters
+        else f"chapters {sum(r['error'] is None and not r['stderr'] for r in chapter_rows)}/"
+        f"{len(plan.chapters)} ok"
+    )
     worst = ", ".join(f"{k} {e:.1e} ({where})" for k, (e, where) in sorted(report.worst.items()))
     ratio = result.get("target_min_ratio")
     status = "PASSED" if report.failed == 0 else "FAILED"
     print(
         f"gpu-check {status}: {report.passed} passed, {report.failed} failed, "
         f"{len(report.skipped)} skipped in "
-        f"{time.perf_counter() - t0:.0f} s; chapters "
-        f"{sum(r['error'] is None and not r['stderr'] for r in chapter_rows)}/"
-        f"{len(plan.chapters)} ok; Triton/SDPA forward at n>=4k, d=64: "
+        f"{time.perf_counter() - t0:.0f} s; {chapters_ok}; Triton/SDPA forward at n>=4k, d=64: "
         f"{'n/a' if ratio is None else f'{ratio:.2f}x'}; worst errors: {worst}",
         flush=True,
     )
