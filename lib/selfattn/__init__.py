@@ -8,11 +8,12 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 * ``multihead``: MultiHeadAttention, KVCache, cross-attention (chapter 5)
 * ``efficient``: FlashAttention (PyTorch, Triton), sliding-window and linear attention (chapters 7-8);
   ``bench``: the ``make bench`` harness (imported on demand)
-* ``viz``: the shared plots; ``runtime``: ``setup()``; ``results``: glued figures
+* ``viz``: the shared plots; ``diagrams``: schematic figures (chapters 1-8);
+  ``runtime``: ``setup()``; ``results``: glued figures
 * ``train``: the training loop; ``exercises``: the checkers
 """
 
-from . import efficient, reference
+from . import diagrams, efficient, reference
 from .attention import *  # noqa: F401,F403
 from .attention import __all__ as _attention_all
 from .masks import *  # noqa: F401,F403
@@ -40,6 +41,7 @@ __all__ = [
     "load_results",
     "plot_attention",
     "record",
+    "diagrams",
     "efficient",
     "reference",
     "setup",

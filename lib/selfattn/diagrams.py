@@ -1,0 +1,1110 @@
+"""Schematic diagrams for chapters 1-8: boxes, arrows and labelled matrices, drawn by code.
+
+Every function takes the sizes it draws, so the shape labels ("Q (n × d_k) = 5 × 4") always
+agree with the sizes a chapter uses, and returns a :class:`matplotlib.figure.Figure` with an
+``alt`` attribute: one or two sentences saying what the picture shows, with the same numbers
+(use it as the image's alt text). The figures are plain ``Figure`` objects, not pyplot
+figures, so they never pile up in pyplot's registry; in Jupyter the returned figure is shown
+once, as the cell's result.
+
+==========  ===========================================================================
+chapter     diagrams
+==========  ===========================================================================
+1           :func:`information_paths`
+2           :func:`dot_product_softmax`
+3           :func:`five_steps`
+4           :func:`mask_grids`, :func:`cache_alignment`
+5           :func:`multi_head`, :func:`grouped_query`, :func:`kv_cache`
+6           :func:`rope_rotation`
+7           :func:`flash_tiles`
+8           :func:`sparse_patterns`, :func:`receptive_field_growth`
+==========  ===========================================================================
+
+Invalid sizes raise ``ValueError`` naming the argument, what it got and what it expected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Arc, FancyArrowPatch, FancyBboxPatch, Rectangle
+
+__all__ = [
+    "PALETTE",
+    "cache_alignment",
+    "dot_product_softmax",
+    "five_steps",
+    "flash_tiles",
+    "grouped_query",
+    "information_paths",
+    "kv_cache",
+    "mask_grids",
+    "multi_head",
+    "receptive_field_growth",
+    "rope_rotation",
+    "sparse_patterns",
+]
+
+#: The one palette of every diagram: a light fill per role, dark lines and text.
+PALETTE: dict[str, str] = {
+    "x": "#d6e4f0",
+    "q": "#f6c89f",
+    "k": "#b7dba3",
+    "v": "#cdb9e3",
+    "scores": "#f3e08c",
+    "weights": "#f2a7a7",
+    "out": "#9fd3e0",
+    "allowed": "#5b8fc7",
+    "masked": "#e4e4e4",
+    "highlight": "#d1495b",
+    "muted": "#9a9a9a",
+    "line": "#333333",
+    "slow": "#f4f1ea",
+    "fast": "#fff4d6",
+}
+_HEADS = ["#f6c89f", "#b7dba3", "#cdb9e3", "#9fd3e0", "#f3e08c", "#f2a7a7", "#d6e4f0", "#e0c9a6"]
+_FONT = 8.5
+_SIZE = (7.0, 3.0)
+_TIMES = "\u00d7"
+
+
+# ----------------------------------------------------------------------------- helpers
+def _int(value, name: str, minimum: int = 1, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return int(value)
+
+
+def _shape(name: str, symbols: str, *sizes: int) -> str:
+    """The book's shape label: ``Q (n × d_k) = 5 × 4``."""
+    dims = f" {_TIMES} ".join(str(s) for s in sizes)
+    return f"{name} ({symbols}) = {dims}"
+
+
+def _figure(ncols: int = 1, size: tuple[float, float] = _SIZE, xlim=(0, 14), ylim=(0, 6)):
+    """A Figure with ``ncols`` blank axes in diagram coordinates (2 units per inch)."""
+    fig = Figure(figsize=size, layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    for ax in axes:
+        ax.set_xlim(*xlim)
+        ax.set_ylim(*ylim)
+        ax.set_axis_off()
+    return fig, list(axes)
+
+
+def _finish(fig: Figure, alt: str) -> Figure:
+    fig.alt = alt
+    return fig
+
+
+def _node(ax, x, y, color, size=11):
+    """A round node (a marker, so it stays round whatever the axes' aspect)."""
+    ax.plot(x, y, "o", ms=size, mfc=color, mec=PALETTE["line"], mew=0.7, zorder=3)
+
+
+def _box(ax, x, y, w, h, text="", color=PALETTE["x"], *, fontsize=_FONT, **kw):
+    ax.add_patch(
+        FancyBboxPatch(
+            (x, y),
+            w,
+            h,
+            boxstyle="round,pad=0.02,rounding_size=0.08",
+            facecolor=color,
+            edgecolor=PALETTE["line"],
+            linewidth=0.8,
+            **kw,
+        )
+    )
+    if text:
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize)
+
+
+def _arrow(ax, start, end, color=PALETTE["line"], *, lw=1.0, style="-|>", rad=0.0, **kw):
+    ax.add_patch(
+        FancyArrowPatch(
+            start,
+            end,
+            arrowstyle=style,
+            mutation_scale=9,
+            color=color,
+            linewidth=lw,
+            shrinkA=2,
+            shrinkB=2,
+            connectionstyle=f"arc3,rad={rad}",
+            **kw,
+        )
+    )
+
+
+def _matrix(ax, x, y, rows, cols, cell, color, *, grid=True, highlight_rows=()):
+    """A rows × cols matrix glyph with its lower-left corner at (x, y); returns (w, h)."""
+    w, h = cols * cell, rows * cell
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor=PALETTE["line"], lw=0.8))
+    for r in highlight_rows:
+        ax.add_patch(
+            Rectangle(
+                (x, y + h - (r + 1) * cell),
+                w,
+                cell,
+                facecolor=PALETTE["highlight"],
+                edgecolor=PALETTE["line"],
+                lw=0.8,
+                alpha=0.85,
+            )
+        )
+    if grid and rows <= 24 and cols <= 24:
+        for r in range(1, rows):
+            ax.plot([x, x + w], [y + r * cell] * 2, color=PALETTE["line"], lw=0.25)
+        for c in range(1, cols):
+            ax.plot([x + c * cell] * 2, [y, y + h], color=PALETTE["line"], lw=0.25)
+    return w, h
+
+
+def _mask_image(ax, allowed: np.ndarray, title: str, *, show_inf: bool = True):
+    """A boolean (n, m) mask on the score grid: allowed cells blue, masked grey (-inf)."""
+    n, m = allowed.shape
+    ax.set_xlim(-0.6, m + 0.1)
+    ax.set_ylim(n + 0.1, -0.9)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    small = n <= 10 and m <= 10
+    for i in range(n):
+        for j in range(m):
+            ok = bool(allowed[i, j])
+            ax.add_patch(
+                Rectangle(
+                    (j, i),
+                    1,
+                    1,
+                    facecolor=PALETTE["allowed"] if ok else PALETTE["masked"],
+                    edgecolor="white",
+                    lw=0.6 if small else 0.2,
+                )
+            )
+            if small and show_inf and not ok:
+                ax.text(j + 0.5, i + 0.5, "\u2212\u221e", ha="center", va="center", fontsize=6)
+    ax.text(m / 2, -0.25, title, ha="center", va="bottom", fontsize=_FONT)
+    if n <= 12:
+        for i in range(n):
+            ax.text(-0.15, i + 0.5, str(i), ha="right", va="center", fontsize=6)
+    if m <= 12:
+        for j in range(m):
+            ax.text(j + 0.5, n + 0.05, str(j), ha="center", va="top", fontsize=6)
+
+
+# ----------------------------------------------------------------------------- chapter 1
+def information_paths(n: int = 6, k: int = 3) -> Figure:
+    """Chapter 1: how many steps information takes from the first token to the last.
+
+    Three panels over ``n`` tokens: a recurrent chain (``n - 1`` hand-overs), a stack of
+    causal convolutions of width ``k`` (``ceil((n - 1) / (k - 1))`` layers before the last
+    output sees the first input: the reach grows linearly with depth), and self-attention
+    (one step between every pair).
+
+    Args:
+        n: number of tokens, 2 to 12.
+        k: convolution width, 2 to ``n``.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    n = _int(n, "n", 2, 12)
+    k = _int(k, "k", 2, n)
+    layers = math.ceil((n - 1) / (k - 1))
+    fig, axes = _figure(3, size=(7.0, 3.0), xlim=(-0.7, n - 0.3), ylim=(-1.6, 4.4))
+    col = PALETTE["highlight"]
+
+    def nodes(ax, y, color=PALETTE["x"], labels=False):
+        for i in range(n):
+            _node(ax, i, y, color)
+            if labels:
+                ax.text(i, y - 0.55, f"x{i + 1}", ha="center", va="top", fontsize=7)
+
+    # recurrent: a chain along the row
+    ax = axes[0]
+    nodes(ax, 1.0, labels=True)
+    for i in range(n - 1):
+        _arrow(ax, (i + 0.28, 1.0), (i + 0.72, 1.0), col)
+    ax.text((n - 1) / 2, 3.9, "Recurrent", ha="center", fontsize=_FONT + 0.5, weight="bold")
+    ax.text((n - 1) / 2, 3.2, f"n \u2212 1 = {n - 1} steps", ha="center", fontsize=_FONT)
+    ax.text((n - 1) / 2, 2.6, f"from x1 to x{n}", ha="center", fontsize=_FONT)
+
+    # convolutions: the last output's cone
+    ax = axes[1]
+    ax.set_ylim(-1.6, max(4.4, layers + 2.4))
+    reach = {n - 1}
+    rows = [sorted(reach)]
+    for _ in range(layers):
+        reach = {j for i in reach for j in range(max(0, i - k + 1), i + 1)}
+        rows.append(sorted(reach))
+    for level in range(layers + 1):
+        nodes(ax, float(level), labels=level == 0)
+    for level in range(layers, 0, -1):
+        for i in rows[layers - level]:
+            for j in range(max(0, i - k + 1), i + 1):
+                ax.plot([j, i], [level - 1 + 0.28, level - 0.28], color=col, lw=0.8)
+    ax.text(
+        (n - 1) / 2,
+        layers + 1.1,
+        f"Convolutions, width k = {k}\n\u2308(n \u2212 1)/(k \u2212 1)\u2309 = {layers} layers",
+        ha="center",
+        va="bottom",
+        fontsize=_FONT,
+    )
+
+    # self-attention: every pair in one step
+    ax = axes[2]
+    nodes(ax, 0.0, labels=True)
+    nodes(ax, 2.0)
+    for i in range(n):
+        for j in range(n):
+            ax.plot([j, i], [0.28, 1.72], color=col, lw=0.5, alpha=0.7)
+    ax.text((n - 1) / 2, 3.9, "Self-attention", ha="center", fontsize=_FONT + 0.5, weight="bold")
+    ax.text(
+        (n - 1) / 2, 3.2, f"1 step, all {n}\u00b2 = {n * n} pairs", ha="center", fontsize=_FONT
+    )
+    alt = (
+        f"Three ways to connect n = {n} tokens. Recurrent: a chain of arrows, "
+        f"n \u2212 1 = {n - 1} steps from x1 to x{n}. "
+        f"Convolutions of width k = {k}: \u2308(n \u2212 1)/(k \u2212 1)\u2309 = {layers} layers "
+        f"the last output sees the first input, the reach growing by k \u2212 1 = {k - 1} "
+        f"positions per layer. Self-attention: one layer of lines joining all {n * n} pairs, "
+        "one step from every token to every token."
+    )
+    return _finish(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 2
+def dot_product_softmax(
+    query: Sequence[float] = (2.0, 1.0),
+    keys: Sequence[Sequence[float]] = ((2.0, 0.5), (0.5, 2.0), (-1.5, 1.0)),
+    temperature: float = 1.0,
+) -> Figure:
+    """Chapter 2: a query and keys as 2-D arrows, each score the key's projection on the query.
+
+    Left: the query ``q`` and the keys ``k_j``; a dashed line drops each key onto the query's
+    direction, and ``q · k_j = ‖q‖ × (signed length of that shadow)``. Right: the scores and
+    the weights ``softmax(scores / temperature)`` as bars.
+
+    Args:
+        query: the 2-D query, not zero.
+        keys: 1 to 6 two-dimensional keys.
+        temperature: positive divisor of the scores before the softmax.
+
+    Returns:
+        The Figure; ``fig.alt`` names every score and weight.
+    """
+    q = np.asarray(query, dtype=float)
+    if q.shape != (2,) or not np.isfinite(q).all() or not q.any():
+        raise ValueError(f"query must be a finite, non-zero 2-D vector, got {query!r}")
+    kk = np.asarray(keys, dtype=float)
+    if kk.ndim != 2 or kk.shape[1] != 2 or not 1 <= len(kk) <= 6 or not np.isfinite(kk).all():
+        raise ValueError(f"keys must be 1 to 6 finite 2-D vectors, got shape {kk.shape}")
+    if isinstance(temperature, bool) or not (
+        isinstance(temperature, (int, float)) and temperature > 0 and math.isfinite(temperature)
+    ):
+        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+    scores = kk @ q
+    z = scores / temperature
+    weights = np.exp(z - z.max())
+    weights /= weights.sum()
+
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+    unit = q / np.linalg.norm(q)
+    lim = 1.15 * max(np.abs(kk).max(), np.abs(q).max(), 1.0)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.set_aspect("equal")
+    ax.axhline(0, color=PALETTE["masked"], lw=0.6, zorder=0)
+    ax.axvline(0, color=PALETTE["masked"], lw=0.6, zorder=0)
+    ax.plot(*(np.outer([-lim * 2, lim * 2], unit).T), color=PALETTE["q"], lw=0.8, zorder=0)
+    ax.tick_params(labelsize=7)
+    _arrow(ax, (0, 0), tuple(q), PALETTE["highlight"], lw=2.0)
+    ax.text(*(q * 1.06), "q", color=PALETTE["highlight"], fontsize=_FONT + 1, weight="bold")
+    for j, key in enumerate(kk):
+        color = _HEADS[(j + 1) % len(_HEADS)]
+        _arrow(ax, (0, 0), tuple(key), PALETTE["line"], lw=1.2)
+        foot = (key @ unit) * unit
+        ax.plot([key[0], foot[0]], [key[1], foot[1]], ls="--", color=PALETTE["muted"], lw=0.8)
+        ax.plot(*foot, "o", color=color, markeredgecolor=PALETTE["line"], ms=5)
+        ax.text(*(key * 1.08), f"k{j + 1}", fontsize=_FONT, ha="center", va="center")
+    ax.set_title("dot product = \u2016q\u2016 \u00d7 shadow of k on q", fontsize=_FONT)
+
+    idx = np.arange(len(kk))
+    bx.bar(idx - 0.2, scores, 0.4, color=PALETTE["scores"], edgecolor=PALETTE["line"], lw=0.6)
+    bx.bar(idx + 0.2, weights, 0.4, color=PALETTE["weights"], edgecolor=PALETTE["line"], lw=0.6)
+    bx.axhline(0, color=PALETTE["line"], lw=0.6)
+    for j in idx:
+        bx.text(
+            j - 0.2,
+            scores[j],
+            f"{scores[j]:.2f}",
+            ha="center",
+            va="bottom" if scores[j] >= 0 else "top",
+            fontsize=7,
+        )
+        bx.text(j + 0.2, weights[j], f"{weights[j]:.2f}", ha="center", va="bottom", fontsize=7)
+    bx.set_xticks(idx, [f"k{j + 1}" for j in idx], fontsize=_FONT)
+    bx.tick_params(axis="y", labelsize=7)
+    for side in ("top", "right"):
+        bx.spines[side].set_visible(False)
+    temp = "" if temperature == 1 else f" / {temperature:g}"
+    bx.set_title(f"scores q\u00b7k (yellow) \u2192 softmax(scores{temp}) (red)", fontsize=_FONT)
+    pairs = "; ".join(
+        f"k{j + 1}: score {scores[j]:.2f}, weight {weights[j]:.2f}" for j in range(len(kk))
+    )
+    alt = (
+        f"Left: the query q = ({q[0]:g}, {q[1]:g}) and {len(kk)} keys drawn as arrows in the "
+        "plane, each key dropped by a dashed line onto the direction of q; the dot product is "
+        "the length of q times that shadow. Right: bars of the scores and of the softmax "
+        f"weights{' at temperature ' + format(temperature, 'g') if temperature != 1 else ''}, "
+        f"which sum to 1 ({pairs})."
+    )
+    return _finish(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 3
+def five_steps(n: int = 5, d_model: int = 6, d_k: int = 4, d_v: int = 3) -> Figure:
+    """Chapter 3: the five steps as a flow, each matrix drawn to scale with its shape.
+
+    ``X (n × d)`` → project → ``Q (n × d_k)``, ``K (n × d_k)``, ``V (n × d_v)`` → score and
+    scale → ``S = QKᵀ/√d_k (n × n)`` → softmax → ``A (n × n)`` → mix with V →
+    ``output (n × d_v)``.
+
+    Args:
+        n: tokens, 1 to 64. d_model: the model width ``d``. d_k: query/key width.
+        d_v: value width (each 1 to 4096).
+
+    Returns:
+        The Figure; ``fig.alt`` lists each step with its shape.
+    """
+    n = _int(n, "n", 1, 64)
+    d_model = _int(d_model, "d_model", 1, 4096)
+    d_k = _int(d_k, "d_k", 1, 4096)
+    d_v = _int(d_v, "d_v", 1, 4096)
+    fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
+    # one cell size for every matrix, so the widths and heights compare
+    cell = min(1.1 / n, 1.25 / max(d_model, d_k, d_v, n))
+    cell = max(cell, 0.02)
+
+    def side(count):
+        return max(count * cell, 0.12)
+
+    def glyph(xc, yc, rows, cols, color, name, label):
+        h, w = side(rows), side(cols)
+        x = xc - w / 2
+        grid = rows <= 16 and cols <= 16
+        _matrix(ax, x, yc - h / 2, rows, cols, h / rows, color, grid=False)
+        if grid:
+            for r in range(1, rows):
+                ax.plot([x, x + w], [yc - h / 2 + r * h / rows] * 2, color="k", lw=0.25)
+            for c in range(1, cols):
+                ax.plot([x + c * w / cols] * 2, [yc - h / 2, yc + h / 2], color="k", lw=0.25)
+        ax.text(x + w / 2, yc + h / 2 + 0.08, name, ha="center", va="bottom", fontsize=_FONT)
+        ax.text(x + w / 2, yc - h / 2 - 0.08, label, ha="center", va="top", fontsize=7.5)
+        return x + w, yc
+
+    labels = {
+        "X": _shape("X", "n \u00d7 d", n, d_model),
+        "Q": _shape("Q", "n \u00d7 d_k", n, d_k),
+        "K": _shape("K", "n \u00d7 d_k", n, d_k),
+        "V": _shape("V", "n \u00d7 d_v", n, d_v),
+        "S": _shape("S", "n \u00d7 n", n, n),
+        "A": _shape("A", "n \u00d7 n", n, n),
+        "O": _shape("output", "n \u00d7 d_v", n, d_v),
+    }
+    mid = 3.3
+    centre = {"X": 1.0, "QKV": 3.7, "S": 6.6, "A": 9.5, "O": 12.5}
+    xr, _ = glyph(centre["X"], mid, n, d_model, PALETTE["x"], "X: n tokens", labels["X"])
+    ys = {"Q": 5.5, "K": 3.3, "V": 1.1}
+    left = centre["QKV"] - max(side(d_k), side(d_v)) / 2
+    ends = {}
+    for name, color, cols, formula in (
+        ("Q", PALETTE["q"], d_k, "Q = X W_Q"),
+        ("K", PALETTE["k"], d_k, "K = X W_K"),
+        ("V", PALETTE["v"], d_v, "V = X W_V"),
+    ):
+        x0 = centre["QKV"] - side(cols) / 2
+        _arrow(ax, (xr + 0.05, mid), (x0 - 0.05, ys[name]))
+        ends[name] = glyph(centre["QKV"], ys[name], n, cols, color, formula, labels[name])
+    ax.text((xr + left) / 2, 6.45, "1 project", ha="center", fontsize=_FONT, weight="bold")
+    sx = centre["S"] - side(n) / 2
+    _arrow(ax, (ends["Q"][0] + 0.05, ys["Q"]), (sx - 0.05, mid + 0.2))
+    _arrow(ax, (ends["K"][0] + 0.05, ys["K"]), (sx - 0.05, mid))
+    ax.text(
+        centre["S"] - 1.3, 6.45, "2 score, 3 scale", ha="center", fontsize=_FONT, weight="bold"
+    )
+    xs, _ = glyph(centre["S"], mid, n, n, PALETTE["scores"], "S = QK\u1d40/\u221ad_k", labels["S"])
+    xa0 = centre["A"] - side(n) / 2
+    _arrow(ax, (xs + 0.05, mid), (xa0 - 0.05, mid))
+    ax.text((xs + xa0) / 2, 6.45, "4 softmax", ha="center", fontsize=_FONT, weight="bold")
+    ax.text((xs + xa0) / 2, mid + 0.1, "each row", ha="center", va="bottom", fontsize=7)
+    xa, _ = glyph(centre["A"], mid, n, n, PALETTE["weights"], "A = softmax(S)", labels["A"])
+    ox = centre["O"] - side(d_v) / 2
+    _arrow(ax, (xa + 0.05, mid), (ox - 0.05, mid))
+    _arrow(ax, (ends["V"][0] + 0.05, ys["V"]), (ox - 0.05, mid - 0.2), rad=0.15)
+    ax.text((xa + ox) / 2, 6.45, "5 mix", ha="center", fontsize=_FONT, weight="bold")
+    glyph(centre["O"], mid, n, d_v, PALETTE["out"], "output = A V", labels["O"])
+    alt = (
+        f"The five steps of self-attention as a flow of matrices drawn to scale. {labels['X']} "
+        f"is projected (step 1) to {labels['Q']}, {labels['K']} and {labels['V']}. Q and K "
+        f"give the scaled scores {labels['S']} (steps 2 and 3), a softmax along each row "
+        f"gives the weights {labels['A']} (step 4), and A times V gives the {labels['O']} "
+        "(step 5)."
+    )
+    return _finish(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 4
+def mask_grids(n: int = 5, length: int = 3) -> Figure:
+    """Chapter 4: the causal and the padding mask drawn on the ``(n × n)`` score matrix.
+
+    Three panels: causal (key ``j <= i``), padding (only the first ``length`` keys are real
+    tokens), and both combined by a logical AND. Masked cells hold ``-inf`` before softmax.
+
+    Args:
+        n: sequence length, 2 to 16.
+        length: real tokens of the padded sequence, 1 to ``n``.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    n = _int(n, "n", 2, 16)
+    length = _int(length, "length", 1, n)
+    i, j = np.indices((n, n))
+    causal = j <= i
+    padding = np.broadcast_to(j < length, (n, n))
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    axes = fig.subplots(1, 3)
+    _mask_image(axes[0], causal, "causal: key j \u2264 query i")
+    _mask_image(axes[1], padding, f"padding: {length} real, {n - length} padded")
+    _mask_image(axes[2], causal & padding, "causal AND padding")
+    grid_label = _shape("scores", "n \u00d7 n", n, n)
+    fig.suptitle(
+        f"{grid_label}: rows = queries, columns = keys; grey = \u2212\u221e, weight 0",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"Three {n} by {n} grids of scores (n \u00d7 n) = {n} \u00d7 {n}, rows queries and "
+        "columns keys, blue where a query may attend and grey with minus infinity where it "
+        f"may not. Causal: the lower triangle, key j \u2264 query i. Padding with {length} real "
+        f"tokens: the last {n - length} key columns grey. Both combined: the lower triangle "
+        f"without those columns."
+    )
+    return _finish(fig, alt)
+
+
+def cache_alignment(n: int = 2, m: int = 6) -> Figure:
+    """Chapter 4: top-left against bottom-right causal alignment of ``n`` queries on ``m`` keys.
+
+    With a cache the ``n`` new queries are the *last* ``n`` positions: bottom-right lets query
+    ``i`` see keys ``0 .. i + m - n`` (right for decoding); top-left (``is_causal=True`` in
+    torch SDPA) lets it see only ``0 .. i``.
+
+    Args:
+        n: new queries, 1 to ``m``. m: keys (cached plus new), 1 to 16.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    m = _int(m, "m", 1, 16)
+    n = _int(n, "n", 1, m)
+    i, j = np.indices((n, m))
+    fig = Figure(figsize=(7.0, 2.6), layout="constrained")
+    axes = fig.subplots(1, 2)
+    _mask_image(axes[0], j <= i, "top-left (is_causal=True): query i sees 0..i")
+    _mask_image(axes[1], j <= i + m - n, "bottom-right: query i sees 0..i + m \u2212 n")
+    for ax in axes:
+        ax.set_ylim(n + 1.1, -1.4)
+        ax.annotate(
+            "",
+            xy=(0, n + 0.75),
+            xytext=(m - n, n + 0.75),
+            arrowprops={"arrowstyle": "|-|", "color": PALETTE["muted"], "lw": 0.8},
+        )
+        ax.text(
+            (m - n) / 2,
+            n + 0.8,
+            f"cached: m \u2212 n = {m - n}",
+            ha="center",
+            va="top",
+            fontsize=7,
+        )
+    grid_label = _shape("mask", "n \u00d7 m", n, m)
+    fig.suptitle(
+        f"{grid_label}: {n} new queries against {m} keys; "
+        "only bottom-right matches the full causal pass",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"Two causal masks, mask (n \u00d7 m) = {n} \u00d7 {m}, for {n} new queries "
+        f"against {m} keys, m \u2212 n = {m - n} of them from the cache. "
+        "Top-left, what is_causal=True does: query i sees keys "
+        f"0 to i only, so the newest query misses {m - n} keys. Bottom-right: query i sees keys "
+        f"0 to i + m \u2212 n, the last query sees all {m}, as decoding needs."
+    )
+    return _finish(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 5
+def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
+    """Chapter 5: split ``d`` into ``h`` heads of ``d_head``, attend in parallel, concatenate.
+
+    ``X (n × d)`` → Q, K, V each split into ``h`` slices ``(n × d_head)`` → one attention per
+    head, weights ``(n × n)`` → outputs ``(n × d_head)`` → concatenated ``(n × d)`` →
+    ``W_O`` → ``(n × d)``.
+
+    Args:
+        n: tokens, 1 to 64. d_model: ``d``, divisible by ``h``. h: heads, 1 to 8.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    n = _int(n, "n", 1, 64)
+    h = _int(h, "h", 1, 8)
+    d_model = _int(d_model, "d_model", 1, 8192)
+    if d_model % h:
+        raise ValueError(f"d_model must be divisible by h = {h}, got d_model = {d_model}")
+    d_head = d_model // h
+    fig, (ax,) = _figure(1, size=(7.0, 3.2), xlim=(0, 14), ylim=(0, 6.4))
+    top, bottom = 5.6, 0.6
+    lane = (top - bottom) / h
+    lab_x = _shape("X", "n \u00d7 d", n, d_model)
+    lab_h = _shape("head", "n \u00d7 d_head", n, d_head)
+    lab_w = _shape("weights", "n \u00d7 n", n, n)
+    lab_c = _shape("concat", "n \u00d7 d", n, d_model)
+    lab_y = _shape("output", "n \u00d7 d", n, d_model)
+    _box(ax, 0.2, 2.3, 1.9, 1.4, f"X\n(n \u00d7 d)\n= {n} \u00d7 {d_model}")
+    # the split of d into h slices
+    _box(ax, 2.7, bottom, 0.6, top - bottom, "", PALETTE["x"])
+    for k in range(h):
+        y0 = bottom + (h - 1 - k) * lane
+        ax.add_patch(
+            Rectangle((2.7, y0), 0.6, lane, facecolor=_HEADS[k], edgecolor=PALETTE["line"], lw=0.6)
+        )
+        yc = y0 + lane / 2
+        _arrow(ax, (3.3, yc), (4.3, yc))
+        _box(
+            ax,
+            4.3,
+            yc - lane * 0.35,
+            2.3,
+            lane * 0.7,
+            f"head {k + 1}: Q, K, V",
+            _HEADS[k],
+            fontsize=7.5,
+        )
+        _arrow(ax, (6.6, yc), (7.4, yc))
+        _box(
+            ax, 7.4, yc - lane * 0.35, 1.5, lane * 0.7, "softmax", PALETTE["weights"], fontsize=7.5
+        )
+        _arrow(ax, (8.9, yc), (9.9, 3.0 + (yc - 3.0) * 0.5))
+    _arrow(ax, (2.1, 3.0), (2.7, 3.0))
+    ax.text(3.0, top + 0.15, f"h = {h}", ha="center", va="bottom", fontsize=_FONT)
+    ax.text(5.45, top + 0.15, lab_h, ha="center", va="bottom", fontsize=7.5)
+    ax.text(8.15, top + 0.15, lab_w, ha="center", va="bottom", fontsize=7.5)
+    _box(ax, 9.9, 1.8, 0.5, 2.4, "", PALETTE["x"])
+    for k in range(h):
+        ax.add_patch(
+            Rectangle(
+                (9.9, 1.8 + (h - 1 - k) * 2.4 / h),
+                0.5,
+                2.4 / h,
+                facecolor=_HEADS[k],
+                edgecolor=PALETTE["line"],
+                lw=0.6,
+            )
+        )
+    ax.text(10.15, 1.05, lab_c, ha="center", va="top", fontsize=7.5)
+    ax.text(10.15, 4.35, "concatenate", ha="center", va="bottom", fontsize=7.5)
+    _arrow(ax, (10.4, 3.0), (11.3, 3.0))
+    ax.text(10.85, 3.1, "W_O", ha="center", va="bottom", fontsize=7.5)
+    _box(
+        ax,
+        11.3,
+        2.3,
+        2.5,
+        1.4,
+        "output\n(n \u00d7 d)" + f"\n= {n} \u00d7 {d_model}",
+        PALETTE["out"],
+    )
+    ax.text(
+        7.0,
+        0.05,
+        f"d = {d_model} split into h \u00d7 d_head = {h} \u00d7 {d_head}; {lab_y}",
+        ha="center",
+        va="bottom",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"Multi-head attention: the input {lab_x} is projected and its d = {d_model} features "
+        f"split into h = {h} heads of d_head = {d_head}, each a {lab_h}. Every head computes its "
+        f"own {lab_w} in parallel; the {h} head outputs are concatenated back to {lab_c} and "
+        f"the projection W_O gives the {lab_y}."
+    )
+    return _finish(fig, alt)
+
+
+def grouped_query(h: int = 8, h_kv: int = 2) -> Figure:
+    """Chapter 5: grouped-query attention, ``h`` query heads sharing ``h_kv`` key/value heads.
+
+    Each key/value head serves a group of ``h / h_kv`` consecutive query heads; ``h_kv = h``
+    is multi-head attention and ``h_kv = 1`` multi-query attention.
+
+    Args:
+        h: query heads, 1 to 16. h_kv: key/value heads, a divisor of ``h``.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    h = _int(h, "h", 1, 16)
+    h_kv = _int(h_kv, "h_kv", 1, h)
+    if h % h_kv:
+        raise ValueError(f"h_kv must divide h = {h}, got h_kv = {h_kv}")
+    group = h // h_kv
+    fig, (ax,) = _figure(1, size=(7.0, 2.8), xlim=(0, 14), ylim=(0, 5.6))
+    w = 12.0 / h
+    qx = [1.0 + w * k + w / 2 for k in range(h)]
+    for k in range(h):
+        g = k // group
+        _box(
+            ax,
+            qx[k] - w * 0.4,
+            3.7,
+            w * 0.8,
+            0.8,
+            f"Q{k + 1}" if h <= 12 else "",
+            _HEADS[g % len(_HEADS)],
+            fontsize=7.5,
+        )
+    wk = 12.0 / h_kv
+    for g in range(h_kv):
+        cx = 1.0 + wk * g + wk / 2
+        half = min(wk * 0.4, 1.4)
+        _box(
+            ax,
+            cx - half,
+            0.9,
+            2 * half,
+            0.8,
+            f"K{g + 1}, V{g + 1}" if h_kv <= 8 else "",
+            _HEADS[g % len(_HEADS)],
+            fontsize=7.5,
+        )
+        for k in range(g * group, (g + 1) * group):
+            ax.plot([cx, qx[k]], [1.7, 3.7], color=PALETTE["line"], lw=0.7)
+    ax.text(7.0, 4.75, f"h = {h} query heads", ha="center", va="bottom", fontsize=_FONT)
+    kind = "multi-head" if h_kv == h else ("multi-query" if h_kv == 1 else "grouped-query")
+    ax.text(
+        7.0,
+        0.15,
+        f"h_kv = {h_kv} key/value heads, each shared by h / h_kv = {group} query heads "
+        f"({kind}); the KV cache is h / h_kv = {group}\u00d7 smaller",
+        ha="center",
+        va="bottom",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"{kind.capitalize()} attention ({kind}): a row of h = {h} query heads above a row "
+        f"of h_kv = {h_kv} key/value heads; lines join each key/value head to the "
+        f"h / h_kv = {group} consecutive query heads that share it, so the cache holds "
+        f"{h_kv} key and value heads instead of {h}."
+    )
+    return _finish(fig, alt)
+
+
+def kv_cache(prefill: int = 5, steps: int = 3, d_head: int = 16) -> Figure:
+    """Chapter 5: the key cache growing by one row per decoded token.
+
+    Panels for the prefill and each decoding step: the cached keys ``(t × d_head)``, the row
+    added at that step highlighted; the values grow the same way.
+
+    Args:
+        prefill: positions cached by the prefill, 1 to 16.
+        steps: decoding steps drawn, 1 to 4.
+        d_head: key width, 1 to 64.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    prefill = _int(prefill, "prefill", 1, 16)
+    steps = _int(steps, "steps", 1, 4)
+    d_head = _int(d_head, "d_head", 1, 64)
+    total = prefill + steps
+    panels = steps + 1
+    cell = min(4.2 / total, 2.6 / d_head)
+    bottom = 5.1 - total * cell - 1.0
+    height = min(3.2, max(1.6, (5.9 - bottom) / 2))
+    fig, axes = _figure(panels, size=(7.0, height), xlim=(0, 3), ylim=(bottom, 5.9))
+    for p, ax in enumerate(axes):
+        t = prefill + p
+        h = t * cell
+        new = range(prefill) if p == 0 else [t - 1]
+        _matrix(
+            ax,
+            0.2,
+            5.1 - h,
+            t,
+            d_head,
+            cell,
+            PALETTE["k"],
+            grid=d_head <= 24 and t <= 24,
+            highlight_rows=new,
+        )
+        title = "prefill" if p == 0 else f"decode step {p}"
+        ax.text(1.5, 5.35, title, ha="center", va="bottom", fontsize=_FONT, weight="bold")
+        ax.text(
+            1.5,
+            4.95 - h,
+            _shape("K", "t \u00d7 d_head", t, d_head),
+            ha="center",
+            va="top",
+            fontsize=7,
+        )
+        ax.text(
+            1.5,
+            4.55 - h,
+            "+ prompt" if p == 0 else "+ 1 row (red)",
+            ha="center",
+            va="top",
+            fontsize=7,
+            color=PALETTE["highlight"],
+        )
+    alt = (
+        f"The key cache over {panels} moments: the prefill writes {prefill} rows of width "
+        f"d_head = {d_head}, then each of {steps} decoding steps appends one row (in red), "
+        f"from (t \u00d7 d_head) = {prefill} \u00d7 {d_head} to {total} \u00d7 {d_head}. "
+        "Old rows are never recomputed; the value cache grows the same way."
+    )
+    return _finish(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 6
+def rope_rotation(
+    d: int = 8, position: int = 3, base: float = 10000.0, *, symbol: str = "p"
+) -> Figure:
+    """Chapter 6: RoPE turns pair ``i`` of a vector at position ``p`` by the angle ``p θ_i``.
+
+    One panel per pair (up to four, spread over the ``d / 2`` pairs), ``θ_i = base^(-2i/d)``:
+    the pair before rotation (grey) and after (red), with the angle. High-frequency pairs
+    turn a lot, low-frequency pairs hardly at all.
+
+    Args:
+        d: even vector width, 2 to 4096. position: the position, 0 to 10**6.
+        base: the frequency base (> 1). symbol: the letter the chapter uses for the position.
+
+    Returns:
+        The Figure; ``fig.alt`` names every angle.
+    """
+    d = _int(d, "d", 2, 4096)
+    if d % 2:
+        raise ValueError(f"d must be even (pairs of dimensions), got {d}")
+    position = _int(position, "position", 0, 10**6)
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    if not isinstance(symbol, str) or not symbol:
+        raise ValueError(f"symbol must be a non-empty string, got {symbol!r}")
+    pairs = d // 2
+    shown = sorted(set(np.linspace(0, pairs - 1, min(pairs, 4)).round().astype(int).tolist()))
+    fig, axes = _figure(len(shown), size=(7.0, 2.9), xlim=(-1.35, 1.35), ylim=(-1.9, 1.5))
+    start = 0.35
+    parts = []
+    for ax, i in zip(axes, shown):
+        ax.set_aspect("equal")
+        theta = base ** (-2 * i / d)
+        angle = position * theta
+        ax.add_patch(Arc((0, 0), 2, 2, color=PALETTE["masked"], lw=0.8))
+        before = np.array([math.cos(start), math.sin(start)])
+        after = np.array([math.cos(start + angle), math.sin(start + angle)])
+        _arrow(ax, (0, 0), tuple(before), PALETTE["muted"], lw=1.5)
+        _arrow(ax, (0, 0), tuple(after), PALETTE["highlight"], lw=1.8)
+        sweep = math.degrees(angle) % 360
+        if sweep > 0.5:
+            ax.add_patch(
+                Arc(
+                    (0, 0),
+                    0.7,
+                    0.7,
+                    theta1=math.degrees(start),
+                    theta2=math.degrees(start) + sweep,
+                    color=PALETTE["line"],
+                    lw=0.8,
+                )
+            )
+        ax.text(
+            0,
+            1.42,
+            f"pair {i}: dims {2 * i}, {2 * i + 1}",
+            ha="center",
+            va="top",
+            fontsize=_FONT,
+            weight="bold",
+        )
+        ax.text(0, -1.15, f"\u03b8_{i} = {theta:.3g}", ha="center", va="top", fontsize=7.5)
+        ax.text(
+            0,
+            -1.5,
+            f"{symbol}\u00b7\u03b8_{i} = {angle:.3g} rad",
+            ha="center",
+            va="top",
+            fontsize=7.5,
+        )
+        parts.append(f"pair {i} turns by {symbol}\u00b7\u03b8_{i} = {angle:.3g} rad")
+    fig.suptitle(
+        f"RoPE at position {symbol} = {position}, d = {d}: grey before, red after "
+        f"rotation by {symbol}\u00b7\u03b8_i, \u03b8_i = {base:g}^(\u22122i/d)",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"RoPE for a vector of d = {d} dimensions at position {symbol} = {position}: "
+        f"{len(shown)} of its {pairs} pairs of dimensions drawn as arrows on a unit circle, grey "
+        f"before and red after rotation by {symbol}\u00b7\u03b8_i with \u03b8_i = "
+        f"{base:g}^(\u22122i/d); " + "; ".join(parts) + ". The lengths do not change."
+    )
+    return _finish(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 7
+def flash_tiles(
+    n: int = 8, m: int = 8, d: int = 4, block_rows: int = 4, block_cols: int = 2
+) -> Figure:
+    """Chapter 7: FlashAttention's tiles moving between slow memory (HBM) and fast (SRAM).
+
+    Left, in HBM: ``Q (n × d)``, ``K (m × d)``, ``V (m × d)`` and ``O (n × d)`` cut into
+    blocks, the current query block ``i`` and key block ``j`` highlighted. Right, in SRAM:
+    ``Q_i (B_r × d)``, ``K_j`` and ``V_j (B_c × d)``, the tile ``S_ij (B_r × B_c)``, the
+    running max ``μ`` and sum ``ℓ`` per row, and the unnormalised ``O_i``. Only ``O``
+    (and ``μ``, ``ℓ``) go back to HBM; ``S`` never does.
+
+    Args:
+        n: queries, m: keys (1 to 64 each), d: head size (1 to 16),
+        block_rows: ``B_r``, 1 to ``n``; block_cols: ``B_c``, 1 to ``m``.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    n = _int(n, "n", 1, 64)
+    m = _int(m, "m", 1, 64)
+    d = _int(d, "d", 1, 16)
+    br = _int(block_rows, "block_rows", 1, n)
+    bc = _int(block_cols, "block_cols", 1, m)
+    tr, tc = math.ceil(n / br), math.ceil(m / bc)
+    fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
+    ax.add_patch(
+        Rectangle(
+            (0.1, 0.1), 7.0, 6.3, facecolor=PALETTE["slow"], edgecolor=PALETTE["line"], lw=0.8
+        )
+    )
+    ax.add_patch(
+        Rectangle(
+            (8.6, 0.1), 5.3, 6.3, facecolor=PALETTE["fast"], edgecolor=PALETTE["line"], lw=0.8
+        )
+    )
+    ax.text(3.6, 6.5, "slow memory (HBM)", ha="center", va="bottom", fontsize=_FONT, weight="bold")
+    ax.text(
+        11.25,
+        6.5,
+        "fast memory (SRAM, M elements)",
+        ha="center",
+        va="bottom",
+        fontsize=_FONT,
+        weight="bold",
+    )
+    cell = min(4.6 / max(n, m), 1.2 / d)
+    qi, kj = min(1, tr - 1), min(1, tc - 1)  # the second block of each, if there is one
+
+    def blocks(x, rows, b, color, name, label, current):
+        ytop = 5.9
+        w, h = d * cell, rows * cell
+        ax.add_patch(
+            Rectangle((x, ytop - h), w, h, facecolor=color, edgecolor=PALETTE["line"], lw=0.8)
+        )
+        for s in range(b, rows, b):
+            ax.plot([x, x + w], [ytop - s * cell] * 2, color=PALETTE["line"], lw=0.9)
+        lo, hi = current * b, min(rows, (current + 1) * b)
+        ax.add_patch(
+            Rectangle(
+                (x, ytop - hi * cell),
+                w,
+                (hi - lo) * cell,
+                facecolor="none",
+                edgecolor=PALETTE["highlight"],
+                lw=2.0,
+            )
+        )
+        ax.text(x + w / 2, ytop + 0.05, name, ha="center", va="bottom", fontsize=_FONT)
+        ax.text(
+            x + w / 2,
+            ytop - h - 0.1,
+            label,
+            ha="center",
+            va="top",
+            fontsize=6.5,
+            rotation=90 if False else 0,
+        )
+        return x + w, ytop - (lo + hi) / 2 * cell
+
+    lab_q = _shape("Q", "n \u00d7 d", n, d)
+    lab_k = _shape("K", "m \u00d7 d", m, d)
+    lab_v = _shape("V", "m \u00d7 d", m, d)
+    lab_o = _shape("O", "n \u00d7 d", n, d)
+    xs = [0.5, 2.2, 3.9, 5.6]
+    q_end = blocks(xs[0], n, br, PALETTE["q"], "Q", f"{n} \u00d7 {d}", qi)
+    k_end = blocks(xs[1], m, bc, PALETTE["k"], "K", f"{m} \u00d7 {d}", kj)
+    v_end = blocks(xs[2], m, bc, PALETTE["v"], "V", f"{m} \u00d7 {d}", kj)
+    o_end = blocks(xs[3], n, br, PALETTE["out"], "O", f"{n} \u00d7 {d}", qi)
+    lab_qi = _shape("Q_i", "B_r \u00d7 d", br, d)
+    lab_kj = _shape("K_j, V_j", "B_c \u00d7 d", bc, d)
+    lab_s = _shape("S_ij", "B_r \u00d7 B_c", br, bc)
+    lab_ml = _shape("\u03bc, \u2113", "B_r", br)
+    rows = [
+        (5.5, lab_qi, PALETTE["q"]),
+        (4.6, lab_kj, PALETTE["k"]),
+        (3.7, lab_s + ", never stored", PALETTE["scores"]),
+        (2.8, lab_ml, PALETTE["weights"]),
+        (1.9, _shape("O_i", "B_r \u00d7 d", br, d) + ", unnormalised", PALETTE["out"]),
+    ]
+    for y, text, color in rows:
+        _box(ax, 8.85, y - 0.32, 4.8, 0.64, text, color, fontsize=7.5)
+    _arrow(ax, q_end, (8.85, 5.5), PALETTE["highlight"], rad=-0.1)
+    _arrow(ax, k_end, (8.85, 4.65), PALETTE["highlight"], rad=-0.08)
+    _arrow(ax, v_end, (8.85, 4.5), PALETTE["highlight"], rad=0.05)
+    _arrow(ax, (8.85, 1.8), o_end, PALETTE["line"], rad=0.1)
+    ax.text(
+        11.25, 0.95, "per row: running max \u03bc, running sum \u2113", ha="center", fontsize=7.5
+    )
+    ax.text(11.25, 0.35, "O_i / \u2113 written back after the last K_j", ha="center", fontsize=7.5)
+    ax.text(
+        3.6,
+        0.25,
+        f"{lab_q}, {lab_k},\n{lab_v}, {lab_o};\n"
+        f"T_r = {tr} query blocks \u00d7 T_c = {tc} key blocks",
+        ha="center",
+        fontsize=7,
+    )
+    alt = (
+        f"FlashAttention's data movement. Slow memory (HBM) holds {lab_q}, {lab_k}, {lab_v} and "
+        f"{lab_o}, cut into T_r = {tr} query blocks of B_r = {br} rows and T_c = {tc} key blocks "
+        f"of B_c = {bc} rows. Arrows load one query block {lab_qi} and one key and value block "
+        f"{lab_kj} into fast memory (SRAM), which also holds the score tile {lab_s}, never "
+        f"written back, the running max and sum per row {lab_ml}, and the unnormalised "
+        "output block, which goes back to HBM divided by \u2113 after the last key block."
+    )
+    return _finish(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 8
+def sparse_patterns(n: int = 16, window: int = 4, stride: int = 4, n_global: int = 1) -> Figure:
+    """Chapter 8: sliding-window, strided and global sparse patterns as causal masks.
+
+    Window: key ``j`` in ``i - window + 1 .. i``. Strided (the Sparse Transformer's two
+    heads): ``i - j < stride`` or ``(i - j) % stride == 0``. Global: the window plus the first
+    ``n_global`` tokens, which every query sees.
+
+    Args:
+        n: sequence length, 2 to 32. window, stride: 1 to ``n``.
+        n_global: global tokens, 0 to ``n``.
+
+    Returns:
+        The Figure; ``fig.alt`` gives the number of kept entries of each pattern.
+    """
+    n = _int(n, "n", 2, 32)
+    window = _int(window, "window", 1, n)
+    stride = _int(stride, "stride", 1, n)
+    n_global = _int(n_global, "n_global", 0, n)
+    i, j = np.indices((n, n))
+    diff = i - j
+    causal = diff >= 0
+    win = causal & (diff < window)
+    strided = causal & ((diff < stride) | (diff % stride == 0))
+    glob = win | (causal & (j < n_global))
+    fig = Figure(figsize=_SIZE, layout="constrained")
+    axes = fig.subplots(1, 3)
+    counts = [int(x.sum()) for x in (win, strided, glob)]
+    _mask_image(axes[0], win, f"window {window}: {counts[0]} entries", show_inf=False)
+    _mask_image(axes[1], strided, f"strided {stride}: {counts[1]} entries", show_inf=False)
+    _mask_image(axes[2], glob, f"window + {n_global} global: {counts[2]}", show_inf=False)
+    full = n * (n + 1) // 2
+    grid_label = _shape("mask", "n \u00d7 n", n, n)
+    fig.suptitle(
+        f"{grid_label}; the full causal triangle has {full} entries",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"Three causal sparse masks, mask (n \u00d7 n) = {n} \u00d7 {n}, blue where a query "
+        "may attend: "
+        f"a sliding window of {window} (a band along the diagonal, {counts[0]} entries); the "
+        f"strided pattern with stride {stride} (the band plus every {stride}-th earlier "
+        f"position, {counts[1]} entries); and the window plus {n_global} global token(s) that "
+        f"every query sees (a band plus the first column(s), {counts[2]} entries), against "
+        f"{full} in the full causal triangle."
+    )
+    return _finish(fig, alt)
+
+
+def receptive_field_growth(n: int = 12, window: int = 3, layers: int = 3) -> Figure:
+    """Chapter 8: the last output's receptive field through stacked sliding-window layers.
+
+    Layer ``L`` reads ``window`` positions of layer ``L - 1``, so the last output reaches
+    ``L (window - 1) + 1`` inputs: the cone widens by ``window - 1`` positions per layer.
+
+    Args:
+        n: positions, 2 to 24. window: 2 to ``n``. layers: 1 to 6.
+
+    Returns:
+        The Figure; ``fig.alt`` gives the reach per layer.
+    """
+    n = _int(n, "n", 2, 24)
+    window = _int(window, "window", 2, n)
+    layers = _int(layers, "layers", 1, 6)
+    fig, (ax,) = _figure(1, size=(7.0, 3.0), xlim=(-3.6, n), ylim=(-0.6, layers + 1.0))
+    reach = {n - 1}
+    cones = [set(reach)]
+    for _ in range(layers):
+        reach = {k for i in reach for k in range(max(0, i - window + 1), i + 1)}
+        cones.append(set(reach))
+    sizes = []
+    for level in range(layers + 1):
+        active = cones[layers - level]
+        for p in range(n):
+            on = p in active
+            _node(ax, p, level, PALETTE["highlight"] if on else PALETTE["x"], 8)
+        if level == 0:
+            label = f"inputs: {len(active)} reach"
+        else:
+            label = f"layer {level}"
+        ax.text(-0.6, level, label, ha="right", va="center", fontsize=7.5)
+        if level < layers:
+            sizes.append(len(cones[layers - level]))
+    for level in range(1, layers + 1):
+        for i in cones[layers - level]:
+            for k in range(max(0, i - window + 1), i + 1):
+                ax.plot(
+                    [k, i], [level - 1 + 0.22, level - 0.22], color=PALETTE["highlight"], lw=0.7
+                )
+    per_layer = [min(n, L * (window - 1) + 1) for L in range(1, layers + 1)]
+    ax.text(
+        (n - 1) / 2,
+        layers + 0.45,
+        f"window w = {window}: after L layers the last output reaches L(w \u2212 1) + 1 = "
+        + ", ".join(str(r) for r in per_layer)
+        + f" of n = {n} positions",
+        ha="center",
+        va="bottom",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"{layers} stacked causal sliding-window layers over n = {n} positions, window "
+        f"w = {window}. Red nodes and lines trace what the last output depends on: its cone "
+        f"widens by w \u2212 1 = {window - 1} positions per layer, reaching "
+        + ", ".join(str(r) for r in per_layer)
+        + " positions after 1, 2, ... layers."
+    )
+    return _finish(fig, alt)
