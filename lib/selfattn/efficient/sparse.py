@@ -339,7 +339,7 @@ def sliding_window_attention(
         block_size: queries per tile; default ``max(window, 16)`` (any n works, not only
             multiples).
         alignment: ``"top_left"`` or ``"bottom_right"``: where the band's diagonal sits when
-            ``n != m`` (see :func:`selfattn.efficient.flash_attention`).
+            ``n != m`` (see :func:`selfattn.efficient.flash.flash_attention`).
 
     Returns:
         ``(..., n, d_v)`` in the dtype of ``q``; float16 / bfloat16 inputs are computed in
