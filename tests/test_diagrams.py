@@ -147,3 +147,10 @@ def test_every_public_diagram_is_tested():
 def test_invalid_sizes_raise_naming_the_argument(func, kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name} "):
         func(**kwargs)
+
+
+def test_jupyter_shows_the_figure_as_png_without_pyplot():
+    fig = D.five_steps()
+    png = fig._repr_png_()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert fig.alt.startswith("The five steps")

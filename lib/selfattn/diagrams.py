@@ -25,6 +25,7 @@ Invalid sizes raise ``ValueError`` naming the argument, what it got and what it 
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
 
@@ -87,9 +88,20 @@ def _shape(name: str, symbols: str, *sizes: int) -> str:
     return f"{name} ({symbols}) = {dims}"
 
 
+class _Diagram(Figure):
+    """A Figure that Jupyter shows as a PNG even when no pyplot backend is set up."""
+
+    alt: str = ""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", dpi=self.dpi, bbox_inches="tight")
+        return buffer.getvalue()
+
+
 def _figure(ncols: int = 1, size: tuple[float, float] = _SIZE, xlim=(0, 14), ylim=(0, 6)):
     """A Figure with ``ncols`` blank axes in diagram coordinates (2 units per inch)."""
-    fig = Figure(figsize=size, layout="constrained")
+    fig = _Diagram(figsize=size, layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     for ax in axes:
         ax.set_xlim(*xlim)
@@ -315,7 +327,7 @@ def dot_product_softmax(
     weights = np.exp(z - z.max())
     weights /= weights.sum()
 
-    fig = Figure(figsize=_SIZE, layout="constrained")
+    fig = _Diagram(figsize=_SIZE, layout="constrained")
     ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     unit = q / np.linalg.norm(q)
     lim = 1.15 * max(np.abs(kk).max(), np.abs(q).max(), 1.0)
@@ -481,7 +493,7 @@ def mask_grids(n: int = 5, length: int = 3) -> Figure:
     i, j = np.indices((n, n))
     causal = j <= i
     padding = np.broadcast_to(j < length, (n, n))
-    fig = Figure(figsize=_SIZE, layout="constrained")
+    fig = _Diagram(figsize=_SIZE, layout="constrained")
     axes = fig.subplots(1, 3)
     _mask_image(axes[0], causal, "causal: key j \u2264 query i")
     _mask_image(axes[1], padding, f"padding: {length} real, {n - length} padded")
@@ -517,7 +529,7 @@ def cache_alignment(n: int = 2, m: int = 6) -> Figure:
     m = _int(m, "m", 1, 16)
     n = _int(n, "n", 1, m)
     i, j = np.indices((n, m))
-    fig = Figure(figsize=(7.0, 2.6), layout="constrained")
+    fig = _Diagram(figsize=(7.0, 2.6), layout="constrained")
     axes = fig.subplots(1, 2)
     _mask_image(axes[0], j <= i, "top-left (is_causal=True): query i sees 0..i")
     _mask_image(axes[1], j <= i + m - n, "bottom-right: query i sees 0..i + m \u2212 n")
@@ -1025,7 +1037,7 @@ def sparse_patterns(n: int = 16, window: int = 4, stride: int = 4, n_global: int
     win = causal & (diff < window)
     strided = causal & ((diff < stride) | (diff % stride == 0))
     glob = win | (causal & (j < n_global))
-    fig = Figure(figsize=_SIZE, layout="constrained")
+    fig = _Diagram(figsize=_SIZE, layout="constrained")
     axes = fig.subplots(1, 3)
     counts = [int(x.sum()) for x in (win, strided, glob)]
     _mask_image(axes[0], win, f"window {window}: {counts[0]} entries", show_inf=False)
@@ -1077,18 +1089,18 @@ def receptive_field_growth(n: int = 12, window: int = 3, layers: int = 3) -> Fig
             on = p in active
             _node(ax, p, level, PALETTE["highlight"] if on else PALETTE["x"], 8)
         if level == 0:
-            label = f"inputs: {len(active)} reach"
+            label = f"inputs: {len(active)} reached"
         else:
             label = f"layer {level}"
         ax.text(-0.6, level, label, ha="right", va="center", fontsize=7.5)
         if level < layers:
             sizes.append(len(cones[layers - level]))
+    # the window of the leftmost node of each layer: its first input is the farthest one,
+    # w - 1 positions further back per layer
     for level in range(1, layers + 1):
-        for i in cones[layers - level]:
-            for k in range(max(0, i - window + 1), i + 1):
-                ax.plot(
-                    [k, i], [level - 1 + 0.22, level - 0.22], color=PALETTE["highlight"], lw=0.7
-                )
+        top = min(cones[layers - level])
+        for k in range(max(0, top - window + 1), top + 1):
+            ax.plot([k, top], [level - 1 + 0.22, level - 0.22], color=PALETTE["highlight"], lw=1)
     per_layer = [min(n, L * (window - 1) + 1) for L in range(1, layers + 1)]
     ax.text(
         (n - 1) / 2,
