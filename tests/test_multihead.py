@@ -20,6 +20,7 @@ from selfattn import (
     split_heads,
 )
 from torch import nn
+from torch.nn.attention.bias import causal_lower_right
 
 TOL = 1e-5  # float32 agreement with nn.MultiheadAttention promised by the library
 
@@ -453,3 +454,201 @@ def test_gqa_bad_input():
     with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=4"):
         kv_cache_bytes(1, 4, 8, 10, num_kv_heads=3)
     assert "num_kv_heads=2" in repr(MultiHeadAttention(16, 4, num_kv_heads=2))
+
+
+# ---- decoding against a cache: bottom-right causal alignment (issue 12) -------------
+
+
+def _torch_cached_reference(layer, x, start):
+    """torch SDPA for the queries of positions ``start..`` against keys ``0..``, with
+    torch's own bottom-right causal bias and ``enable_gqa``: what a call with a cache
+    holding ``start`` positions must return."""
+    d, d_kv = layer.d_model, layer.d_kv
+    w, b = layer.qkv.weight, layer.qkv.bias
+    q = split_heads(torch.nn.functional.linear(x[:, start:], w[:d], b[:d]), layer.num_heads)
+    k, v = torch.nn.functional.linear(x, w[d:], b[d:]).split(d_kv, dim=-1)
+    k, v = split_heads(k, layer.num_kv_heads), split_heads(v, layer.num_kv_heads)
+    bias = causal_lower_right(q.shape[-2], k.shape[-2])
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True)
+    return layer.out(merge_heads(o))
+
+
+@pytest.mark.parametrize("h,h_kv", [(4, 4), (4, 2), (4, 1)])
+@pytest.mark.parametrize(
+    "cached,n",
+    [(0, 5), (3, 4), (5, 2), (6, 6), (7, 1)],  # n = m (empty cache), n < m, n = cached
+)
+def test_prefill_onto_cache_matches_torch_causal_lower_right(h, h_kv, cached, n):
+    torch.manual_seed(100 * h + 10 * h_kv + cached)
+    layer = MultiHeadAttention(8 * h, h, num_kv_heads=h_kv).eval()
+    x = torch.randn(2, cached + n, 8 * h)
+    cache = KVCache()
+    with torch.no_grad():
+        if cached:
+            layer(x[:, :cached], mask="causal", cache=cache)
+        y = layer(x[:, cached:], mask="causal", cache=cache)
+        ref = _torch_cached_reference(layer, x, cached)
+    assert len(cache) == cached + n and cache.k.shape[1] == h_kv
+    assert_close(y, ref)
+    if cached and n > 1:
+        # top-left alignment (SDPA's is_causal) is a different answer, and a wrong one
+        layer_cache = KVCache()
+        with torch.no_grad():
+            layer(x[:, :cached], cache=layer_cache)
+            top_left = causal_mask(n, cached + n, align="top_left")
+            wrong = layer(x[:, cached:], mask=top_left, cache=layer_cache)
+        assert (wrong - ref).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("h_kv", [4, 2, 1])
+def test_token_by_token_decoding_equals_one_causal_pass(h_kv):
+    torch.manual_seed(h_kv)
+    layer = MultiHeadAttention(16, 4, num_kv_heads=h_kv).eval()
+    x = torch.randn(2, 9, 16)
+    with torch.no_grad():
+        full = layer(x, mask="causal")
+        # prefill of 3, a chunk of 2 (bottom-right "causal"), then one token at a time
+        cache = KVCache()
+        parts = [layer(x[:, :3], mask="causal", cache=cache)]
+        parts.append(layer(x[:, 3:5], mask="causal", cache=cache))
+        parts += [layer(x[:, t : t + 1], mask="causal", cache=cache) for t in range(5, 9)]
+        # and from the very first token on
+        cache1 = KVCache()
+        steps = [layer(x[:, t : t + 1], cache=cache1) for t in range(9)]
+    assert_close(torch.cat(parts, dim=1), full)
+    assert_close(torch.cat(steps, dim=1), full)
+    assert_close(full, _torch_cached_reference(layer, x, 0))
+
+
+def test_explicit_bottom_right_mask_equals_causal_string_and_weights_are_aligned():
+    torch.manual_seed(3)
+    layer = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    x = torch.randn(1, 7, 16)
+    c1, c2 = KVCache(), KVCache()
+    with torch.no_grad():
+        layer(x[:, :4], cache=c1)
+        layer(x[:, :4], cache=c2)
+        y1, w1 = layer(x[:, 4:], mask="causal", cache=c1, return_weights=True)
+        y2 = layer(x[:, 4:], mask=causal_mask(3, 7, align="bottom_right"), cache=c2)
+    assert torch.equal(y1, y2)
+    # new query i sees keys 0 .. 4 + i and nothing after
+    i, j = torch.arange(3)[:, None], torch.arange(7)
+    allowed = j <= i + 7 - 3
+    assert torch.equal(w1[0] > 0, allowed.expand(4, 3, 7))
+    torch.testing.assert_close(w1.sum(-1), torch.ones(1, 4, 3))
+
+
+# ---- grouped-query attention without repeating K/V --------------------------------
+
+
+def _repeated_kv_layer_output(layer, x, mask=None, context=None):
+    """The former implementation: K/V heads copied to their query heads, then the
+    book's attention function (the oracle for 'results unchanged')."""
+    d, d_kv, group = layer.d_model, layer.d_kv, layer.num_heads // layer.num_kv_heads
+    w, b = layer.qkv.weight, layer.qkv.bias
+    src = x if context is None else context
+    q = split_heads(torch.nn.functional.linear(x, w[:d], b[:d]), layer.num_heads)
+    k, v = torch.nn.functional.linear(src, w[d:], b[d:]).split(d_kv, dim=-1)
+    k = split_heads(k, layer.num_kv_heads).repeat_interleave(group, dim=1)
+    v = split_heads(v, layer.num_kv_heads).repeat_interleave(group, dim=1)
+    o, wts = selfattn.scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    return layer.out(merge_heads(o)), wts
+
+
+@pytest.mark.parametrize("h,h_kv", [(4, 2), (6, 3), (8, 1), (8, 2)])
+@pytest.mark.parametrize("mask_kind", ["none", "2d", "padding", "per_head", "per_head_row"])
+def test_gqa_without_repeat_equals_repeated_kv_and_sdpa(h, h_kv, mask_kind):
+    torch.manual_seed(h + h_kv)
+    B, n, d = 3, 6, 4 * h
+    layer = MultiHeadAttention(d, h, num_kv_heads=h_kv).eval()
+    x = torch.randn(B, n, d)
+    g = torch.Generator().manual_seed(7)
+    mask = {
+        "none": None,
+        "2d": causal_mask(n),
+        "padding": padding_mask([6, 3, 1], n),  # (B, 1, m)
+        "per_head": (torch.rand(B, h, n, n, generator=g) > 0.4) | torch.eye(n, dtype=torch.bool),
+        "per_head_row": torch.rand(B, h, 1, n, generator=g) > 0.5,  # one row for all queries
+    }[mask_kind]
+    with torch.no_grad():
+        y, w = layer(x, mask=mask, return_weights=True)
+        mask4 = None if mask is None else (mask.unsqueeze(1) if mask.dim() == 3 else mask)
+        y_rep, w_rep = _repeated_kv_layer_output(layer, x, mask4)
+    assert w.shape == (B, h, n, n)
+    assert_close(y, y_rep, 1e-6)
+    assert_close(w, w_rep, 1e-6)
+    if mask_kind != "per_head_row":  # rows with no key: torch gives NaN, we give zeros
+        ref = _gqa_reference(layer, x) if mask is None else None
+        if ref is None:
+            d_, dkv = layer.d_model, layer.d_kv
+            q = split_heads(torch.nn.functional.linear(x, layer.qkv.weight[:d_]), h)
+            q = q + split_heads(layer.qkv.bias[:d_].expand(B, n, d_), h)
+            k, v = layer.qkv(x)[..., d_:].split(dkv, -1)
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q, split_heads(k, h_kv), split_heads(v, h_kv), attn_mask=mask4, enable_gqa=True
+            )
+            ref = layer.out(merge_heads(o))
+        assert_close(y, ref)
+
+
+def test_gqa_decode_passes_the_stored_kv_heads_uncopied(monkeypatch):
+    """The attention function gets the cache's own K/V tensors (num_kv_heads heads, same
+    storage) and queries with the same batch shape, so no product broadcasts (torch's
+    matmul would copy a broadcast K)."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(32, 8, num_kv_heads=2).eval()
+    cache = KVCache()
+    seen = []
+    real = selfattn.multihead.scaled_dot_product_attention
+
+    def spy(q, k, v, mask=None, **kw):
+        seen.append((q.shape, k, v, None if mask is None else mask.shape))
+        return real(q, k, v, mask, **kw)
+
+    monkeypatch.setattr(selfattn.multihead, "scaled_dot_product_attention", spy)
+    with torch.no_grad():
+        layer(torch.randn(2, 5, 32), mask="causal", cache=cache)
+        layer(torch.randn(2, 1, 32), mask="causal", cache=cache)
+    (q0, k0, _, m0), (q1, k1, v1, m1) = seen
+    assert q0 == (2, 2, 4 * 5, 4) and m0 == (1, 4 * 5, 5)  # 4 heads' rows per K/V head
+    assert q1 == (2, 2, 4, 4) and k1.shape == (2, 2, 6, 4) and m1 == (1, 1, 6)
+    assert k1 is cache.k and v1 is cache.v  # no copy of the cache
+
+
+def test_gqa_decode_allocates_nothing_of_the_repeated_size():
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    h, h_kv, m, d_head = 8, 1, 1024, 16
+    layer = MultiHeadAttention(h * d_head, h, num_kv_heads=h_kv).eval()
+    cache = KVCache()
+    with torch.no_grad():
+        layer(torch.randn(1, m, h * d_head), cache=cache)
+        repeated_bytes = h * (m + 1) * d_head * 4  # K with one head per query head
+
+        def largest_allocation(fn):
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                fn()
+            return max(e.cpu_memory_usage for e in prof.events())
+
+        decode = largest_allocation(lambda: layer(torch.randn(1, 1, h * d_head), cache=cache))
+        control = largest_allocation(lambda: cache.k.repeat_interleave(h, dim=1))
+    assert control >= repeated_bytes  # the measurement sees a repeat when there is one
+    assert decode < repeated_bytes / 2, (decode, repeated_bytes)
+
+
+def test_gqa_training_gradients_match_repeated_kv():
+    torch.manual_seed(5)
+    layer = MultiHeadAttention(24, 6, num_kv_heads=2)
+    x = torch.randn(2, 5, 24, requires_grad=True)
+    layer(x, mask="causal").square().sum().backward()
+    grads = [x.grad.clone(), layer.qkv.weight.grad.clone()]
+    x.grad, layer.qkv.weight.grad = None, None
+    _repeated_kv_layer_output(layer, x, causal_mask(5))[0].square().sum().backward()
+    torch.testing.assert_close(grads[0], x.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads[1], layer.qkv.weight.grad, atol=1e-5, rtol=1e-5)
+    layer.dropout = 0.5
+    torch.manual_seed(0)
+    a = layer(x, mask="causal")
+    assert not torch.allclose(a, layer(x, mask="causal"))  # dropout acts in training
+    assert torch.isfinite(a).all()

@@ -87,7 +87,7 @@ from ._checks import (
     require_same_device,
     require_tensor,
 )
-from .attention import softmax
+from .attention import scaled_dot_product_attention
 from .masks import causal_mask
 
 __all__ = [
@@ -213,6 +213,28 @@ class KVCache:
             self.k = torch.cat([self.k, k], dim=-2)
             self.v = torch.cat([self.v, v], dim=-2)
         return self.k, self.v
+
+
+def _stack_group(t: torch.Tensor, group: int, n: int) -> torch.Tensor:
+    """``(..., H, r, c)`` -> ``(..., H // group, group * n, c)``: a group's heads as rows.
+
+    ``H`` is the number of query heads ``h`` (or 1 for a tensor shared by all heads),
+    ``r`` is ``n`` (or 1 for one row shared by all queries); a 2-D ``(r, c)`` mask counts
+    as ``H = 1``. Row ``j * n + i`` of the result is query ``i`` of head ``j`` of the
+    group, so the query heads ``g * group .. g * group + group - 1`` that share key/value
+    head ``g`` (torch SDPA's ``enable_gqa`` layout) all become rows of head ``g``.
+    """
+    if group == 1:
+        return t
+    if t.dim() == 2:
+        t = t.unsqueeze(0)
+    *batch, heads, rows, c = t.shape
+    if heads == 1 and rows == 1:
+        return t  # the same for every query of every head: it broadcasts as it is
+    t = t.expand(*batch, heads, n, c)
+    if heads == 1:
+        t = t.unsqueeze(-3).expand(*batch, 1, group, n, c)
+    return t.reshape(*batch, -1, group * n, c)
 
 
 class MultiHeadAttention(nn.Module):
@@ -516,31 +538,27 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, h_kv, m, d_head): old positions then new
                 cache.cross = cross
-        if self.num_kv_heads != self.num_heads:
-            # Grouped-query attention: query head i reads key/value head i // group, so
-            # each cached head is repeated for the group that shares it (only the
-            # h_kv heads are stored).
-            group = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-
-        dtype = q.dtype
-        if is_half(q):
-            # float16 scores overflow past 65504 (and the weights become NaN): half inputs
-            # get float32 scores, softmax and weighted sum, then return to their dtype.
-            q, k, v = q.float(), k.float(), v.float()
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, h, n, m)
+        # Grouped-query attention without repeating K/V: the group of query heads that
+        # shares key/value head j becomes extra query rows of head j, (B, h_kv, group * n,
+        # d_head), so every product runs against the h_kv stored heads (MHA: group = 1,
+        # nothing moves). The scores are scaled, masked and normalised in the book's one
+        # attention function.
+        group = self.num_heads // self.num_kv_heads
+        q = _stack_group(q, group, n)
         if mask is not None:
-            if mask.dtype == torch.bool:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            else:
-                scores = scores + mask.to(scores.dtype)
-        weights = softmax(scores, dim=-1)  # a fully masked row gives zeros, not NaN
-        attended = (
-            F.dropout(weights, self.dropout) if (self.training and self.dropout > 0) else weights
-        )
-        # (B, h, n, d_head) -> (B, n, d_model)
-        y = self.out(merge_heads(attended @ v).to(dtype))
-        weights = weights.to(dtype)
+            mask = _stack_group(mask, group, n)
+        attended, weights = scaled_dot_product_attention(
+            q, k, v, mask, scale=1.0 / math.sqrt(self.d_head), return_weights=True
+        )  # (B, h_kv, group * n, d_head), (B, h_kv, group * n, m)
+        if self.training and self.dropout > 0:
+            # Dropout acts on the weights, so the weighted sum is redone with the dropped
+            # ones (in training only; the function above has no dropout).
+            work = torch.float32 if is_half(v) else v.dtype  # as the function computes
+            attended = (F.dropout(weights.to(work), self.dropout) @ v.to(work)).to(v.dtype)
+        # (B, h_kv, group * n, .) -> (B, h, n, .): rows j * n + i are head j of the group
+        attended = attended.reshape(batch, self.num_heads, n, -1)
+        weights = weights.reshape(batch, self.num_heads, n, -1)
+        y = self.out(merge_heads(attended))
         if unbatched:
             y, weights = y.squeeze(0), weights.squeeze(0)
         return (y, weights) if return_weights else y
