@@ -9,6 +9,11 @@ from selfattn.efficient import (
     standard_attention_io,
     tiled_attention_io,
 )
+from selfattn.efficient.io_model import (
+    flash_backward_block_sizes,
+    standard_attention_backward_io,
+    tiled_attention_backward_io,
+)
 
 
 def test_standard_with_ample_fast_memory_is_the_formula():
@@ -107,3 +112,62 @@ def test_overflow_and_bad_sizes():
 def test_bad_block_sizes_are_refused(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+# The backward pass (FlashAttention-2, Algorithm 2) against the standard one.
+
+
+def test_standard_backward_is_the_five_pass_formula():
+    for n, d in ((64, 8), (100, 16), (1, 1)):
+        mem = standard_attention_backward_io(n, d)
+        assert mem.reads == 5 * n * n + 5 * n * d
+        assert mem.writes == 2 * n * n + 3 * n * d
+
+
+def test_tiled_backward_counts_match_the_closed_form_for_any_n():
+    for n, d, m in ((100, 16, 2000), (257, 8, 1000), (1, 4, 100), (4096, 64, 65536)):
+        br, bc = flash_backward_block_sizes(d, m, n)
+        mem = tiled_attention_backward_io(n, d, m)
+        t_c = math.ceil(n / bc)
+        assert mem.reads == 4 * n * d + t_c * (3 * n * d + 2 * n)
+        assert mem.writes == n + n * d + t_c * n * d + 2 * n * d
+        assert mem.peak <= m
+    # explicit blocks are honoured: one key block reads Q, dO, dQ, L, D exactly once
+    mem = tiled_attention_backward_io(50, 8, 10**6, blocks=(5, 50))
+    assert mem.reads == 4 * 50 * 8 + 3 * 50 * 8 + 2 * 50
+
+
+@pytest.mark.parametrize("n, d", [(1024, 64), (4096, 64), (4096, 32), (2048, 128)])
+def test_tiled_backward_follows_n2_d2_over_m_within_a_factor_2_band(n, d):
+    ratios = []
+    M = 64 * d
+    while M <= n * d // 2:
+        mem = tiled_attention_backward_io(n, d, M)
+        assert mem.peak <= M
+        ratios.append(mem.total / (n**2 * d**2 / M))
+        M *= 2
+    assert len(ratios) >= 4
+    assert max(ratios) / min(ratios) <= 2.0, ratios
+
+
+def test_tiled_backward_beats_the_standard_one_once_blocks_are_large():
+    n, d = 4096, 64
+    std = standard_attention_backward_io(n, d).total
+    assert std > 7 * n * n  # P, dP, dS cross the slow memory seven times
+    assert tiled_attention_backward_io(n, d, 65536).total < std / 3
+    # the key block grows as M / d, the query block stays at most d
+    for M in (2**14, 2**16, 2**18):
+        br, bc = flash_backward_block_sizes(d, M, 1 << 20)
+        assert br <= d
+        assert 0.1 <= bc * d / M <= 0.26, (M, bc)
+
+
+def test_backward_bad_sizes_are_refused():
+    with pytest.raises(MemoryError):
+        flash_backward_block_sizes(64, 100, 10)
+    with pytest.raises(ValueError, match="n must"):
+        standard_attention_backward_io(0, 4)
+    with pytest.raises(ValueError, match=r"blocks\[1\] \(B_c\) must be >= 1"):
+        tiled_attention_backward_io(64, 8, 4096, blocks=(4, 0))
+    with pytest.raises(TypeError, match="blocks must be a pair"):
+        tiled_attention_backward_io(64, 8, 4096, blocks=4)

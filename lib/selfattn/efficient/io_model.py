@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 
 from .._checks import require_int
 
-__all__ = ["TwoLevelMemory", "standard_attention_io", "tiled_attention_io", "flash_block_sizes"]
+__all__ = [
+    "TwoLevelMemory",
+    "standard_attention_io",
+    "tiled_attention_io",
+    "flash_block_sizes",
+    "standard_attention_backward_io",
+    "tiled_attention_backward_io",
+    "flash_backward_block_sizes",
+]
 
 
 @dataclass
@@ -203,6 +211,118 @@ def tiled_attention_io(
             mem.free(r * c + 2 * c * d)
         mem.store(r * d + r)  # O_i and the log-sum-exp (kept for the backward pass)
         mem.free(2 * r * d + 2 * r)
+    return mem
+
+
+def standard_attention_backward_io(n: int, d: int) -> TwoLevelMemory:
+    """The standard backward pass (the FlashAttention paper's Algorithm 3), each pass once.
+
+    Five passes, each reading its operands from slow memory once and writing its result
+    once (the least any M can do for this algorithm; a small M only adds re-reads):
+    ``dV = P^T dO`` (read P, dO; write dV), ``dP = dO V^T`` (read dO, V; write dP),
+    ``dS = P o (dP - rowsum(P o dP))`` (read P, dP; write dS), ``dQ = dS K / sqrt(d)``
+    (read dS, K; write dQ), ``dK = dS^T Q / sqrt(d)`` (read dS, Q; write dK). The three
+    n x n matrices P, dP and dS cross the slow memory seven times:
+    ``reads = 5 n^2 + 5 n d``, ``writes = 2 n^2 + 3 n d``, ``Theta(n^2)`` whatever M is.
+
+    Args:
+        n: sequence length; d: head dimension.
+
+    Returns:
+        The :class:`TwoLevelMemory` (unbounded fast memory) after the run.
+    """
+    _check(n, d, math.inf)
+    mem = TwoLevelMemory(math.inf)
+    passes = (  # (elements read, elements written)
+        (n * n + n * d, n * d),  # dV = P^T dO
+        (2 * n * d, n * n),  # dP = dO V^T
+        (2 * n * n, n * n),  # dS from P and dP
+        (n * n + n * d, n * d),  # dQ = dS K
+        (n * n + n * d, n * d),  # dK = dS^T Q
+    )
+    for read, written in passes:
+        mem.load(read, "operands")
+        mem.allocate(written, "result")
+        mem.store(written)
+        mem.free(read + written)
+    return mem
+
+
+def flash_backward_block_sizes(d: int, M: float, n: int) -> tuple[int, int]:
+    """Block sizes ``(B_r, B_c)`` for the tiled backward in FlashAttention-2's order.
+
+    The outer loop runs over *key* blocks (each keeps K_j, V_j, dK_j, dV_j on chip), so
+    here the key block ``B_c`` is the big one, ``Theta(M / d)``: each key block streams
+    Q, dO, dQ, L and D once. The query block stays small, ``B_r = min(d, floor(M / 16d))``
+    (at least 1; capped at n), and ``B_c`` is the most key rows whose working set fits:
+    K_j, V_j, dK_j, dV_j (``4 B_c d``), Q_i, dO_i, dQ_i (``3 B_r d``), L_i and D_i
+    (``2 B_r``) and the tiles P_ij and dP_ij (``2 B_r B_c``):
+    ``B_c (4 d + 2 B_r) + 3 B_r d + 2 B_r <= M``.
+
+    Args:
+        d: head size; M: fast-memory size in elements; n: sequence length (caps both).
+
+    Returns:
+        ``(B_r, B_c)``: query rows and key rows per block.
+
+    Raises:
+        MemoryError: M is too small to hold one query row and one key row.
+    """
+    _check(n, d, M)
+    br = min(d, n) if math.isinf(M) else max(1, min(d, n, int(M // (16 * d))))
+    bc = _largest(lambda c: c * (4 * d + 2 * br) + 3 * br * d + 2 * br <= M, n)
+    return br, bc
+
+
+def tiled_attention_backward_io(
+    n: int, d: int, M: float, *, blocks: tuple[int, int] | None = None
+) -> TwoLevelMemory:
+    """The tiled backward (FlashAttention-2, Algorithm 2) on the two-level machine.
+
+    First ``D = rowsum(dO o O)``: read O and dO (``2 n d``), write D (``n``); dQ is zeroed
+    in slow memory (``n d`` writes). Then the outer loop over key blocks: load K_j, V_j,
+    keep dK_j, dV_j on chip; the inner loop over query blocks loads Q_i, dO_i, dQ_i, L_i,
+    D_i, recomputes P_ij from Q_i, K_j and L_i, and writes dQ_i back (it accumulates over
+    the key blocks); after the inner loop dK_j and dV_j are written once. With
+    ``T_c = ceil(n / B_c)`` key blocks:
+    ``reads = 4 n d + T_c (3 n d + 2 n)``, ``writes = n + n d + T_c n d + 2 n d``; with
+    ``B_c = Theta(M / d)`` that is ``Theta(n^2 d^2 / M)``, and P and dP never leave the chip.
+
+    Args:
+        n, d: sizes; M: fast-memory size in elements.
+        blocks: ``(B_r, B_c)``; default :func:`flash_backward_block_sizes`.
+
+    Returns:
+        The :class:`TwoLevelMemory` after the run.
+    """
+    _check(n, d, M)
+    if blocks is not None:
+        if not isinstance(blocks, tuple | list) or len(blocks) != 2:
+            raise TypeError(f"blocks must be a pair (B_r, B_c), got {blocks!r}")
+        require_int(blocks[0], "blocks[0] (B_r)", minimum=1)
+        require_int(blocks[1], "blocks[1] (B_c)", minimum=1)
+    br, bc = blocks or flash_backward_block_sizes(d, M, n)
+    mem = TwoLevelMemory(M)
+    chunk = min(br, n)  # D = rowsum(dO o O), a block of rows at a time
+    for i in range(0, n, chunk):
+        r = min(chunk, n - i)
+        mem.load(2 * r * d, "O_i, dO_i")
+        mem.allocate(r, "D_i")
+        mem.store(r)
+        mem.free(2 * r * d + r)
+    mem.store(n * d)  # dQ = 0 in slow memory
+    for j in range(0, n, bc):
+        c = min(bc, n - j)
+        mem.load(2 * c * d, "K_j, V_j")
+        mem.allocate(2 * c * d, "dK_j, dV_j")
+        for i in range(0, n, br):
+            r = min(br, n - i)
+            mem.load(3 * r * d + 2 * r, "Q_i, dO_i, dQ_i, L_i, D_i")
+            mem.allocate(2 * r * c, "P_ij, dP_ij")
+            mem.store(r * d)  # dQ_i accumulates over the key blocks
+            mem.free(3 * r * d + 2 * r + 2 * r * c)
+        mem.store(2 * c * d)  # dK_j, dV_j, once
+        mem.free(4 * c * d)
     return mem
 
 
