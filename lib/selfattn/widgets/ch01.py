@@ -117,33 +117,36 @@ def plot_reach_grid(lengths: Sequence[int] = (16, 64, 256), *, d: int = 16, seed
 def explorer(*, n: int = 64, d: int = 16, seed: int = 0):
     """The interactive view: a length slider (8 to 256) and a "draw" slider (0 to 4).
 
-    The draw picks the random weights and inputs.
+    The draw picks the random weights and inputs. Every view is drawn in advance
+    (``len(LENGTHS)`` x 5 = 30), so the controls also work on the static website.
 
     Returns:
         An ``ipywidgets.VBox``.
     """
-    import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
+
+    from ._explorer import Control, grid_explorer
 
     if n not in LENGTHS:
         raise ValueError(f"n must be one of {LENGTHS}, got {n!r}")
     if not 0 <= seed <= 4:
         raise ValueError(f"seed must be from 0 to 4 (the draw slider's range), got {seed!r}")
-    length = widgets.SelectionSlider(options=list(LENGTHS), value=n, description="length n")
-    draw_slider = widgets.IntSlider(value=seed, min=0, max=4, description="draw")
-    out = widgets.Output()
 
-    def on_change(_change=None) -> None:
-        with out:
-            out.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(6.0, 3.6))
-            plot_reach(length.value, d=d, seed=draw_slider.value, ax=ax)
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)  # closed, so the inline backend does not draw it a second time
+    def render(length: int, draw: int):
+        fig, ax = plt.subplots(figsize=(6.0, 3.6))
+        plot_reach(length, d=d, seed=draw, ax=ax)
+        fig.tight_layout()
+        return fig
 
-    for control in (length, draw_slider):
-        control.observe(on_change, names="value")
-    on_change()
-    return widgets.VBox([widgets.HBox([length, draw_slider]), out])
+    def alt(length: int, draw: int) -> str:
+        return (
+            "Line plot, log scale: how strongly the last output depends on each earlier "
+            f"input at length {length} (width {d}, draw {draw}), for a tanh RNN, an LSTM "
+            "and one self-attention layer at initialisation"
+        )
+
+    return grid_explorer(
+        [Control("length n", LENGTHS, value=n), Control("draw", list(range(5)), value=seed)],
+        render,
+        alt=alt,
+    )
