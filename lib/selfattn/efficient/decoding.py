@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_qkv
-from .flash import _check_block, _check_devices, _check_scale, _work_dtype
+from .._checks import check_qkv, require_same_device
+from .flash import _check_block, _check_scale, _work_dtype
 
 __all__ = ["partial_attention", "merge_attention_states", "flash_decoding"]
 
@@ -56,7 +56,6 @@ def partial_attention(
         so it weighs nothing in a merge.
     """
     check_qkv(q, k, v)
-    _check_devices(q=q, k=k, v=v)
     scale = _check_scale(scale, q.shape[-1])
     work = _work_dtype(q.dtype)
     s = q.to(work) @ k.to(work).transpose(-2, -1) * scale
@@ -96,7 +95,7 @@ def merge_attention_states(
             f"{tuple(out_a.shape)} with lse_a {tuple(lse_a.shape)}, out_b {tuple(out_b.shape)} "
             f"with lse_b {tuple(lse_b.shape)}"
         )
-    _check_devices(out_a=out_a, lse_a=lse_a, out_b=out_b, lse_b=lse_b)
+    require_same_device(out_a=out_a, lse_a=lse_a, out_b=out_b, lse_b=lse_b)
     lse = torch.logaddexp(lse_a, lse_b)
     # Both -inf (neither part saw a key): shift by 0, so both weights are exp(-inf) = 0.
     ref = torch.where(torch.isfinite(lse), lse, 0.0)
@@ -138,7 +137,6 @@ def flash_decoding(
         ValueError: shapes that do not fit, tensors on different devices, ``chunk_size`` < 1.
     """
     batch = check_qkv(q, k, v)
-    _check_devices(q=q, k=k, v=v)
     chunk_size = _check_block(chunk_size, "chunk_size")
     scale = _check_scale(scale, q.shape[-1])
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]

@@ -61,13 +61,6 @@ def _check_block(value, name: str) -> int:
     return value
 
 
-def _check_devices(**tensors: torch.Tensor) -> None:
-    devices = {name: t.device for name, t in tensors.items()}
-    if len(set(devices.values())) > 1:
-        got = ", ".join(f"{name} on {dev}" for name, dev in devices.items())
-        raise ValueError(f"all tensors must be on one device, got {got}")
-
-
 def _check_alignment(alignment) -> str:
     if alignment not in ALIGNMENTS:
         raise ValueError(f"alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
@@ -86,6 +79,23 @@ def _check_scale(scale, d_k: int) -> float:
 def _offset(n: int, m: int, alignment: str) -> int:
     """Key j is on query i's diagonal when j = i + offset."""
     return m - n if alignment == "bottom_right" else 0
+
+
+def _check_attention_args(q, k, v, alignment, scale) -> tuple[tuple[int, ...], int, float]:
+    """The checks every tiled kernel starts with: ``(batch shape, diagonal offset, scale)``."""
+    batch = check_qkv(q, k, v)  # also: one device for q, k and v
+    offset = _offset(q.shape[-2], k.shape[-2], _check_alignment(alignment))
+    return batch, offset, _check_scale(scale, q.shape[-1])
+
+
+def _flatten_batch(batch: tuple[int, ...], *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """``(..., L, d)`` tensors broadcast to ``batch`` and flattened to ``(B, L, d)``.
+
+    Autograd sees the broadcast as expand + reshape, and sums the gradients back for us.
+    """
+    return [
+        t.expand(*batch, *t.shape[-2:]).reshape(math.prod(batch), *t.shape[-2:]) for t in tensors
+    ]
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -131,12 +141,9 @@ def flash_attention_reference(
         ``(..., n, d_v)`` in the dtype of ``q`` (half inputs computed in float32); rows
         that see no key are zeros.
     """
-    batch = check_qkv(q, k, v)
-    _check_devices(q=q, k=k, v=v)
+    batch, offset, scale = _check_attention_args(q, k, v, alignment, scale)
     block_q, block_k = _check_block(block_q, "block_q"), _check_block(block_k, "block_k")
-    offset = _offset(q.shape[-2], k.shape[-2], _check_alignment(alignment))
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    scale = _check_scale(scale, q.shape[-1])
     dtype, work = q.dtype, _work_dtype(q.dtype)
     q, k, v = q.to(work), k.to(work), v.to(work)
     out = q.new_zeros(*batch, n, d_v)
@@ -332,7 +339,25 @@ def _band_backward(
     return dq, dk, dv
 
 
-class _FlashAttention(torch.autograd.Function):
+class _RecomputingAttention(torch.autograd.Function):
+    """Shared backward of the tiled kernels: FA-2's Algorithm 2 (:func:`_band_backward`).
+
+    A subclass's ``forward(ctx, q, k, v, *five_args)`` saves ``q, k, v, out, lse`` and puts
+    :func:`_band_backward`'s keyword arguments in ``ctx.args``.
+    """
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        work = out.dtype
+        grads = _band_backward(
+            q.to(work), k.to(work), v.to(work), out, lse, d_out.to(work), **ctx.args
+        )
+        return (*(g.to(t.dtype) for g, t in zip(grads, (q, k, v))), None, None, None, None, None)
+
+
+class _FlashAttention(_RecomputingAttention):
     """Forward: the optimised kernel, saving O and the row log-sum-exp. Backward: Algorithm 2."""
 
     @staticmethod
@@ -350,32 +375,11 @@ class _FlashAttention(torch.autograd.Function):
             want_lse=True,
         )
         ctx.save_for_backward(q, k, v, out, lse)
+        hi = 0 if causal else None
         ctx.args = dict(
-            scale=scale,
-            offset=offset,
-            lo=None,
-            hi=0 if causal else None,
-            block_q=block_q,
-            block_k=block_k,
+            scale=scale, offset=offset, lo=None, hi=hi, block_q=block_q, block_k=block_k
         )
         return out.to(q.dtype)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, d_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        work = out.dtype
-        grads = _band_backward(
-            q.to(work), k.to(work), v.to(work), out, lse, d_out.to(work), **ctx.args
-        )
-        return (
-            *(g.to(t.dtype) for g, t in zip(grads, (q, k, v))),
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
@@ -429,13 +433,9 @@ def flash_attention(
         ValueError: shapes that do not fit together, tensors on different devices,
             block sizes below 1, an unknown alignment.
     """
-    batch = check_qkv(q, k, v)
-    _check_devices(q=q, k=k, v=v)
-    block_q = _check_block(block_q, "block_q")
-    block_k = _check_block(block_k, "block_k")
-    n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    offset = _offset(n, m, _check_alignment(alignment))
-    scale = _check_scale(scale, d_k)
+    batch, offset, scale = _check_attention_args(q, k, v, alignment, scale)
+    block_q, block_k = _check_block(block_q, "block_q"), _check_block(block_k, "block_k")
+    n, d_v = q.shape[-2], v.shape[-1]
     causal = bool(causal)
     if not _needs_grad(q, k, v):
         out, _ = _flash_forward(
@@ -450,10 +450,7 @@ def flash_attention(
             block_k=block_k,
         )
         return out.reshape(*batch, n, d_v).to(q.dtype)
-    # Autograd sees the broadcast as expand + reshape, and sums the gradients back for us.
-    q3, k3, v3 = (
-        t.expand(*batch, *t.shape[-2:]).reshape(math.prod(batch), *t.shape[-2:]) for t in (q, k, v)
-    )
+    q3, k3, v3 = _flatten_batch(batch, q, k, v)
     out = _FlashAttention.apply(q3, k3, v3, scale, causal, offset, block_q, block_k)
     return out.reshape(*batch, n, d_v)
 

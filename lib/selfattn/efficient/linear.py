@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_qkv
-from .flash import _check_alignment, _check_devices, _offset, _work_dtype
+from .._checks import check_qkv, require_same_device
+from .flash import _check_alignment, _offset, _work_dtype
 
 __all__ = [
     "elu_feature_map",
@@ -98,7 +98,6 @@ def linear_attention(
             ``chunk_size`` or ``alignment``.
     """
     batch = check_qkv(q, k, v)
-    _check_devices(q=q, k=k, v=v)
     n, m = q.shape[-2], k.shape[-2]
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
@@ -200,7 +199,7 @@ def linear_attention_step(
             f"step shapes do not match the state: q_t {tuple(q_t.shape)}, k_t {tuple(k_t.shape)}, "
             f"v_t {tuple(v_t.shape)}, state s {tuple(state.s.shape)} (..., d, d_v)"
         )
-    _check_devices(q_t=q_t, k_t=k_t, v_t=v_t, state=state.s)
+    require_same_device(q_t=q_t, k_t=k_t, v_t=v_t, state=state.s)
     fq, fk = _features(q_t, k_t, feature_map)
     s = state.s + fk.unsqueeze(-1) * v_t.unsqueeze(-2)  # + phi(k_t) v_t^T
     z = state.z + fk
@@ -225,7 +224,6 @@ def linear_attention_recurrent(
         ``(..., n, d_v)``, equal to ``linear_attention(q, k, v, causal=True)`` up to rounding.
     """
     batch = check_qkv(q, k, v)
-    _check_devices(q=q, k=k, v=v)
     n = q.shape[-2]
     if k.shape[-2] != n:
         raise ValueError(

@@ -23,15 +23,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_qkv
 from ..attention import softmax
 from .flash import (
-    _band_backward,
-    _check_alignment,
-    _check_devices,
-    _check_scale,
+    _check_attention_args,
+    _flatten_batch,
     _needs_grad,
-    _offset,
+    _RecomputingAttention,
     _work_dtype,
 )
 
@@ -135,11 +132,9 @@ def _band_limits(window: int, causal: bool) -> tuple[int, int]:
 
 
 def _check_window_args(q, k, v, window, alignment, scale):
-    batch = check_qkv(q, k, v)
-    _check_devices(q=q, k=k, v=v)
+    batch, offset, scale = _check_attention_args(q, k, v, alignment, scale)
     _check_int(window, "window", 1)
-    offset = _offset(q.shape[-2], k.shape[-2], _check_alignment(alignment))
-    return batch, offset, _check_scale(scale, q.shape[-1])
+    return batch, offset, scale
 
 
 def sliding_window_attention_reference(
@@ -269,7 +264,7 @@ def _window_forward(
     return out, (lse.reshape(bh, nb * block)[:, :n] if want_lse else None)
 
 
-class _SlidingWindow(torch.autograd.Function):
+class _SlidingWindow(_RecomputingAttention):
     """Forward: band only, saving O and the row log-sum-exp. Backward: FA-2's, on the band."""
 
     @staticmethod
@@ -290,16 +285,6 @@ class _SlidingWindow(torch.autograd.Function):
         lo, hi = _band_limits(window, causal)
         ctx.args = dict(scale=scale, offset=offset, lo=lo, hi=hi, block_q=block, block_k=block)
         return out.to(q.dtype)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, d_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        work = out.dtype
-        grads = _band_backward(
-            q.to(work), k.to(work), v.to(work), out, lse, d_out.to(work), **ctx.args
-        )
-        return (*(g.to(t.dtype) for g, t in zip(grads, (q, k, v))), None, None, None, None, None)
 
 
 def sliding_window_attention(
@@ -375,8 +360,6 @@ def sliding_window_attention(
             block=block,
         )
         return out.reshape(*batch, n, d_v).to(q.dtype)
-    q3, k3, v3 = (
-        t.expand(*batch, *t.shape[-2:]).reshape(math.prod(batch), *t.shape[-2:]) for t in (q, k, v)
-    )
+    q3, k3, v3 = _flatten_batch(batch, q, k, v)
     out = _SlidingWindow.apply(q3, k3, v3, window, causal, offset, scale, block)
     return out.reshape(*batch, n, d_v)
