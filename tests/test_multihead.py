@@ -473,14 +473,15 @@ def _torch_cached_reference(layer, x, start):
     return layer.out(merge_heads(o))
 
 
+@pytest.mark.parametrize("kernel", ["reference", "flash"])
 @pytest.mark.parametrize("h,h_kv", [(4, 4), (4, 2), (4, 1)])
 @pytest.mark.parametrize(
     "cached,n",
     [(0, 5), (3, 4), (5, 2), (6, 6), (7, 1)],  # n = m (empty cache), n < m, n = cached
 )
-def test_prefill_onto_cache_matches_torch_causal_lower_right(h, h_kv, cached, n):
+def test_prefill_onto_cache_matches_torch_causal_lower_right(kernel, h, h_kv, cached, n):
     torch.manual_seed(100 * h + 10 * h_kv + cached)
-    layer = MultiHeadAttention(8 * h, h, num_kv_heads=h_kv).eval()
+    layer = MultiHeadAttention(8 * h, h, num_kv_heads=h_kv, kernel=kernel).eval()
     x = torch.randn(2, cached + n, 8 * h)
     cache = KVCache()
     with torch.no_grad():
@@ -496,14 +497,16 @@ def test_prefill_onto_cache_matches_torch_causal_lower_right(h, h_kv, cached, n)
         with torch.no_grad():
             layer(x[:, :cached], cache=layer_cache)
             top_left = causal_mask(n, cached + n, align="top_left")
+            layer.kernel = "reference"  # the flash kernel takes no explicit mask
             wrong = layer(x[:, cached:], mask=top_left, cache=layer_cache)
         assert (wrong - ref).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("kernel", ["reference", "flash"])
 @pytest.mark.parametrize("h_kv", [4, 2, 1])
-def test_token_by_token_decoding_equals_one_causal_pass(h_kv):
+def test_token_by_token_decoding_equals_one_causal_pass(kernel, h_kv):
     torch.manual_seed(h_kv)
-    layer = MultiHeadAttention(16, 4, num_kv_heads=h_kv).eval()
+    layer = MultiHeadAttention(16, 4, num_kv_heads=h_kv, kernel=kernel).eval()
     x = torch.randn(2, 9, 16)
     with torch.no_grad():
         full = layer(x, mask="causal")
@@ -652,3 +655,34 @@ def test_gqa_training_gradients_match_repeated_kv():
     a = layer(x, mask="causal")
     assert not torch.allclose(a, layer(x, mask="causal"))  # dropout acts in training
     assert torch.isfinite(a).all()
+
+
+def test_flash_kernel_trains_and_refuses_what_it_cannot_do():
+    torch.manual_seed(2)
+    ref = MultiHeadAttention(24, 6, num_kv_heads=3)
+    flash = MultiHeadAttention(24, 6, num_kv_heads=3, kernel="flash")
+    flash.load_state_dict(ref.state_dict())
+    assert "kernel='flash'" in repr(flash) and "kernel" not in repr(ref)
+    assert MultiHeadAttention(24, 6, kernel="flash").grouped(3).kernel == "flash"
+    x = torch.randn(2, 7, 24, requires_grad=True)
+    for layer in (ref, flash):
+        layer(x, mask="causal").square().sum().backward()
+    torch.testing.assert_close(flash(x, mask="causal"), ref(x, mask="causal"))
+    torch.testing.assert_close(flash.qkv.weight.grad, ref.qkv.weight.grad, atol=1e-5, rtol=1e-5)
+    ctx = torch.randn(2, 5, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(flash(x, context=ctx), ref(x, context=ctx))
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        MultiHeadAttention(24, 6, kernel="triton")
+    with pytest.raises(ValueError, match="kernel='flash' takes mask=None or 'causal'"):
+        flash(x, mask=causal_mask(7))
+    with pytest.raises(ValueError, match="return_weights"):
+        flash(x, return_weights=True)
+    flash.dropout = 0.1
+    with pytest.raises(ValueError, match="dropout"):
+        flash(x)
+    cache = KVCache()
+    flash.dropout, flash.kernel = 0.0, "flsh"
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        flash(x, cache=cache)
+    assert len(cache) == 0  # a refused call leaves the cache empty

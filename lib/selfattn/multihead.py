@@ -90,6 +90,9 @@ from ._checks import (
 from .attention import scaled_dot_product_attention
 from .masks import causal_mask
 
+# The attention kernels a MultiHeadAttention can run (its ``kernel`` argument).
+_KERNELS = ("reference", "flash")
+
 __all__ = [
     "MultiHeadAttention",
     "KVCache",
@@ -247,6 +250,12 @@ class MultiHeadAttention(nn.Module):
             ``h`` (multi-head attention), 1 is multi-query attention, in between GQA.
         bias: whether ``qkv`` and ``out`` have biases.
         dropout: dropout probability on the attention weights (training mode only).
+        kernel: ``"reference"`` (default): :func:`selfattn.scaled_dot_product_attention`,
+            any mask, weights on request. ``"flash"``:
+            :func:`selfattn.efficient.flash_attention` with ``alignment="bottom_right"``,
+            the n x m scores never stored; it takes ``mask=None`` or ``"causal"`` only,
+            no ``return_weights`` and no dropout in training. Settable later
+            (``layer.kernel = "flash"``); both give the same result (to float rounding).
 
     Attributes:
         qkv: ``nn.Linear(d_model, 3 * d_model)``; weight rows ``[0:d]`` make queries,
@@ -266,8 +275,11 @@ class MultiHeadAttention(nn.Module):
         num_kv_heads: int | None = None,
         bias: bool = True,
         dropout: float = 0.0,
+        kernel: str = "reference",
     ):
         super().__init__()
+        if kernel not in _KERNELS:
+            raise ValueError(f"kernel must be one of {_KERNELS}, got {kernel!r}")
         d_model = require_int(d_model, "d_model", 1)
         num_heads = require_int(num_heads, "num_heads", 1)
         bias = require_bool(bias, "bias")
@@ -287,14 +299,16 @@ class MultiHeadAttention(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.d_kv = num_kv_heads * self.d_head  # width of the keys (and of the values)
         self.dropout = dropout
+        self.kernel = kernel
         self.qkv = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def extra_repr(self) -> str:
         kv = "" if self.num_kv_heads == self.num_heads else f"num_kv_heads={self.num_kv_heads}, "
+        kernel = "" if self.kernel == "reference" else f", kernel={self.kernel!r}"
         return (
             f"d_model={self.d_model}, num_heads={self.num_heads}, {kv}d_head={self.d_head}, "
-            f"dropout={self.dropout}"
+            f"dropout={self.dropout}{kernel}"
         )
 
     # -- interop with torch ------------------------------------------------------
@@ -361,6 +375,7 @@ class MultiHeadAttention(nn.Module):
             num_kv_heads=num_kv_heads,
             bias=bias,
             dropout=self.dropout,
+            kernel=self.kernel,
         ).to(self.qkv.weight.device, self.qkv.weight.dtype)
         d, g = self.d_model, self.num_heads // new.num_kv_heads
 
@@ -425,6 +440,25 @@ class MultiHeadAttention(nn.Module):
             )
         check_mask(mask, (batch, self.num_heads, n, m), device)
         return mask
+
+    def _flash(self, q, k, v, causal: bool) -> torch.Tensor:
+        # Imported when used: the reference kernel needs nothing from selfattn.efficient.
+        from .efficient import flash_attention
+
+        # (B, h, n, d) -> (B, h_kv, group, n, d) against K/V (B, h_kv, 1, m, d): the batch
+        # axes broadcast, and the causal diagonal is each head's own (bottom-right: the n
+        # new queries are the last n of the m positions).
+        batch, h, n, d_head = q.shape
+        q = q.reshape(batch, self.num_kv_heads, h // self.num_kv_heads, n, d_head)
+        out = flash_attention(
+            q,
+            k.unsqueeze(2),
+            v.unsqueeze(2),
+            causal=causal,
+            alignment="bottom_right",
+            scale=1.0 / math.sqrt(self.d_head),
+        )
+        return out.reshape(batch, h, n, d_head)
 
     def forward(
         self,
@@ -518,6 +552,17 @@ class MultiHeadAttention(nn.Module):
                     f"the cache holds {cache.k.dtype} on {cache.k.device}, "
                     f"x is {x.dtype} on {x.device}"
                 )
+        if self.kernel not in _KERNELS:  # the attribute may have been set after __init__
+            raise ValueError(f"kernel must be one of {_KERNELS}, got {self.kernel!r}")
+        causal = isinstance(mask, str) and mask == "causal"
+        if self.kernel == "flash" and (
+            not (mask is None or causal) or return_weights or (self.training and self.dropout > 0)
+        ):
+            raise ValueError(
+                "kernel='flash' takes mask=None or 'causal', return_weights=False and no "
+                f"dropout in training; got mask {type(mask).__name__}, return_weights="
+                f"{return_weights}, dropout={self.dropout} (training={self.training})"
+            )
         # The number of keys, known before anything is computed, so that a bad mask leaves
         # the cache untouched.
         if reuse_cross_cache:
@@ -544,6 +589,9 @@ class MultiHeadAttention(nn.Module):
         # nothing moves). The scores are scaled, masked and normalised in the book's one
         # attention function.
         group = self.num_heads // self.num_kv_heads
+        if self.kernel == "flash":
+            y = self.out(merge_heads(self._flash(q, k, v, causal)))
+            return y.squeeze(0) if unbatched else y
         q = _stack_group(q, group, n)
         if mask is not None:
             mask = _stack_group(mask, group, n)
