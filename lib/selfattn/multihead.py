@@ -19,6 +19,16 @@ The pieces, and how they fit:
   multi-query attention (MQA, Shazeer, 2019). ``qkv`` then has
   ``d_model + 2 * num_kv_heads * d_head`` output rows and the cache holds only the
   ``num_kv_heads`` heads; :meth:`MultiHeadAttention.grouped` converts a trained layer.
+  The key/value heads are never copied to their query heads: the ``group`` query heads
+  that share key/value head ``j`` become ``group * n`` query rows of head ``j``, so the
+  scores ``(B, h_kv, group * n, m)`` are computed against the ``h_kv`` stored heads (the
+  same numbers as repeating K/V, to float rounding, without a tensor of the repeated
+  size; decoding against a long cache reads it once per key/value head, not once per
+  query head).
+* **One attention path.** The scores are scaled, masked and normalised by
+  :func:`selfattn.scaled_dot_product_attention` (``kernel="reference"``, the default);
+  ``kernel="flash"`` runs :func:`selfattn.efficient.flash_attention` instead, for
+  ``mask=None`` or ``"causal"``, with the causal diagonal aligned bottom-right.
 
 **Masks for heads.**
 Scores have shape ``(B, h, n, m)``: batch, head, query, key. A mask is bool
@@ -42,7 +52,11 @@ One :class:`KVCache` per layer. Each call appends the new positions' keys and va
 (shape ``(B, h, n_new, d_head)``) along the sequence axis and attends over all cached
 positions, so the keys seen by the ``n`` new queries number ``m = len(cache)`` after the
 append. Feed the prompt once with ``mask="causal"`` (prefill), then one token at a time
-(``n = 1`` sees every cached key, so no mask is needed; ``"causal"`` is also correct)::
+(``n = 1`` sees every cached key, so no mask is needed; ``"causal"`` is also correct).
+``"causal"`` is always aligned bottom-right (``causal_mask(n, m, align="bottom_right")``,
+torch's ``causal_lower_right``; ``alignment="bottom_right"`` with the flash kernel):
+the top-left alignment of SDPA's ``is_causal`` would let new query ``i`` see only keys
+``0 .. i``, the first positions of the prompt::
 
     cache = KVCache()
     y = mha(prompt, mask="causal", cache=cache)     # (B, p, d), cache holds p positions
