@@ -1,7 +1,5 @@
 """Sliding-window attention (band only) against dense attention with the band mask; masks."""
 
-import warnings
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,6 +14,15 @@ from selfattn.efficient import (
 )
 from selfattn.efficient import sparse as sp
 from selfattn.masks import sliding_window_mask
+from tiled_attention_checks import (
+    ALIGN,
+    assert_forward_skips_autograd_without_grad,
+    assert_gradients_match,
+    assert_half_gradients_match,
+    assert_rejects_bad_shared_arguments,
+    qkv,
+    torch_attention,
+)
 
 
 @given(
@@ -126,8 +133,6 @@ def test_bad_input(call, err, match):
 
 # --- the reference, alignments with n != m, the backward pass, robustness -----------------------
 
-ALIGN = ["top_left", "bottom_right"]
-
 
 def band_mask(n, m, window, causal, alignment):
     """The band written out: key j is in query i's band when -(w-1) <= j - (i + off) <= hi."""
@@ -139,15 +144,6 @@ def band_mask(n, m, window, causal, alignment):
 def dense(q, k, v, window, causal, alignment):
     mask = band_mask(q.shape[-2], k.shape[-2], window, causal, alignment)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # SDPA: 0 for empty rows
-
-
-def qkv(n, m, d=8, dv=5, batch=(2,), dtype=torch.float32, seed=0, requires_grad=False):
-    g = torch.Generator().manual_seed(seed)
-    out = [
-        torch.randn(*batch, length, width, generator=g, dtype=torch.float64).to(dtype)
-        for length, width in ((n, d), (m, d), (m, dv))
-    ]
-    return [t.requires_grad_(requires_grad) for t in out]
 
 
 @given(
@@ -178,15 +174,8 @@ def test_fast_and_reference_match_the_dense_band(n, m, w, causal, alignment, blo
 @pytest.mark.parametrize("n,m", [(3, 8), (8, 8), (8, 3)])
 def test_window_covering_everything_is_torch_causal_attention(n, m, alignment):
     # A window of max(n, m) keys hides nothing but the causal part: torch's own implementations.
-    from torch.nn.attention.bias import causal_lower_right
-
     q, k, v = qkv(n, m)
-    if alignment == "top_left":
-        want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch warns about n > m; zeros are defined
-            want = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(n, m))
+    want = torch_attention(q, k, v, True, alignment)
     for fn in (sliding_window_attention, sliding_window_attention_reference):
         got = fn(q, k, v, max(n, m), alignment=alignment, block_size=3)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -229,28 +218,22 @@ def test_gradcheck_float64(n, m, w, causal, alignment, block):
 @settings(max_examples=20)
 def test_gradients_match_dense_sdpa_float32(n, m, w, causal, alignment, seed):
     q, k, v = qkv(n, m, d=16, dv=8, batch=(2, 2), seed=seed, requires_grad=True)
-    g = torch.randn(2, 2, n, 8, generator=torch.Generator().manual_seed(seed + 1))
-    ours = torch.autograd.grad(
-        sliding_window_attention(q, k, v, w, causal=causal, alignment=alignment, block_size=5),
-        (q, k, v),
-        g,
+    assert_gradients_match(
+        lambda q, k, v: sliding_window_attention(
+            q, k, v, w, causal=causal, alignment=alignment, block_size=5
+        ),
+        lambda q, k, v: dense(q, k, v, w, causal, alignment),
+        q,
+        k,
+        v,
+        seed + 1,
     )
-    theirs = torch.autograd.grad(dense(q, k, v, w, causal, alignment), (q, k, v), g)
-    for a, b in zip(ours, theirs):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
 def test_forward_without_grad_skips_autograd(monkeypatch):
-    calls = []
-    real_apply = sp._SlidingWindow.apply
-    monkeypatch.setattr(sp._SlidingWindow, "apply", lambda *a: calls.append(a) or real_apply(*a))
-    q, k, v = qkv(10, 10)
-    sliding_window_attention(q, k, v, 3)
-    with torch.no_grad():
-        sliding_window_attention(*(t.requires_grad_() for t in (q, k, v)), 3)
-    assert calls == []
-    sliding_window_attention(q, k, v, 3).sum().backward()
-    assert len(calls) == 1 and q.grad is not None
+    assert_forward_skips_autograd_without_grad(
+        monkeypatch, sp._SlidingWindow, lambda q, k, v: sliding_window_attention(q, k, v, 3)
+    )
 
 
 def test_huge_window_or_block_does_not_allocate_huge_tiles(monkeypatch):
@@ -290,13 +273,9 @@ def test_zero_length_dims_behave_like_sdpa(n, m, dv, batch):
 
 
 def test_robust_arguments():
+    for fn in (sliding_window_attention, sliding_window_attention_reference):
+        assert_rejects_bad_shared_arguments(lambda q, k, v, fn=fn, **kw: fn(q, k, v, 2, **kw))
     q = torch.randn(5, 4)
-    with pytest.raises(ValueError, match="device"):
-        sliding_window_attention(q, q, q.to("meta"), 2)
-    with pytest.raises(ValueError, match="alignment"):
-        sliding_window_attention(q, q, q, 2, alignment="bottom-right")
-    with pytest.raises(TypeError, match="scale"):
-        sliding_window_attention(q, q, q, 2, scale="2")
     with pytest.raises(ValueError, match="window"):
         sliding_window_attention_reference(q, q, q, -1)
     with pytest.raises(TypeError, match="block_size"):
@@ -306,10 +285,11 @@ def test_robust_arguments():
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 3e-3), (torch.bfloat16, 2e-2)])
 def test_half_precision_gradients(dtype, tol):
     q, k, v = qkv(40, 40, d=16, dv=16, dtype=dtype, requires_grad=True)
-    g = torch.randn(2, 40, 16).to(dtype)
-    grads = torch.autograd.grad(sliding_window_attention(q, k, v, 5, block_size=8), (q, k, v), g)
-    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    want = torch.autograd.grad(dense(*ref, 5, True, "top_left"), ref, g.double())
-    for a, b in zip(grads, want):
-        assert a.dtype == dtype
-        torch.testing.assert_close(a.double(), b, atol=tol, rtol=tol)
+    assert_half_gradients_match(
+        lambda q, k, v: sliding_window_attention(q, k, v, 5, block_size=8),
+        lambda q, k, v: dense(q, k, v, 5, True, "top_left"),
+        q,
+        k,
+        v,
+        tol=tol,
+    )
