@@ -54,7 +54,9 @@ def _kind(control) -> str:
 def _shown(control, kind: str) -> str:
     """The value label the control shows the reader now."""
     if kind == "widget-dropdown":
-        return control.locator("select").evaluate("s => s.options[s.selectedIndex].text")
+        # ipywidgets writes the option labels with no-break spaces
+        text = control.locator("select").evaluate("s => s.options[s.selectedIndex].text")
+        return text.replace("\xa0", " ")
     if kind == "widget-toggle-buttons":
         return control.locator("button.mod-active").inner_text().strip()
     return control.locator(".widget-readout").inner_text().strip()
