@@ -459,19 +459,20 @@ class MultiHeadAttention(nn.Module):
         # Imported when used: the reference kernel needs nothing from selfattn.efficient.
         from .efficient import flash_attention
 
-        # (B, h, n, d) -> (B, h_kv, group, n, d) against K/V (B, h_kv, 1, m, d): the batch
-        # axes broadcast, and the causal diagonal is each head's own (bottom-right: the n
-        # new queries are the last n of the m positions).
         batch, h, n, d_head = q.shape
-        q = q.reshape(batch, self.num_kv_heads, h // self.num_kv_heads, n, d_head)
-        out = flash_attention(
-            q,
-            k.unsqueeze(2),
-            v.unsqueeze(2),
-            causal=causal,
-            alignment="bottom_right",
-            scale=1.0 / math.sqrt(self.d_head),
-        )
+        group = h // self.num_kv_heads
+        scale = 1.0 / math.sqrt(self.d_head)
+        if causal and n > 1:
+            # (B, h, n, d) -> (B, h_kv, group, n, d) against K/V (B, h_kv, 1, m, d): the
+            # batch axes broadcast, and the causal diagonal is each head's own
+            # (bottom-right: the n new queries are the last n of the m positions).
+            q = q.reshape(batch, self.num_kv_heads, group, n, d_head)
+            k, v = k.unsqueeze(2), v.unsqueeze(2)
+        else:
+            # One new query sees every key (bottom-right), so no diagonal is needed and
+            # the group's query heads can be rows of their key/value head, as above.
+            q, causal = _stack_group(q, group, n), False
+        out = flash_attention(q, k, v, causal=causal, alignment="bottom_right", scale=scale)
         return out.reshape(batch, h, n, d_head)
 
     def forward(
