@@ -6,8 +6,10 @@ import torch
 from selfattn.exercises.ch07 import (
     check_attention_flops,
     check_causal_tiles,
+    check_ds_tile,
     check_merge_states,
     check_tiled_reads,
+    ds_tile_mistakes,
 )
 
 
@@ -78,3 +80,47 @@ def test_tiled_reads():
     )  # floor instead of ceil
     assert not check_tiled_reads(lambda n, d, b: n * d + n / b * 2 * n * d)  # fractional blocks
     assert check_tiled_reads(stub).status == "not attempted"
+
+
+def ds_solution(q_i, k_j, v_j, do_i, lse_i, d_i):
+    p = torch.exp(q_i @ k_j.T / q_i.shape[-1] ** 0.5 - lse_i[:, None])
+    return p * (do_i @ v_j.T - d_i[:, None])
+
+
+def test_ds_tile_passes_the_solution_and_names_each_mistake(capsys):
+    assert check_ds_tile(ds_solution).passed
+    assert check_ds_tile(stub).status == "not attempted"
+    assert "not attempted yet" in capsys.readouterr().out
+
+    def p_of(q_i, k_j, lse_i, scale=True):
+        s = q_i @ k_j.T / (q_i.shape[-1] ** 0.5 if scale else 1)
+        return torch.exp(s - lse_i[:, None])
+
+    wrong = {
+        "without the scale": lambda q, k, v, do, lse, d: (
+            p_of(q, k, lse, scale=False) * (do @ v.T - d[:, None])
+        ),
+        "rowsum of this tile's P o dP": lambda q, k, v, do, lse, d: (
+            p_of(q, k, lse) * (do @ v.T - (p_of(q, k, lse) * (do @ v.T)).sum(-1, keepdim=True))
+        ),
+        "rowsum(dP) used for D": lambda q, k, v, do, lse, d: (
+            p_of(q, k, lse) * (do @ v.T - (do @ v.T).sum(-1, keepdim=True))
+        ),
+        "softmax over this tile only": lambda q, k, v, do, lse, d: (
+            torch.softmax(q @ k.T / q.shape[-1] ** 0.5, -1) * (do @ v.T - d[:, None])
+        ),
+        "the factor P left out": lambda q, k, v, do, lse, d: do @ v.T - d[:, None],
+        "the wrong way round": lambda q, k, v, do, lse, d: (
+            p_of(q, k, lse) * (d[:, None] - do @ v.T)
+        ),
+    }
+    assert len(wrong) == len(ds_tile_mistakes())
+    for words, answer in wrong.items():
+        result = check_ds_tile(answer)
+        assert not result
+        assert "looks like" in result.message and words in result.message, result.message
+    # a wrong answer that is no named mistake still fails, with the largest difference
+    result = check_ds_tile(lambda *a: 2 * ds_solution(*a))
+    assert not result and "looks like" not in result.message
+    # a tile of the wrong shape (dS transposed) is refused
+    assert not check_ds_tile(lambda *a: ds_solution(*a).T)

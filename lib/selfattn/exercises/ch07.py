@@ -17,6 +17,8 @@ __all__ = [
     "check_merge_states",
     "check_causal_tiles",
     "check_tiled_reads",
+    "check_ds_tile",
+    "ds_tile_mistakes",
 ]
 
 
@@ -135,3 +137,67 @@ def check_tiled_reads(answer) -> None:
             n * d + math.ceil(n / bq) * 2 * n * d,
             case=f"n={n}, d={d}, block_q={bq}",
         )
+
+
+def _ds_variants(q_i, k_j, v_j, do_i, lse_i, d_i) -> dict[str, torch.Tensor]:
+    """The right dS tile ("right") and each named mistake's, from the same inputs."""
+    scale = q_i.shape[-1] ** -0.5
+    s = q_i @ k_j.T * scale
+    p = torch.exp(s - lse_i[:, None])
+    dp = do_i @ v_j.T
+    d = d_i[:, None]
+    return {
+        "right": p * (dp - d),
+        "S recomputed without the scale 1/sqrt(d)": torch.exp(q_i @ k_j.T - lse_i[:, None])
+        * (dp - d),
+        "rowsum of this tile's P o dP used for D (D sums over the whole row of keys)": p
+        * (dp - (p * dp).sum(-1, keepdim=True)),
+        "rowsum(dP) used for D (D = rowsum(dO o O), a sum of P o dP)": p
+        * (dp - dp.sum(-1, keepdim=True)),
+        "P recomputed as a softmax over this tile only, not exp(S - L)": torch.softmax(s, -1)
+        * (dp - d),
+        "the factor P left out (dS = P o (dP - D))": dp - d,
+        "D subtracted the wrong way round (dP - D, not D - dP)": p * (d - dp),
+    }
+
+
+def ds_tile_mistakes() -> list[str]:
+    """The names of the mistakes :func:`check_ds_tile` recognises."""
+    t = torch.zeros(1, 1, dtype=torch.float64)
+    z = torch.zeros(1, dtype=torch.float64)
+    return [name for name in _ds_variants(t, t, t, t, z, z) if name != "right"]
+
+
+@checker("7.5", "the backward's dS for one tile")
+def check_ds_tile(answer) -> None:
+    """``answer(q_i, k_j, v_j, do_i, lse_i, d_i)`` gets one tile's inputs, a query block
+    ``q_i`` and ``do_i`` ``(r, d)``, a key block ``k_j`` and ``v_j`` ``(c, d)``, and the rows'
+    saved log-sum-exp ``lse_i`` and ``D_i = rowsum(dO o O)`` ``(r,)``, and must return the
+    tile ``dS_ij = P_ij o (dP_ij - D_i)`` ``(r, c)``, with ``P_ij = exp(Q_i K_j^T / sqrt(d)
+    - L_i)`` and ``dP_ij = dO_i V_j^T``. A wrong answer that matches a common mistake is
+    named."""
+    g = torch.Generator().manual_seed(75)
+    for r, c, m, d, start in ((5, 6, 14, 8, 4), (3, 1, 9, 16, 8), (4, 7, 7, 4, 0)):
+        q = torch.randn(r, d, generator=g, dtype=torch.float64)
+        k = torch.randn(m, d, generator=g, dtype=torch.float64)
+        v = torch.randn(m, d, generator=g, dtype=torch.float64)
+        do = torch.randn(r, d, generator=g, dtype=torch.float64)
+        s = q @ k.T / d**0.5
+        lse = torch.logsumexp(s, -1)
+        o = torch.softmax(s, -1) @ v
+        d_row = (do * o).sum(-1)
+        k_j, v_j = k[start : start + c], v[start : start + c]
+        case = f"{r} queries, keys {start}..{start + c - 1} of {m}, d={d}"
+        got = call_answer(answer, q, k_j, v_j, do, lse, d_row)
+        variants = _ds_variants(q, k_j, v_j, do, lse, d_row)
+        right = variants.pop("right")
+        try:
+            g_t = torch.as_tensor(got, dtype=torch.float64)
+        except Exception:
+            g_t = None
+        if g_t is not None and g_t.shape == right.shape:
+            if not torch.allclose(g_t, right, atol=1e-9, rtol=1e-9):
+                for name, wrong in variants.items():
+                    if torch.allclose(g_t, wrong, atol=1e-9, rtol=1e-9):
+                        raise Mismatch(f"case {case}: looks like {name}")
+        expect_close(got, right, case=case, atol=1e-9, rtol=1e-9)
