@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_qkv, require_same_device
-from .flash import _check_block, _check_scale, _work_dtype
+from .._checks import check_qkv, require_int, require_same_device
+from .flash import _check_scale, _work_dtype
 
 __all__ = ["partial_attention", "merge_attention_states", "flash_decoding"]
 
@@ -137,7 +137,7 @@ def flash_decoding(
         ValueError: shapes that do not fit, tensors on different devices, ``chunk_size`` < 1.
     """
     batch = check_qkv(q, k, v)
-    chunk_size = _check_block(chunk_size, "chunk_size")
+    chunk_size = require_int(chunk_size, "chunk_size", 1)
     scale = _check_scale(scale, q.shape[-1])
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     work = _work_dtype(q.dtype)

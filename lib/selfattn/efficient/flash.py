@@ -37,7 +37,7 @@ from numbers import Real
 
 import torch
 
-from .._checks import check_qkv
+from .._checks import check_qkv, require_int
 
 __all__ = ["flash_attention", "flash_attention_reference", "online_softmax_steps"]
 
@@ -51,14 +51,6 @@ ALIGNMENTS = ("top_left", "bottom_right")
 # against overflow. Skipped: a max pass over each tile and the rescale of acc, for almost every
 # tile.
 _RESCALE_LIMIT = 2.0**64
-
-
-def _check_block(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value}")
-    return value
 
 
 def _check_alignment(alignment) -> str:
@@ -142,7 +134,7 @@ def flash_attention_reference(
         that see no key are zeros.
     """
     batch, offset, scale = _check_attention_args(q, k, v, alignment, scale)
-    block_q, block_k = _check_block(block_q, "block_q"), _check_block(block_k, "block_k")
+    block_q, block_k = require_int(block_q, "block_q", 1), require_int(block_k, "block_k", 1)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     dtype, work = q.dtype, _work_dtype(q.dtype)
     q, k, v = q.to(work), k.to(work), v.to(work)
@@ -342,9 +334,17 @@ def _band_backward(
 class _RecomputingAttention(torch.autograd.Function):
     """Shared backward of the tiled kernels: FA-2's Algorithm 2 (:func:`_band_backward`).
 
-    A subclass's ``forward(ctx, q, k, v, *five_args)`` saves ``q, k, v, out, lse`` and puts
-    :func:`_band_backward`'s keyword arguments in ``ctx.args``.
+    A subclass's ``forward(ctx, q, k, v, *five_args)`` computes ``out`` and the row ``lse`` and
+    returns ``cls.keep(ctx, q, k, v, out, lse, **band)``, ``band`` being
+    :func:`_band_backward`'s keyword arguments.
     """
+
+    @staticmethod
+    def keep(ctx, q, k, v, out, lse, **band) -> torch.Tensor:
+        """Save what the backward recomputes from; the output in the dtype of ``q``."""
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = band
+        return out.to(q.dtype)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -374,12 +374,9 @@ class _FlashAttention(_RecomputingAttention):
             block_k=block_k,
             want_lse=True,
         )
-        ctx.save_for_backward(q, k, v, out, lse)
         hi = 0 if causal else None
-        ctx.args = dict(
-            scale=scale, offset=offset, lo=None, hi=hi, block_q=block_q, block_k=block_k
-        )
-        return out.to(q.dtype)
+        band = dict(scale=scale, offset=offset, lo=None, hi=hi, block_q=block_q, block_k=block_k)
+        return _FlashAttention.keep(ctx, q, k, v, out, lse, **band)
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
@@ -434,7 +431,7 @@ def flash_attention(
             block sizes below 1, an unknown alignment.
     """
     batch, offset, scale = _check_attention_args(q, k, v, alignment, scale)
-    block_q, block_k = _check_block(block_q, "block_q"), _check_block(block_k, "block_k")
+    block_q, block_k = require_int(block_q, "block_q", 1), require_int(block_k, "block_k", 1)
     n, d_v = q.shape[-2], v.shape[-1]
     causal = bool(causal)
     if not _needs_grad(q, k, v):
@@ -474,7 +471,7 @@ def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block: int)
         One dict per block, with keys ``start, stop, m, l, alpha, acc, out``
         (floats and float64 tensors).
     """
-    block = _check_block(block, "block")
+    block = require_int(block, "block", 1)
     for name, t in (("scores", scores), ("values", values)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             raise TypeError(

@@ -23,6 +23,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .._checks import require_int
 from ..attention import softmax
 from .flash import (
     _check_attention_args,
@@ -45,14 +46,6 @@ __all__ = [
 _GROUP_ELEMENTS = 1 << 22
 
 
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def strided_mask(n: int, stride: int, *, causal: bool = True, device=None) -> torch.Tensor:
     """The Sparse Transformer's strided pattern (Child et al. 2019): the union of its two heads.
 
@@ -64,8 +57,8 @@ def strided_mask(n: int, stride: int, *, causal: bool = True, device=None) -> to
     Returns:
         Bool ``(n, n)``; with ``causal`` only ``j <= i``.
     """
-    _check_int(n, "n", 1)
-    _check_int(stride, "stride", 1)
+    require_int(n, "n", 1)
+    require_int(stride, "stride", 1)
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
     diff = i - j
@@ -86,8 +79,8 @@ def block_sparse_mask(n: int, block: int, layout: torch.Tensor) -> torch.Tensor:
     Returns:
         Bool ``(n, n)``: ``mask[i, j] = layout[i // block, j // block]``.
     """
-    _check_int(n, "n", 1)
-    _check_int(block, "block", 1)
+    require_int(n, "n", 1)
+    require_int(block, "block", 1)
     nb = math.ceil(n / block)
     if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool:
         raise TypeError(
@@ -114,7 +107,7 @@ def receptive_field(mask: torch.Tensor, layers: int) -> torch.Tensor:
         Bool ``(n, n)``: ``[i, j]`` is True when input ``j`` influences output ``i`` after
         ``layers`` layers.
     """
-    _check_int(layers, "layers", 1)
+    require_int(layers, "layers", 1)
     if mask.dtype != torch.bool or mask.dim() != 2 or mask.shape[0] != mask.shape[1]:
         raise ValueError(
             f"mask must be a square bool (n, n) tensor, got {mask.dtype} {tuple(mask.shape)}"
@@ -133,8 +126,7 @@ def _band_limits(window: int, causal: bool) -> tuple[int, int]:
 
 def _check_window_args(q, k, v, window, alignment, scale):
     batch, offset, scale = _check_attention_args(q, k, v, alignment, scale)
-    _check_int(window, "window", 1)
-    return batch, offset, scale
+    return batch, offset, scale, require_int(window, "window", 1)
 
 
 def sliding_window_attention_reference(
@@ -162,8 +154,8 @@ def sliding_window_attention_reference(
     Returns:
         ``(..., n, d_v)`` in the dtype of ``q`` (half inputs computed in float32).
     """
-    batch, offset, scale = _check_window_args(q, k, v, window, alignment, scale)
-    block = _check_int(block_size, "block_size", 1)
+    batch, offset, scale, window = _check_window_args(q, k, v, window, alignment, scale)
+    block = require_int(block_size, "block_size", 1)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     lo, hi = _band_limits(window, causal)
     dtype, work = q.dtype, _work_dtype(q.dtype)
@@ -281,10 +273,9 @@ class _SlidingWindow(_RecomputingAttention):
             block=block,
             want_lse=True,
         )
-        ctx.save_for_backward(q, k, v, out, lse)
         lo, hi = _band_limits(window, causal)
-        ctx.args = dict(scale=scale, offset=offset, lo=lo, hi=hi, block_q=block, block_k=block)
-        return out.to(q.dtype)
+        band = dict(scale=scale, offset=offset, lo=lo, hi=hi, block_q=block, block_k=block)
+        return _SlidingWindow.keep(ctx, q, k, v, out, lse, **band)
 
 
 def sliding_window_attention(
@@ -335,9 +326,9 @@ def sliding_window_attention(
         ValueError: ``window`` or ``block_size`` below 1, shapes that do not fit, tensors on
             different devices, an unknown alignment.
     """
-    batch, offset, scale = _check_window_args(q, k, v, window, alignment, scale)
+    batch, offset, scale, window = _check_window_args(q, k, v, window, alignment, scale)
     if block_size is not None:
-        _check_int(block_size, "block_size", 1)
+        block_size = require_int(block_size, "block_size", 1)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     block = max(window, 16) if block_size is None else block_size
     if block * (block + 2 * (window - 1)) > _GROUP_ELEMENTS:
