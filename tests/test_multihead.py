@@ -686,3 +686,20 @@ def test_flash_kernel_trains_and_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="kernel must be one of"):
         flash(x, cache=cache)
     assert len(cache) == 0  # a refused call leaves the cache empty
+
+
+def test_library_sdpa_accepts_broadcast_kv_heads_like_enable_gqa():
+    # The other way to share K/V heads: queries (B, h_kv, group, n, d) against K/V
+    # (B, h_kv, 1, m, d). The book's function broadcasts it correctly, but torch.matmul
+    # copies a broadcast operand to the full batch, so the layer stacks rows instead.
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, 5, 4, generator=g)
+    k, v = torch.randn(2, 2, 7, 4, generator=g), torch.randn(2, 2, 7, 4, generator=g)
+    mask = causal_mask(5, 7, align="bottom_right")
+    out = selfattn.scaled_dot_product_attention(
+        q.reshape(2, 2, 4, 5, 4), k.unsqueeze(2), v.unsqueeze(2), mask
+    ).reshape(2, 8, 5, 4)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=causal_lower_right(5, 7), enable_gqa=True
+    )
+    assert_close(out, ref)

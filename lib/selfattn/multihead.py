@@ -251,7 +251,8 @@ def _stack_group(t: torch.Tensor, group: int, n: int) -> torch.Tensor:
     t = t.expand(*batch, heads, n, c)
     if heads == 1:
         t = t.unsqueeze(-3).expand(*batch, 1, group, n, c)
-    return t.reshape(*batch, -1, group * n, c)
+    # sizes spelled out: with n = 0 a -1 would be ambiguous
+    return t.reshape(*batch, max(heads // group, 1), group * n, c)
 
 
 class MultiHeadAttention(nn.Module):
@@ -619,8 +620,8 @@ class MultiHeadAttention(nn.Module):
             work = torch.float32 if is_half(v) else v.dtype  # as the function computes
             attended = (F.dropout(weights.to(work), self.dropout) @ v.to(work)).to(v.dtype)
         # (B, h_kv, group * n, .) -> (B, h, n, .): rows j * n + i are head j of the group
-        attended = attended.reshape(batch, self.num_heads, n, -1)
-        weights = weights.reshape(batch, self.num_heads, n, -1)
+        attended = attended.reshape(batch, self.num_heads, n, self.d_head)
+        weights = weights.reshape(batch, self.num_heads, n, m)
         y = self.out(merge_heads(attended))
         if unbatched:
             y, weights = y.squeeze(0), weights.squeeze(0)
