@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from long_range_training import long_range_accuracy
 from selfattn.gradient_reach import gradient_reach
 from selfattn.models import RecurrentClassifier
 
@@ -23,30 +24,23 @@ def test_parameter_count_of_the_lstm_is_the_formula():
 
 
 def test_lstm_learns_to_remember_the_first_token_at_short_distance():
-    from selfattn import train_loop
-    from selfattn.data import LongRangeTask
-
-    torch.manual_seed(0)
-    torch.set_num_threads(1)  # tiny model: extra threads only add contention
-    task = LongRangeTask(4)
-    model = RecurrentClassifier(len(task.vocab), 4, d_embed=8, d_hidden=16)
-    train_loop(
-        model,
-        task.sampler((1, 3), 32, seed=0),
-        lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
-        steps=300,
+    accuracy = long_range_accuracy(
+        lambda vocab: RecurrentClassifier(vocab, 4, d_embed=8, d_hidden=16),
+        (1, 3),
         lr=1e-2,
-        progress=False,
+        eval_length=3,
+        eval_seed=9,
     )
-    ids, y = task.batch(3, 200, seed=9)
-    assert (model(ids).argmax(-1) == y).float().mean() > 0.95
+    assert accuracy > 0.95
 
 
 def test_errors():
     with pytest.raises(ValueError, match="cell must be 'lstm' or 'rnn', got 'gru'"):
         RecurrentClassifier(5, 2, cell="gru")
-    with pytest.raises(ValueError, match="d_hidden must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="d_hidden must be >= 1, got 0"):
         RecurrentClassifier(5, 2, d_hidden=0)
+    with pytest.raises(TypeError, match="d_embed must be an int, got float 8.0"):
+        RecurrentClassifier(5, 2, d_embed=8.0)
     with pytest.raises(
         TypeError, match=r"long tensor of shape \(B, n\), got Tensor torch.float32 \(2, 3\)"
     ):

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from long_range_training import long_range_accuracy
 from selfattn.models import AttentionClassifier, SelfAttention, sinusoidal_positions
 
 
@@ -89,23 +90,14 @@ def test_without_positions_the_model_is_blind_to_order():
 
 
 def test_classifier_learns_the_long_range_task():
-    from selfattn import train_loop
-    from selfattn.data import LongRangeTask
-
-    torch.manual_seed(0)
-    torch.set_num_threads(1)  # tiny model: extra threads only add contention
-    task = LongRangeTask(4)
-    model = AttentionClassifier(len(task.vocab), 4, d_model=16)
-    train_loop(
-        model,
-        task.sampler((1, 20), 32, seed=0),
-        lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
-        steps=300,
+    accuracy = long_range_accuracy(
+        lambda vocab: AttentionClassifier(vocab, 4, d_model=16),
+        (1, 20),
         lr=3e-3,
-        progress=False,
+        eval_length=15,
+        eval_seed=5,
     )
-    ids, y = task.batch(15, 200, seed=5)
-    assert (model(ids).argmax(-1) == y).float().mean() > 0.95
+    assert accuracy > 0.95
 
 
 def test_errors():

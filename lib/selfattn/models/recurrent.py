@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .._checks import require_int
+
 __all__ = ["RecurrentClassifier"]
 
 
@@ -39,14 +41,10 @@ class RecurrentClassifier(nn.Module):
         super().__init__()
         if cell not in ("lstm", "rnn"):
             raise ValueError(f"cell must be 'lstm' or 'rnn', got {cell!r}")
-        for name, value in (
-            ("vocab_size", vocab_size),
-            ("n_classes", n_classes),
-            ("d_embed", d_embed),
-            ("d_hidden", d_hidden),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        vocab_size = require_int(vocab_size, "vocab_size", 1)
+        n_classes = require_int(n_classes, "n_classes", 1)
+        d_embed = require_int(d_embed, "d_embed", 1)
+        d_hidden = require_int(d_hidden, "d_hidden", 1)
         self.cell = cell
         self.embed = nn.Embedding(vocab_size, d_embed)
         rnn_class = nn.LSTM if cell == "lstm" else nn.RNN
