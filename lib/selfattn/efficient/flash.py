@@ -37,7 +37,7 @@ from numbers import Real
 
 import torch
 
-from .._checks import check_qkv, require_int
+from .._checks import check_qkv, require_float, require_int
 
 __all__ = ["flash_attention", "flash_attention_reference", "online_softmax_steps"]
 
@@ -472,12 +472,8 @@ def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block: int)
         (floats and float64 tensors).
     """
     block = require_int(block, "block", 1)
-    for name, t in (("scores", scores), ("values", values)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise TypeError(
-                f"{name} must be a floating-point tensor, got {type(t).__name__} "
-                f"{getattr(t, 'dtype', '')}"
-            )
+    require_float(scores, "scores")
+    require_float(values, "values")
     if scores.dim() != 1 or values.dim() != 2 or values.shape[0] != scores.shape[0]:
         raise ValueError(
             f"online_softmax_steps needs scores (m,) and values (m, d_v), got "
