@@ -92,6 +92,8 @@ def test_bad_input():
         linear_attention(q, q, q, causal=True, alignment="top-left")
     with pytest.raises(ValueError, match="chunk_size"):
         linear_attention(q, q, q, causal=True, chunk_size=0)
+    with pytest.raises(TypeError, match="chunk_size must be an int"):
+        linear_attention(q, q, q, causal=True, chunk_size=2.0)
     with pytest.raises(TypeError, match="feature_map"):
         linear_attention(q, q, q, feature_map="elu")
     state = LinearAttentionState.empty((), 4, 4)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_qkv, require_same_device
+from .._checks import check_qkv, require_int, require_same_device
 from .flash import _check_alignment, _offset, _work_dtype
 
 __all__ = [
@@ -93,14 +93,14 @@ def linear_attention(
         that sees no key gets zeros.
 
     Raises:
-        TypeError: bad tensors, a feature map that is not callable.
-        ValueError: shapes that do not fit, tensors on different devices, a bad
-            ``chunk_size`` or ``alignment``.
+        TypeError: bad tensors, a feature map that is not callable, a ``chunk_size``
+            that is not an int.
+        ValueError: shapes that do not fit, tensors on different devices, a
+            ``chunk_size`` below 1, an unknown ``alignment``.
     """
     batch = check_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    chunk_size = require_int(chunk_size, "chunk_size", 1)
     offset = _offset(n, m, _check_alignment(alignment))
     dtype, work = q.dtype, _work_dtype(q.dtype)
     q, k, v = q.to(work), k.to(work), v.to(work)
