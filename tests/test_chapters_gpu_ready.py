@@ -21,10 +21,7 @@ OTHER_DTYPES = re.compile(r"float16|float32|float64")  # float16 does not match 
 
 # Found when this test was written; the chapters' owners fix them, then this list shrinks.
 # (Without cell numbers, which move when a chapter is edited.)
-KNOWN = {
-    '07_cost_and_flashattention.ipynb: "cuda" string: '
-    'dev = "cuda" if torch.cuda.is_available() else "cpu"',
-}
+KNOWN: set[str] = set()
 
 
 def _code(line: str) -> str:
