@@ -332,18 +332,28 @@ def _band_backward(
 
 
 class _RecomputingAttention(torch.autograd.Function):
-    """Shared backward of the tiled kernels: FA-2's Algorithm 2 (:func:`_band_backward`).
+    """A tiled kernel with the shared backward, FA-2's Algorithm 2 (:func:`_band_backward`).
 
-    A subclass's ``forward(ctx, q, k, v, *five_args)`` computes ``out`` and the row ``lse`` and
-    returns ``cls.keep(ctx, q, k, v, out, lse, **band)``, ``band`` being
-    :func:`_band_backward`'s keyword arguments.
+    A subclass names its forward ``kernel(q, k, v, batch, *, want_lse, **options)`` (returning
+    ``(out, lse)`` in the work dtype) and ``band(options)``, the keyword arguments of
+    :func:`_band_backward` that describe which keys each query sees.
     """
 
+    @classmethod
+    def run(cls, q, k, v, batch: tuple[int, ...], **options) -> torch.Tensor:
+        """``(..., n, d_v)``: the kernel alone without gradients, else through autograd."""
+        n, d_v = q.shape[-2], v.shape[-1]
+        if not _needs_grad(q, k, v):
+            out, _ = cls.kernel(q, k, v, batch, **options)
+            return out.reshape(*batch, n, d_v).to(q.dtype)
+        q3, k3, v3 = _flatten_batch(batch, q, k, v)
+        return cls.apply(q3, k3, v3, cls, options).reshape(*batch, n, d_v)
+
     @staticmethod
-    def keep(ctx, q, k, v, out, lse, **band) -> torch.Tensor:
-        """Save what the backward recomputes from; the output in the dtype of ``q``."""
+    def forward(ctx, q, k, v, kind, options):
+        out, lse = kind.kernel(q, k, v, (q.shape[0],), want_lse=True, **options)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = band
+        ctx.band = kind.band(options)
         return out.to(q.dtype)
 
     @staticmethod
@@ -352,31 +362,21 @@ class _RecomputingAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         work = out.dtype
         grads = _band_backward(
-            q.to(work), k.to(work), v.to(work), out, lse, d_out.to(work), **ctx.args
+            q.to(work), k.to(work), v.to(work), out, lse, d_out.to(work), **ctx.band
         )
-        return (*(g.to(t.dtype) for g, t in zip(grads, (q, k, v))), None, None, None, None, None)
+        return (*(g.to(t.dtype) for g, t in zip(grads, (q, k, v))), None, None)
 
 
 class _FlashAttention(_RecomputingAttention):
     """Forward: the optimised kernel, saving O and the row log-sum-exp. Backward: Algorithm 2."""
 
+    kernel = staticmethod(_flash_forward)
+
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal, offset, block_q, block_k):
-        out, lse = _flash_forward(
-            q,
-            k,
-            v,
-            (q.shape[0],),
-            scale=scale,
-            causal=causal,
-            offset=offset,
-            block_q=block_q,
-            block_k=block_k,
-            want_lse=True,
-        )
-        hi = 0 if causal else None
-        band = dict(scale=scale, offset=offset, lo=None, hi=hi, block_q=block_q, block_k=block_k)
-        return _FlashAttention.keep(ctx, q, k, v, out, lse, **band)
+    def band(options: dict) -> dict:
+        hi = 0 if options["causal"] else None
+        keep = ("scale", "offset", "block_q", "block_k")
+        return dict(lo=None, hi=hi, **{key: options[key] for key in keep})
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
@@ -432,24 +432,10 @@ def flash_attention(
     """
     batch, offset, scale = _check_attention_args(q, k, v, alignment, scale)
     block_q, block_k = require_int(block_q, "block_q", 1), require_int(block_k, "block_k", 1)
-    n, d_v = q.shape[-2], v.shape[-1]
     causal = bool(causal)
-    if not _needs_grad(q, k, v):
-        out, _ = _flash_forward(
-            q,
-            k,
-            v,
-            batch,
-            scale=scale,
-            causal=causal,
-            offset=offset,
-            block_q=block_q,
-            block_k=block_k,
-        )
-        return out.reshape(*batch, n, d_v).to(q.dtype)
-    q3, k3, v3 = _flatten_batch(batch, q, k, v)
-    out = _FlashAttention.apply(q3, k3, v3, scale, causal, offset, block_q, block_k)
-    return out.reshape(*batch, n, d_v)
+    return _FlashAttention.run(
+        q, k, v, batch, scale=scale, causal=causal, offset=offset, block_q=block_q, block_k=block_k
+    )
 
 
 def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block: int) -> list[dict]:

@@ -27,8 +27,6 @@ from .._checks import require_int
 from ..attention import softmax
 from .flash import (
     _check_attention_args,
-    _flatten_batch,
-    _needs_grad,
     _RecomputingAttention,
     _work_dtype,
 )
@@ -259,23 +257,13 @@ def _window_forward(
 class _SlidingWindow(_RecomputingAttention):
     """Forward: band only, saving O and the row log-sum-exp. Backward: FA-2's, on the band."""
 
+    kernel = staticmethod(_window_forward)
+
     @staticmethod
-    def forward(ctx, q, k, v, window, causal, offset, scale, block):
-        out, lse = _window_forward(
-            q,
-            k,
-            v,
-            (q.shape[0],),
-            window=window,
-            causal=causal,
-            offset=offset,
-            scale=scale,
-            block=block,
-            want_lse=True,
-        )
-        lo, hi = _band_limits(window, causal)
-        band = dict(scale=scale, offset=offset, lo=lo, hi=hi, block_q=block, block_k=block)
-        return _SlidingWindow.keep(ctx, q, k, v, out, lse, **band)
+    def band(options: dict) -> dict:
+        lo, hi = _band_limits(options["window"], options["causal"])
+        block, scale, offset = options["block"], options["scale"], options["offset"]
+        return dict(scale=scale, offset=offset, lo=lo, hi=hi, block_q=block, block_k=block)
 
 
 def sliding_window_attention(
@@ -329,7 +317,7 @@ def sliding_window_attention(
     batch, offset, scale, window = _check_window_args(q, k, v, window, alignment, scale)
     if block_size is not None:
         block_size = require_int(block_size, "block_size", 1)
-    n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    n, m = q.shape[-2], k.shape[-2]
     block = max(window, 16) if block_size is None else block_size
     if block * (block + 2 * (window - 1)) > _GROUP_ELEMENTS:
         # A window wider than max(n, m) sees what max(n, m) sees, and a block longer than n is one
@@ -338,19 +326,6 @@ def sliding_window_attention(
         window = min(window, max(n, m, 1))
         block = min(max(window, 16) if block_size is None else block_size, max(n, 1))
     causal = bool(causal)
-    if not _needs_grad(q, k, v):
-        out, _ = _window_forward(
-            q,
-            k,
-            v,
-            batch,
-            window=window,
-            causal=causal,
-            offset=offset,
-            scale=scale,
-            block=block,
-        )
-        return out.reshape(*batch, n, d_v).to(q.dtype)
-    q3, k3, v3 = _flatten_batch(batch, q, k, v)
-    out = _SlidingWindow.apply(q3, k3, v3, window, causal, offset, scale, block)
-    return out.reshape(*batch, n, d_v)
+    return _SlidingWindow.run(
+        q, k, v, batch, window=window, causal=causal, offset=offset, scale=scale, block=block
+    )
