@@ -199,6 +199,12 @@ NOT_OURS = [
         "theme's admonition background #ecf3ff is 4.29:1 (book.css could darken these links)",
     ),
     (
+        "label-content-name-mismatch",
+        "summary[aria-label='Toggle hidden content']",
+        "myst-nb's hide-output toggle: aria-label 'Toggle hidden content', visible text "
+        "'Show code cell output'",
+    ),
+    (
         "aria-input-field-name",
         ".selfattn-explorer .noUi-handle",
         "ipywidgets 8's slider handle (noUiSlider) carries no aria-label; the widget's visible "
