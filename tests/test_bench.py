@@ -161,10 +161,19 @@ def test_the_default_output_is_the_checkout_and_otherwise_out_is_required(monkey
     assert bench.DEFAULT_OUT == repo / "chapters" / "results" / "bench_cpu.json"
     monkeypatch.setattr(bench, "DEFAULT_OUT", None)  # as in an installed wheel
     with pytest.raises(SystemExit):
-        bench.main(["--quick"])
+        bench.main([])
     assert "--out" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         bench.main(["--quick", "--out", "x.json", "--only", "nope"])
+
+
+def test_quick_runs_never_overwrite_the_measured_table(monkeypatch, tmp_path):
+    monkeypatch.setattr(bench.tempfile, "gettempdir", lambda: str(tmp_path))
+    seen = {}
+    monkeypatch.setattr(bench, "run_cpu", lambda **kw: seen.update(kw) or {"targets": []})
+    monkeypatch.setattr(bench, "format_targets", lambda report: "")
+    bench.main(["--quick"])
+    assert seen["out"] == tmp_path / "selfattn_bench_quick.json"
 
 
 def test_training_cases_compute_the_gradients_of_attention():

@@ -20,7 +20,7 @@ from book import ROOT, toc_chapters
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the pinned environment has it
 
 # Import name -> the distribution that provides it, where they differ.
-DISTRIBUTION = {"IPython": "ipython", "yaml": "pyyaml"}
+DISTRIBUTION = {"IPython": "ipython", "yaml": "pyyaml", "PIL": "pillow"}
 # Provided by a declared dependency: ipywidgets depends on IPython.
 COMES_WITH = {"ipython": "ipywidgets"}
 # Imported only behind a guard (try/except ImportError or the optional extra).
