@@ -6,8 +6,8 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 * ``reference``: the same in NumPy, step by step (chapter 3)
 * ``masks``: boolean masks, True = may attend (chapters 3-4)
 * ``multihead``: MultiHeadAttention, KVCache, cross-attention (chapter 5)
-* ``efficient``: FlashAttention (PyTorch, Triton), sliding-window and linear attention (chapters 7-8);
-  ``bench``: the ``make bench`` harness (imported on demand)
+* ``efficient``: FlashAttention (PyTorch, Triton), sliding-window and linear attention,
+  FlashDecoding (chapters 5, 7-8); ``bench``: the ``make bench`` harness (imported on demand)
 * ``viz``: the shared plots; ``diagrams``: schematic figures (chapters 1-8);
   ``runtime``: ``setup()``; ``results``: glued figures
 * ``train``: the training loop; ``exercises``: the checkers
