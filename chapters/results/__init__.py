@@ -1,5 +1,5 @@
-"""The figures the chapters record, shipped in the library as ``selfattn.recorded``.
+"""The chapters' recorded figures, shipped in the library as selfattn.recorded.
 
-This folder is package data (see ``pyproject.toml``): ``selfattn.load_recorded``
-and ``selfattn.load_results`` read it when a chapter runs from an installed wheel.
+This folder is package data (see pyproject.toml): selfattn.load_recorded and
+selfattn.load_results read it when a chapter runs from an installed wheel.
 """
