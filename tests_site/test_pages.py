@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from conftest import CHAPTERS, PAGES, ROOT, SCREENSHOTS, page_id, widget_state
+from conftest import CHAPTERS, PAGES, ROOT, SCREENSHOTS, page_id, settle, widget_state
 from test_colab import expected_colab_url  # tests/test_colab.py: the link as configured
 
 
@@ -194,3 +194,43 @@ def test_code_fits_the_column(entry, site_page):
                         .reduce((a, b) => (b.length > a.length ? b : a), '')).slice(0, 90))"""
     )
     assert not wide, f"{html}: {len(wide)} code or output blocks scroll sideways, e.g. {wide[:3]}"
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.mark.parametrize("entry", PAGES, ids=page_id)
+def test_page_fits_a_phone(entry, site_url, open_page):
+    """At a 390-px phone viewport the page never scrolls sideways; code blocks scroll inside."""
+    toc_entry, html = entry
+    page, log = open_page(site_url + html)
+    page.set_viewport_size(PHONE)
+    settle(page)
+    width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    wide = page.evaluate(
+        """() => [...document.querySelectorAll('article *')]
+             .filter(e => {
+               const r = e.getBoundingClientRect();
+               return r.width > 0 && r.right > window.innerWidth + 1
+                 && !e.closest('pre, .highlight, .widget-subarea, mjx-container');
+             })
+             .map(e => e.tagName.toLowerCase() + '.' + [...e.classList].join('.'))
+             .slice(0, 5)"""
+    )
+    assert width[0] <= width[1], (
+        f"{html}: at {PHONE['width']} px the page is {width[0]} px wide; "
+        f"elements past the right edge: {wide}"
+    )
+    # A code block wider than the phone scrolls inside itself instead of widening the page.
+    blocks = page.evaluate(
+        """() => [...document.querySelectorAll('div.cell_input pre, div.cell_output pre')]
+             .filter(p => p.offsetParent !== null)
+             .map(p => ({right: p.getBoundingClientRect().right,
+                         scrolls: ['auto', 'scroll'].includes(getComputedStyle(p).overflowX),
+                         wide: p.scrollWidth > p.clientWidth + 1}))"""
+    )
+    assert all(b["right"] <= width[1] + 1 for b in blocks), f"{html}: a code block overflows"
+    assert all(b["scrolls"] for b in blocks if b["wide"]), (
+        f"{html}: a code block wider than the phone does not scroll inside itself"
+    )
+    assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
