@@ -1,5 +1,11 @@
 import os
 import sys
+
+# Triton reads TRITON_INTERPRET when it is first imported: a test module that imports Triton
+# before another sets the variable would leave the interpreter's kernels unable to run in
+# that worker. So the whole session interprets (there is no GPU in the tests); the one test
+# that compiles for real GPU targets does it in a fresh process without the variable.
+os.environ["TRITON_INTERPRET"] = "1"
 from pathlib import Path
 
 import pytest

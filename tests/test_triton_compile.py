@@ -7,6 +7,11 @@ configurations are chosen by (its one calibration point: 128 x 64 tiles on sm75 
 64 KiB of a T4). Compiled kernels are cached by Triton, so reruns are quick.
 """
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from selfattn.efficient import triton_available
@@ -38,7 +43,18 @@ needs_compiler = pytest.mark.skipif(not _can_compile(), reason="Triton's CUDA ba
 def test_t4_kernels_compile_within_the_estimate(kernel):
     budget = SHARED_MEMORY_BUDGET[75]
     cfg = choose_config(kernel, 64, 64, torch.float16, True, budget)
-    shared = compile_for_gpu(kernel, 75, torch.float16, 64, 64, causal=True)
+    # In a fresh process: once Triton has built compiled (not interpreted) kernels in a
+    # process, the interpreter's kernels can no longer run there, and other tests use them.
+    code = (
+        "import json, torch; from selfattn.efficient.triton_flash import compile_for_gpu; "
+        f"print(json.dumps(compile_for_gpu({kernel!r}, 75, torch.float16, 64, 64, causal=True)))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    shared = json.loads(run.stdout.strip().splitlines()[-1])
     assert len(shared) == (1 if kernel == "forward" else 2)
     estimate = shared_memory_bytes(cfg, kernel, 64, 64, torch.float16)
     for name, used in shared.items():
