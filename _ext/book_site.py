@@ -9,6 +9,13 @@ Found by the browser tests in tests_site/:
   (sphinx-togglebutton's inline script is doubled the same way, harmlessly). Here each
   page keeps one copy of every script (same file, or same inline body).
 
+* sphinx-mathjax-offline copies MathJax's whole distribution (24 MB: ten combined bundles,
+  tex-svg-full.js, mml-chtml.js, ...) although the pages load only ``mathjax_path``
+  (tex-chtml.js), which fetches what else it needs from the component folders (fonts,
+  TeX extensions, the menu's accessibility tools). The other combined bundles, never
+  linked by any page, are removed after the copy: the site shrinks from 63 MB to about
+  48 MB (issue: the English site under 60 MB; tests_site/test_pages.py::test_site_size).
+
 The student edition (``book_student_edition = True``, set by tools/student_edition.py for
 ``make book-student``) removes every exercise's solution:
 
@@ -117,10 +124,29 @@ def strip_downloadable_notebooks(app, exception) -> None:
         )
 
 
+# MathJax's combined bundles: each one alone typesets a page, so only the configured one is used.
+_MATHJAX_BUNDLE = re.compile(r"^(tex-|mml-).*\.js$|^(node-main|latest)\.js$")
+
+
+def prune_mathjax(app, exception) -> None:
+    """Remove the MathJax bundles the pages never load (after sphinx-mathjax-offline's copy)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    folder = Path(app.outdir, "_static", "mathjax")
+    used = Path(str(app.config.mathjax_path)).name
+    if not (folder / used).exists():
+        return  # MathJax from elsewhere (a CDN): nothing of ours to prune
+    for path in folder.glob("*.js"):
+        if path.name != used and _MATHJAX_BUNDLE.match(path.name):
+            path.unlink()
+
+
 def setup(app):
     app.add_config_value("book_student_edition", False, "env")
     # Late, so that scripts other extensions add to the page context are included.
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.add_transform(RemoveSolutions)
     app.connect("build-finished", strip_downloadable_notebooks)
+    # Later than sphinx-mathjax-offline's own build-finished copy (default priority 500).
+    app.connect("build-finished", prune_mathjax, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -234,3 +234,29 @@ def test_page_fits_a_phone(entry, site_url, open_page):
         f"{html}: a code block wider than the phone does not scroll inside itself"
     )
     assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
+
+
+SITE_LIMIT_MB = 60  # issue 15: the English site under 60 MB
+
+
+def test_site_size():
+    """The built site stays under 60 MB, still with every chapter's downloadable notebook."""
+    from conftest import SITE_HTML
+
+    files = [p for p in SITE_HTML.rglob("*") if p.is_file()]
+    assert files, f"no built site at {SITE_HTML}"
+    total = sum(p.stat().st_size for p in files)
+    parts: dict[str, int] = {}
+    for p in files:
+        top = p.relative_to(SITE_HTML).parts
+        key = "/".join(top[:2]) if top[0] == "_static" else top[0]
+        parts[key] = parts.get(key, 0) + p.stat().st_size
+    biggest = sorted(parts.items(), key=lambda kv: -kv[1])[:6]
+    assert total < SITE_LIMIT_MB * 2**20, (
+        f"the site is {total / 2**20:.1f} MB (limit {SITE_LIMIT_MB} MB); biggest parts: "
+        + ", ".join(f"{k} {v / 2**20:.1f} MB" for k, v in biggest)
+    )
+    # Shrinking it must not cost what the pages use: the downloads and the MathJax they load.
+    for toc_entry, _ in CHAPTERS:
+        assert (SITE_HTML / "_sources" / f"{toc_entry}.ipynb").is_file(), toc_entry
+    assert (SITE_HTML / "_static" / "mathjax" / "tex-chtml.js").is_file()
