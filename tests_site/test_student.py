@@ -93,3 +93,41 @@ def test_student_edition_has_the_exercises_but_no_solutions(
     leaked = [line for line in lines if line in {ln.strip() for ln in text.splitlines()}]
     assert not leaked, f"{html}: solution code in the student edition's .ipynb: {leaked[:5]}"
     assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
+
+
+def test_student_notebooks_are_current_and_solution_free():
+    """student/chapters/ (committed, for Colab) is what `make book-student` writes now."""
+    from student_edition import STUDENT, student_notebooks
+
+    expected = student_notebooks()
+    assert {p.name for p in expected} == {f"{e.split('/')[-1]}.ipynb" for e, _ in CHAPTERS}
+    stale = [p.name for p, text in expected.items() if not p.exists() or p.read_text() != text]
+    extra = {p.name for p in (STUDENT / "chapters").glob("*.ipynb")} - {p.name for p in expected}
+    assert not stale and not extra, (
+        f"student/chapters/ out of date ({stale}, extra {extra}): run `make book-student`"
+    )
+    for toc_entry, _ in CHAPTERS:
+        full = _cells(toc_entry)
+        nb = json.loads((STUDENT / f"{toc_entry}.ipynb").read_text())
+        text = "\n".join("".join(c["source"]) for c in nb["cells"])
+        assert "{solution-start}" not in text and "{solution-end}" not in text, toc_entry
+        assert _count(nb["cells"], "exercise-start") == _count(full, "exercise-start")
+        lines = {ln.strip() for ln in text.splitlines()}
+        leaked = [line for line in solution_only_lines(full) if line in lines]
+        assert not leaked, f"{toc_entry}: solution code in student/: {leaked[:5]}"
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
+def test_student_colab_link_opens_the_student_notebook(entry, student_url, open_page):
+    """The student edition's Colab button names student/<chapter>.ipynb, a file in the repo."""
+    from test_colab import expected_colab_url
+
+    toc_entry, html = entry
+    page, log = open_page(student_url + html)
+    colab = page.locator('a[href^="https://colab.research.google.com/"]')
+    assert colab.count() == 1, f"{html}: {colab.count()} Colab links in the student edition"
+    href = colab.get_attribute("href")
+    student_nb = f"student/{toc_entry}.ipynb"
+    assert href == expected_colab_url(student_nb), f"{html}: Colab link {href}"
+    assert (ROOT / student_nb).is_file(), f"{student_nb} is not in the repository"
+    assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
