@@ -47,7 +47,8 @@ test-build: install
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
 # The student edition: the same site with every solution removed (from the pages and from
-# the downloadable notebooks; see tools/student_edition.py and _ext/book_site.py).
+# the downloadable notebooks; see tools/student_edition.py and _ext/book_site.py). It also
+# rewrites student/chapters/ (committed): the solution-free notebooks its Colab button opens.
 book-student: install
 	rm -rf _build/student
 	$(PY) tools/student_edition.py _build/student/_config.yml
