@@ -21,12 +21,7 @@ from book import toc_chapters
 TAG = re.compile(r"\{(exercise-start|exercise-end|solution-start|solution-end)\}")
 # Chapters whose owners convert their solution cells at the same time; these cases pass (and
 # then report XPASS) once the conversion lands, and should leave this dict then.
-BEING_CONVERTED = {
-    "04_masking": "being converted",
-    "05_multi_head": "being converted",
-    "06_positional_encoding": "being converted",
-    "07_cost_and_flashattention": "being converted: solution cells not collapsed yet",
-}
+BEING_CONVERTED: dict[str, str] = {}
 
 
 def split_cells(path: Path) -> tuple[list[tuple[int, str]], list[tuple[int, dict]]]:
