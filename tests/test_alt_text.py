@@ -19,7 +19,6 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 # Chapters whose alt text is still being written; remove a chapter once done.
 BEING_ADDED = {
-    "01_why_self_attention",
     "02_queries_keys_values",
     "06_positional_encoding",
     "07_cost_and_flashattention",
