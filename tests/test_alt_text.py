@@ -20,10 +20,6 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # Chapters whose alt text is still being written; remove a chapter once done.
 BEING_ADDED = {
     "02_queries_keys_values",
-    "06_positional_encoding",
-    "07_cost_and_flashattention",
-    "08_sparse_and_linear",
-    "09_transformers_everywhere",
 }
 
 
