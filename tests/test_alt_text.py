@@ -19,7 +19,6 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 # Chapters whose alt text is still being written; remove a chapter once done.
 BEING_ADDED = {
-    "02_queries_keys_values",
 }
 
 
