@@ -185,3 +185,55 @@ def test_extrapolation_study_collects_every_encoding_and_seed():
     json.dumps(study)  # JSON-ready, as the recorded table is
     with pytest.raises(ValueError, match="seeds must name at least one seed"):
         extrapolation_study([])
+
+
+# ---- the device argument ------------------------------------------------------------
+
+
+def test_device_cpu_gives_the_default_results_exactly():
+    kwargs = dict(n_train=8, n_test=12, steps=5, num_test=16)
+    model, losses, metrics = extrapolation_run("relative", 2, **kwargs)
+    for device in ("cpu", torch.device("cpu")):
+        model_d, losses_d, metrics_d = extrapolation_run("relative", 2, device=device, **kwargs)
+        assert losses_d == losses
+        positions, positions_d = metrics.pop("per_position"), metrics_d.pop("per_position")
+        np.testing.assert_array_equal(positions_d, positions)  # NaN where nothing is scored
+        assert metrics_d == metrics and all(isinstance(v, list) for v in (losses_d, positions_d))
+        metrics["per_position"] = positions
+        state, state_d = model.state_dict(), model_d.state_dict()
+        assert all(torch.equal(state[k], state_d[k]) for k in state)
+        assert {p.device.type for p in model_d.parameters()} == {"cpu"}
+    task = ShiftedCopyTask(shift=1, vocab_size=8, seed=0)
+    budget = dict(n_train=8, steps=5, d_model=16, num_heads=2)
+    _, losses = train_order_model("rope", task, **budget)
+    _, losses_d = train_order_model("rope", task, device="cpu", **budget)
+    assert losses_d == losses
+    study_kwargs = dict(encodings=("rope",), n_train=8, n_test=10, steps=2, num_test=4)
+    study = extrapolation_study([0], **study_kwargs)
+    study_d = extrapolation_study([0], device="cpu", **study_kwargs)
+    assert study_d == study and "device" not in study_d["settings"]  # the machine is no setting
+
+
+def test_a_bad_device_raises_before_training():
+    task = ShiftedCopyTask(shift=1, vocab_size=8, seed=0)
+    with pytest.raises(ValueError, match="device must name a torch device.*got 'gpu0'"):
+        extrapolation_run("rope", 0, steps=1, num_test=2, device="gpu0")
+    with pytest.raises(ValueError, match="device must name a torch device.*got 'cpux'"):
+        train_order_model("rope", task, n_train=8, steps=1, device="cpux")
+    with pytest.raises(
+        TypeError, match="device must be a torch.device, a string or None, got int"
+    ):
+        extrapolation_study([0], device=0, steps=1, num_test=2)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="this machine has no CUDA GPU"):
+            extrapolation_run("rope", 0, steps=1, num_test=2, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_model_trains_on_the_gpu_and_the_metrics_come_back_as_numbers():
+    kwargs = dict(n_train=8, n_test=12, steps=20, num_test=16)
+    model, losses, metrics = extrapolation_run("rope", 0, device="cuda", **kwargs)
+    _, losses_cpu, metrics_cpu = extrapolation_run("rope", 0, **kwargs)
+    assert {p.device.type for p in model.parameters()} == {"cuda"}
+    assert all(isinstance(v, float) for v in (*losses, metrics["acc_long"]))
+    np.testing.assert_allclose(losses, losses_cpu, rtol=1e-3, atol=1e-4)

@@ -172,6 +172,24 @@ class OrderModel(nn.Module):
         return (logits, weights) if return_weights else logits
 
 
+def _as_device(device) -> torch.device:
+    """``device`` (a ``torch.device``, a string such as ``"cpu"`` or ``"cuda:0"``, or ``None``
+    for the CPU) as a ``torch.device`` that this machine has."""
+    if device is None:
+        return torch.device("cpu")
+    if not isinstance(device, (torch.device, str)):
+        raise TypeError(
+            f"device must be a torch.device, a string or None, got {type(device).__name__}"
+        )
+    try:
+        device = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device must name a torch device such as 'cpu', got {device!r}") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device is {str(device)!r}, but this machine has no CUDA GPU")
+    return device
+
+
 @torch.no_grad()
 def token_accuracy(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, per_position: bool = False
@@ -204,6 +222,7 @@ def train_order_model(
     batch_size: int = 32,
     lr: float = 3e-3,
     seed: int = 0,
+    device: torch.device | str | None = None,
     **model_kwargs,
 ) -> tuple[OrderModel, list[float]]:
     """Build an :class:`OrderModel` (weights seeded with ``seed``), train it at length ``n_train``.
@@ -212,15 +231,18 @@ def train_order_model(
         encoding: one of ``ENCODINGS``.
         task: e.g. :class:`~selfattn.data.order_tasks.ShiftedCopyTask`.
         n_train: training sequence length; steps, batch_size, lr: the budget (Adam).
+        device: where the model trains (``None``: the CPU). The weights are initialised and
+            the batches drawn on the CPU, as without a device, then moved there.
 
     Returns:
-        ``(model, losses)``; the model is in eval mode.
+        ``(model, losses)``; the model is in eval mode, on ``device``.
     """
+    device = _as_device(device)
     torch.manual_seed(seed)
-    model = OrderModel(task.vocab_size, encoding=encoding, **model_kwargs)
+    model = OrderModel(task.vocab_size, encoding=encoding, **model_kwargs).to(device)
 
     def loss_fn(m, batch):
-        x, y = batch
+        x, y = (t.to(device) for t in batch)
         return F.cross_entropy(m(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX)
 
     losses = train_loop(
@@ -272,15 +294,19 @@ def extrapolation_run(
     vocab_size: int = 16,
     num_test: int = 500,
     max_len: int = 64,
+    device: torch.device | str | None = None,
 ) -> tuple[OrderModel, list[float], dict]:
     """One run of chapter 6's experiment: train on the shifted copy at ``n_train``, test longer.
 
     ``seed`` seeds everything that is random: the weights, the training batches and the test
     sets (``ShiftedCopyTask(seed=seed)``), so two seeds are two independent repetitions.
+    ``device`` is where the model trains and is tested (``None``: the CPU); the data are drawn
+    on the CPU either way, and the metrics are plain Python numbers.
 
     Returns:
-        ``(model, losses, metrics)`` with ``metrics`` a dict: ``acc_short`` (token accuracy on
-        ``num_test`` sequences of length ``n_train``), ``acc_long`` (length ``n_test``),
+        ``(model, losses, metrics)``, the model on ``device``, ``metrics`` a dict:
+        ``acc_short`` (token accuracy on ``num_test`` sequences of length ``n_train``),
+        ``acc_long`` (length ``n_test``),
         ``acc_beyond`` (positions ``n_train .. n_test - 1`` of the long ones), ``per_position``
         (list of ``n_test`` accuracies, NaN where nothing is scored) and ``steps_to_loss01``
         (:func:`steps_to_loss` at 0.1, or ``None``).
@@ -289,6 +315,7 @@ def extrapolation_run(
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if n_test <= n_train:
         raise ValueError(f"n_test must exceed n_train={n_train}, got {n_test}")
+    device = _as_device(device)
     task = ShiftedCopyTask(shift=shift, vocab_size=vocab_size, seed=seed)
     model, losses = train_order_model(
         encoding,
@@ -298,9 +325,14 @@ def extrapolation_run(
         batch_size=batch_size,
         lr=lr,
         seed=seed,
+        device=device,
         max_len=max_len,
     )
-    test_short, test_long = task.test_set(num_test, n_train), task.test_set(num_test, n_test)
+
+    def test_set(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(t.to(device) for t in task.test_set(num_test, n))
+
+    test_short, test_long = test_set(n_train), test_set(n_test)
     per_position = token_accuracy(model, *test_long, per_position=True)
     metrics = {
         "acc_short": token_accuracy(model, *test_short),
@@ -312,17 +344,22 @@ def extrapolation_run(
     return model, losses, metrics
 
 
-def extrapolation_study(seeds, *, encodings=ENCODINGS, **run_kwargs) -> dict:
+def extrapolation_study(
+    seeds, *, encodings=ENCODINGS, device: torch.device | str | None = None, **run_kwargs
+) -> dict:
     """:func:`extrapolation_run` for every encoding and seed: the multi-seed table of chapter 6.
 
     Args:
         seeds: the seeds (ints); encodings: a subset of ``ENCODINGS``.
+        device: where the models train (``None``: the CPU); not part of ``settings``, which
+            describe the experiment, not the machine.
         **run_kwargs: the budget, passed to :func:`extrapolation_run`.
 
     Returns:
         A JSON-ready dict ``{"settings": {...}, "seeds": [...], "runs": {encoding: {seed as
         str: metrics without per_position}}}``.
     """
+    device = _as_device(device)
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must name at least one seed, got none")
@@ -330,7 +367,7 @@ def extrapolation_study(seeds, *, encodings=ENCODINGS, **run_kwargs) -> dict:
     for encoding in encodings:
         runs[encoding] = {}
         for seed in seeds:
-            _, _, metrics = extrapolation_run(encoding, seed, **run_kwargs)
+            _, _, metrics = extrapolation_run(encoding, seed, device=device, **run_kwargs)
             metrics.pop("per_position")
             runs[encoding][str(seed)] = {
                 k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
@@ -339,6 +376,6 @@ def extrapolation_study(seeds, *, encodings=ENCODINGS, **run_kwargs) -> dict:
     defaults = {
         name: p.default
         for name, p in inspect.signature(extrapolation_run).parameters.items()
-        if p.kind is p.KEYWORD_ONLY
+        if p.kind is p.KEYWORD_ONLY and name != "device"
     }
     return {"settings": {**defaults, **run_kwargs}, "seeds": seeds, "runs": runs}
