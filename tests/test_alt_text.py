@@ -18,8 +18,7 @@ IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 # Chapters whose alt text is still being written; remove a chapter once done.
-BEING_ADDED = {
-}
+BEING_ADDED: set[str] = set()
 
 
 def shows_image(cell):
