@@ -4,8 +4,7 @@
     python -m selfattn.bench --quick          # tiny sizes (harness check) -> a temp file
     python -m selfattn.bench --gpu            # GPU table: Triton kernel vs SDPA flash, bf16
     python -m selfattn.bench --threads 2      # torch threads for every case (default 1)
-    python -m selfattn.bench --only linear_decode --memory-only
-                                              # some methods only, merged into the file
+    python -m selfattn.bench --only linear_decode --memory-only   # merged into the file
 
 Where it writes: ``--out FILE``. Without it, run from a checkout of the book's
 repository, the results go to the repository's ``chapters/results/``; from an installed

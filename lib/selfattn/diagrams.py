@@ -49,7 +49,7 @@ __all__ = [
     "sparse_patterns",
 ]
 
-#: The one palette of every diagram: a light fill per role, dark lines and text.
+#: The one palette of every diagram (a light fill per role, dark lines and text).
 PALETTE: dict[str, str] = {
     "x": "#d6e4f0",
     "q": "#f6c89f",

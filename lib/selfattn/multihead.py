@@ -26,8 +26,8 @@ The pieces, and how they fit:
   size; decoding against a long cache reads it once per key/value head, not once per
   query head).
 * **One attention path.** The scores are scaled, masked and normalised by
-  :func:`selfattn.scaled_dot_product_attention` (``kernel="reference"``, the default);
-  ``kernel="flash"`` runs :func:`selfattn.efficient.flash_attention` instead, for
+  :func:`selfattn.attention.scaled_dot_product_attention` (``kernel="reference"``, the default);
+  ``kernel="flash"`` runs :func:`selfattn.efficient.flash.flash_attention` instead, for
   ``mask=None`` or ``"causal"``, with the causal diagonal aligned bottom-right.
 
 **Masks for heads.**
@@ -265,9 +265,9 @@ class MultiHeadAttention(nn.Module):
             ``h`` (multi-head attention), 1 is multi-query attention, in between GQA.
         bias: whether ``qkv`` and ``out`` have biases.
         dropout: dropout probability on the attention weights (training mode only).
-        kernel: ``"reference"`` (default): :func:`selfattn.scaled_dot_product_attention`,
+        kernel: ``"reference"`` (default): :func:`selfattn.attention.scaled_dot_product_attention`,
             any mask, weights on request. ``"flash"``:
-            :func:`selfattn.efficient.flash_attention` with ``alignment="bottom_right"``,
+            :func:`selfattn.efficient.flash.flash_attention` with ``alignment="bottom_right"``,
             the n x m scores never stored; it takes ``mask=None`` or ``"causal"`` only,
             no ``return_weights`` and no dropout in training. Settable later
             (``layer.kernel = "flash"``); both give the same result (to float rounding).

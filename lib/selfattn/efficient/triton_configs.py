@@ -52,9 +52,9 @@ SHARED_MEMORY_BUDGET: dict[int, int] = {
 #: Bytes kept free for what the estimate does not count (reductions, layout conversions).
 SCRATCH_HEADROOM = 4 * 1024
 
-#: CUDA's grid limit on axis 0: 2^31 - 1 blocks (the kernels' one axis).
+#: CUDA's grid limit on axis 0 (2^31 - 1 blocks; the kernels' one axis).
 MAX_GRID_AXIS0 = 2**31 - 1
-#: CUDA's grid limit on axes 1 and 2: 65535 blocks (too few for batch x heads).
+#: CUDA's grid limit on axes 1 and 2 (65535 blocks, too few for batch x heads).
 MAX_GRID_AXIS1 = 65535
 
 

@@ -356,8 +356,8 @@ def extrapolation_study(
         **run_kwargs: the budget, passed to :func:`extrapolation_run`.
 
     Returns:
-        A JSON-ready dict ``{"settings": {...}, "seeds": [...], "runs": {encoding: {seed as
-        str: metrics without per_position}}}``.
+        A JSON-ready dict with keys ``"settings"``, ``"seeds"`` and ``"runs"``; ``runs`` maps
+        each encoding to ``{str(seed): metrics}`` (the metrics without ``per_position``).
     """
     device = _as_device(device)
     seeds = [int(s) for s in seeds]
