@@ -193,11 +193,7 @@ def tiled_attention_io(
         The :class:`TwoLevelMemory` after the run.
     """
     _check(n, d, M)
-    if blocks is not None:
-        if not isinstance(blocks, tuple | list) or len(blocks) != 2:
-            raise TypeError(f"blocks must be a pair (B_r, B_c), got {blocks!r}")
-        require_int(blocks[0], "blocks[0] (B_r)", minimum=1)
-        require_int(blocks[1], "blocks[1] (B_c)", minimum=1)
+    _check_blocks(blocks)
     br, bc = blocks or flash_block_sizes(d, M, n)
     mem = TwoLevelMemory(M)
     for i in range(0, n, br):
@@ -296,11 +292,7 @@ def tiled_attention_backward_io(
         The :class:`TwoLevelMemory` after the run.
     """
     _check(n, d, M)
-    if blocks is not None:
-        if not isinstance(blocks, tuple | list) or len(blocks) != 2:
-            raise TypeError(f"blocks must be a pair (B_r, B_c), got {blocks!r}")
-        require_int(blocks[0], "blocks[0] (B_r)", minimum=1)
-        require_int(blocks[1], "blocks[1] (B_c)", minimum=1)
+    _check_blocks(blocks)
     br, bc = blocks or flash_backward_block_sizes(d, M, n)
     mem = TwoLevelMemory(M)
     chunk = min(br, n)  # D = rowsum(dO o O), a block of rows at a time
@@ -338,6 +330,16 @@ def _largest(ok, upper: int) -> int:
     if best == 0:
         raise MemoryError("fast memory too small for even one row")
     return best
+
+
+def _check_blocks(blocks) -> None:
+    """``blocks``, when given, is a pair of positive ints ``(B_r, B_c)``."""
+    if blocks is None:
+        return
+    if not isinstance(blocks, tuple | list) or len(blocks) != 2:
+        raise TypeError(f"blocks must be a pair (B_r, B_c), got {blocks!r}")
+    require_int(blocks[0], "blocks[0] (B_r)", minimum=1)
+    require_int(blocks[1], "blocks[1] (B_c)", minimum=1)
 
 
 def _check(n, d, M) -> None:
