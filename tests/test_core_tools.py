@@ -108,3 +108,18 @@ def test_checker_reports_pass_fail_stub_and_crash(capsys):
 
 def test_mismatch_is_an_assertion():
     assert issubclass(Mismatch, AssertionError)
+
+
+def test_expect_close_names_a_known_mistake_and_not_the_right_answer():
+    import numpy as np
+    import pytest
+    from selfattn.exercises import Mismatch, expect_close
+
+    right = np.array([[0.25, 0.75], [0.5, 0.5]])
+    wrong = right.T.copy()
+    mistakes = {"your weights sum to 1 over the queries, not the keys": wrong}
+    with pytest.raises(Mismatch, match="over the queries, not the keys"):
+        expect_close(wrong, right, case="c", mistakes=mistakes)
+    expect_close(right, right, case="c", mistakes=mistakes)  # the right answer passes
+    with pytest.raises(Mismatch, match="largest difference"):  # an unknown mistake
+        expect_close(right + 1, right, case="c", mistakes=mistakes)

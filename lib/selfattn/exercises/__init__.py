@@ -34,6 +34,7 @@ from ._core import (
     expect_int,
     expect_shape,
     expect_true,
+    name_mistake,
     set_time_limit,
 )
 
@@ -49,5 +50,6 @@ __all__ = [
     "expect_int",
     "expect_shape",
     "expect_true",
+    "name_mistake",
     "set_time_limit",
 ]

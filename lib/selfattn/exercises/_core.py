@@ -246,8 +246,39 @@ def expect_int(got, expected: int, *, case: str) -> None:
         raise Mismatch(f"case {case}: expected {expected}, got {value!r}")
 
 
-def expect_close(got, expected, *, case: str, atol: float = 1e-5, rtol: float = 1e-5) -> None:
-    """Shape, NaN and value check with a message naming the case and the largest difference."""
+def name_mistake(got, mistakes, *, case: str, atol: float = 1e-5, rtol: float = 1e-5) -> None:
+    """Raise :class:`Mismatch` saying what went wrong if ``got`` equals a known wrong answer.
+
+    ``mistakes`` maps a diagnosis ("your weights sum to 1 over the queries, not the keys") to
+    the value that mistake produces on the same inputs. Nothing happens when ``got`` matches
+    none of them (or is not array-like), so the caller goes on to its plain comparison.
+    """
+    try:
+        g = _as_array(got)
+    except Exception:
+        return
+    for diagnosis, wrong in mistakes.items():
+        w = _as_array(wrong)
+        if w.shape == g.shape and np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True):
+            raise Mismatch(f"case {case}: {diagnosis}")
+
+
+def expect_close(
+    got,
+    expected,
+    *,
+    case: str,
+    atol: float = 1e-5,
+    rtol: float = 1e-5,
+    mistakes: dict | None = None,
+) -> None:
+    """Shape, NaN and value check with a message naming the case and the largest difference.
+
+    ``mistakes`` (optional) maps a diagnosis to the value a named mistake gives on the same
+    inputs; a wrong answer equal to one of them is reported by its diagnosis (see
+    :func:`name_mistake`) instead of by its largest difference. The right answer is checked
+    first, so a mistake that happens to agree with it on this case is never blamed.
+    """
     try:
         g = _as_array(got)
     except Exception:
@@ -255,6 +286,8 @@ def expect_close(got, expected, *, case: str, atol: float = 1e-5, rtol: float = 
             f"case {case}: expected a tensor or array, got {type(got).__name__} {got!r:.60}"
         ) from None
     e = _as_array(expected)
+    if mistakes and not (g.shape == e.shape and np.allclose(g, e, atol=atol, rtol=rtol)):
+        name_mistake(g, mistakes, case=case, atol=atol, rtol=rtol)
     if g.shape != e.shape:
         raise Mismatch(f"case {case}: expected shape {e.shape}, got {g.shape}")
     if np.isnan(g).any() and not np.isnan(e).any():
