@@ -289,3 +289,38 @@ def test_a_partial_run_of_the_new_rows_adds_their_targets_to_the_file():
     names = [t["target"] for t in merged["targets"]]
     assert any(name.startswith("flash_attention fwd+bwd time") for name in names)
     assert any(name.startswith("GQA decode time") for name in names)
+
+
+def test_timeit_orders_a_slow_and_a_fast_function_and_rejects_bad_arguments():
+    import time
+
+    import pytest
+    from selfattn.bench import timeit
+
+    def fast():
+        pass
+
+    def slow():
+        time.sleep(0.01)
+
+    t_fast, t_slow = timeit([fast, slow], rounds=2)
+    assert t_slow >= 0.01 > t_fast
+    assert isinstance(timeit(fast, rounds=1, clock="cpu", stat="median"), float)
+    for bad in ({"rounds": 0}, {"clock": "gpu"}, {"stat": "mean"}, {"warmup": -1}):
+        with pytest.raises(ValueError):
+            timeit(fast, **bad)
+    with pytest.raises(TypeError):
+        timeit([fast, 3])
+
+
+def test_recorder_binds_the_chapter_prefix(tmp_path):
+    import json
+
+    import pytest
+    from selfattn import recorder
+
+    rec = recorder("ch99", results_dir=tmp_path)
+    assert rec("speed", 3) == 3 and rec.key("ch99_x") == "ch99_x"
+    assert json.loads((tmp_path / "ch99.json").read_text()) == {"ch99_speed": 3}
+    with pytest.raises(ValueError):
+        recorder("ch 9")

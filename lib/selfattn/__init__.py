@@ -22,7 +22,7 @@ from .multihead import *  # noqa: F401,F403
 from .multihead import __all__ as _multihead_all
 from .positional import *  # noqa: F401,F403
 from .positional import __all__ as _positional_all
-from .results import ClaimError, claim, load_recorded, load_results, record
+from .results import ClaimError, Recorder, claim, load_recorded, load_results, record, recorder
 from .runtime import get_device, setup
 from .train import train_loop
 from .viz import plot_attention
@@ -41,6 +41,8 @@ __all__ = [
     "load_results",
     "plot_attention",
     "record",
+    "recorder",
+    "Recorder",
     "diagrams",
     "efficient",
     "reference",

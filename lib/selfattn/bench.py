@@ -54,13 +54,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+import torch.utils.benchmark as benchmark
 
 __all__ = [
     "plain_attention",
     "METHODS",
     "make_inputs",
+    "timeit",
     "time_case",
     "memory_case",
     "run_cpu",
@@ -306,6 +309,61 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
     return x
 
 
+def timeit(
+    fns,
+    *,
+    rounds: int = 5,
+    number: int = 1,
+    warmup: int = 1,
+    clock: str = "wall",
+    stat: str = "min",
+):
+    """Seconds per call of one function, or of several timed in interleaved rounds.
+
+    The book's one timer: chapters and :func:`time_case` use it. Each round times every
+    function once (``number`` calls, ``torch.utils.benchmark.Timer``, which also waits for
+    the GPU), so a machine that slows down mid-way slows every function alike; the result
+    is the best (``stat="min"``) or the median round.
+
+    Args:
+        fns: a callable taking no arguments, or a sequence of them.
+        rounds: timed rounds (each function once per round), at least 1.
+        number: calls per timing (raise it for calls far shorter than a millisecond).
+        warmup: untimed calls of each function first (caches, lazy initialisation).
+        clock: ``"wall"`` (elapsed time) or ``"cpu"`` (this process's CPU time, which other
+            programs sharing the machine disturb much less).
+        stat: ``"min"`` or ``"median"`` over the rounds.
+
+    Returns:
+        A float for one function, a list of floats (one per function) for a sequence.
+    """
+    single = callable(fns)
+    fns = [fns] if single else list(fns)
+    if not fns or not all(callable(f) for f in fns):
+        raise TypeError(f"timeit: fns must be a callable or a sequence of callables, got {fns!r}")
+    for name, value in (("rounds", rounds), ("number", number)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"timeit: {name} must be an int >= 1, got {value!r}")
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        raise ValueError(f"timeit: warmup must be an int >= 0, got {warmup!r}")
+    clocks = {"wall": time.perf_counter, "cpu": time.process_time}
+    if clock not in clocks:
+        raise ValueError(f"timeit: clock must be 'wall' or 'cpu', got {clock!r}")
+    if stat not in ("min", "median"):
+        raise ValueError(f"timeit: stat must be 'min' or 'median', got {stat!r}")
+    timers = [benchmark.Timer(stmt="fn()", globals={"fn": f}, timer=clocks[clock]) for f in fns]
+    for f in fns:
+        for _ in range(warmup):
+            f()
+    rows: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for row, timer in zip(rows, timers):
+            row.append(timer.timeit(number).mean)
+    pick = min if stat == "min" else statistics.median
+    results = [float(pick(row)) for row in rows]
+    return results[0] if single else results
+
+
 def time_case(
     method: str, n: int, *, repeats: int = 5, warmup: int = 1, budget_s: float = 20.0
 ) -> dict:
@@ -326,10 +384,9 @@ def time_case(
         if warmup and first * repeats > budget_s:
             repeats = max(3, int(budget_s / max(first, 1e-9)))
         wall, cpu = [], []
-        for _ in range(repeats):
-            c0, t0 = time.process_time(), time.perf_counter()
-            fn(x)
-            wall.append(time.perf_counter() - t0)
+        for _ in range(repeats):  # each run timed by both clocks, so the two rows match
+            c0 = time.process_time()
+            wall.append(timeit(lambda: fn(x), rounds=1, warmup=0))
             cpu.append(time.process_time() - c0)
     row = {
         "median_s": statistics.median(wall),
@@ -421,10 +478,8 @@ def memory_case(method: str, n: int, *, threads: int = 1, timeout: float = 600) 
 
 def fit_slope(ns, values) -> float:
     """Least-squares slope of log(values) against log(ns): the exponent p in value ~ n^p."""
-    xs = [math.log(a) for a in ns]
-    ys = [math.log(max(b, 1e-12)) for b in values]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+    logs = np.log(np.maximum(np.asarray(values, dtype=float), 1e-12))
+    return float(np.polyfit(np.log(np.asarray(ns, dtype=float)), logs, 1)[0])
 
 
 def _sizes(quick: bool) -> dict:

@@ -23,7 +23,16 @@ import json
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["record", "load_results", "load_recorded", "claim", "ClaimError", "RESULTS_DIR"]
+__all__ = [
+    "record",
+    "recorder",
+    "Recorder",
+    "load_results",
+    "load_recorded",
+    "claim",
+    "ClaimError",
+    "RESULTS_DIR",
+]
 
 #: Where :func:`record` stores each chapter's figures, relative to the notebook's folder.
 RESULTS_DIR = Path("results")
@@ -93,6 +102,44 @@ def record(
         data[name] = value
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return value
+
+
+class Recorder:
+    """:func:`record` bound to one chapter: ``rec = recorder("ch07"); rec("speedup", x)``.
+
+    The chapter's identity is written once, here; every figure it records is glued and
+    stored under ``<chapter>_<name>`` in ``results/<chapter>.json``, so the prose quotes
+    ``{glue:text}`ch07_speedup```, and no ``record`` call repeats the prefix.
+    """
+
+    def __init__(self, chapter: str, *, results_dir: Path | str | None = None):
+        if not isinstance(chapter, str) or not chapter.isidentifier():
+            raise ValueError(
+                f"recorder: chapter must be a file stem such as 'ch07', got {chapter!r}"
+            )
+        self.chapter = chapter
+        self.results_dir = results_dir
+
+    def key(self, name: str) -> str:
+        """The glue key of ``name``: ``<chapter>_<name>``."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"recorder: name must be a non-empty str, got {name!r}")
+        prefix = f"{self.chapter}_"
+        return name if name.startswith(prefix) else prefix + name
+
+    def __call__(self, name: str, value, *, display: bool = False):
+        """Glue and store ``value`` under ``<chapter>_<name>``; returns ``value``."""
+        return record(
+            self.chapter, self.key(name), value, display=display, results_dir=self.results_dir
+        )
+
+    def __repr__(self) -> str:
+        return f"recorder({self.chapter!r})"
+
+
+def recorder(chapter: str, *, results_dir: Path | str | None = None) -> Recorder:
+    """A :class:`Recorder` for one chapter (its file stem, e.g. ``"ch07"``)."""
+    return Recorder(chapter, results_dir=results_dir)
 
 
 def _packaged() -> dict[str, str]:
