@@ -78,8 +78,8 @@ fair measure of the cache's speed-up::
     fast = generate(layers, prompt, 256, use_cache=True)    # (1, 256, 256)
     slow = generate(layers, prompt, 256, use_cache=False)   # same values, O(T^2) projections
 
-:func:`mha_param_count`, :func:`mha_flops` and :func:`kv_cache_bytes` are the cost
-formulas of chapter 5.
+:func:`mha_param_count`, :func:`mha_flops` and :func:`kv_cache_bytes`, the layer's cost
+formulas, live in :mod:`selfattn.costs` (re-exported here and by ``selfattn``).
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ from ._checks import (
     require_tensor,
 )
 from .attention import scaled_dot_product_attention
+from .costs import kv_cache_bytes, mha_flops, mha_param_count
 from .masks import causal_mask
 
 # The attention kernels a MultiHeadAttention can run (its ``kernel`` argument).
@@ -715,116 +716,3 @@ def generate(
             out.append(x)
             seq = torch.cat([seq, x], dim=1)
     return torch.cat(out, dim=1)
-
-
-# -- cost formulas --------------------------------------------------------------------
-
-
-def _kv_width(d_model: int, num_heads, num_kv_heads) -> int:
-    """``d_kv = num_kv_heads * d_head``: the width of the keys (``d_model`` without GQA)."""
-    if num_heads is not None:
-        num_heads = require_int(num_heads, "num_heads", 1)
-        if d_model % num_heads:
-            raise ValueError(f"num_heads={num_heads} must divide d_model={d_model}")
-    if num_kv_heads is None:
-        return d_model
-    if num_heads is None:
-        raise ValueError("num_kv_heads needs num_heads too (d_head = d_model // num_heads)")
-    num_heads = require_int(num_heads, "num_heads", 1)
-    num_kv_heads = require_int(num_kv_heads, "num_kv_heads", 1)
-    if d_model % num_heads or num_heads % num_kv_heads:
-        raise ValueError(
-            f"num_heads={num_heads} must divide d_model={d_model} and num_kv_heads="
-            f"{num_kv_heads} must divide num_heads"
-        )
-    return num_kv_heads * (d_model // num_heads)
-
-
-def mha_param_count(
-    d_model: int,
-    *,
-    bias: bool = True,
-    num_heads: int | None = None,
-    num_kv_heads: int | None = None,
-) -> int:
-    """Parameters of :class:`MultiHeadAttention`: ``4 d^2`` weights (+ ``4 d`` biases).
-
-    The same for every number of heads ``h``. With grouped-query attention
-    (``num_kv_heads`` key/value heads of ``d_head = d / num_heads``, so keys and values
-    of width ``d_kv = num_kv_heads * d_head``): ``2 d^2 + 2 d d_kv`` weights
-    (+ ``2 d + 2 d_kv`` biases).
-    """
-    d_model = require_int(d_model, "d_model", 1)
-    bias = require_bool(bias, "bias")
-    d_kv = _kv_width(d_model, num_heads, num_kv_heads)
-    if num_kv_heads is None:
-        return 4 * d_model * d_model + (4 * d_model if bias else 0)
-    weights = 2 * d_model * d_model + 2 * d_model * d_kv
-    return weights + ((2 * d_model + 2 * d_kv) if bias else 0)
-
-
-def mha_flops(
-    n: int,
-    d_model: int,
-    m: int | None = None,
-    *,
-    num_heads: int | None = None,
-    num_kv_heads: int | None = None,
-) -> int:
-    """Floating-point operations of one forward pass for one sequence (multiply, add apart).
-
-    ``2 n d (3d)`` for the fused QKV projection (self-attention; for cross-attention the
-    keys/values cost ``4 m d^2`` instead of ``4 n d^2``), ``2 n m d`` for the scores,
-    ``2 n m d`` for weights @ values and ``2 n d^2`` for the output projection.
-    Self-attention (``m = n``): ``8 n d^2 + 4 n^2 d``. Softmax and biases are ignored.
-    With ``num_kv_heads`` (GQA) the key/value projections cost ``4 m d d_kv`` instead.
-    """
-    n = require_int(n, "n", 0)
-    d_model = require_int(d_model, "d_model", 1)
-    m = None if m is None else require_int(m, "m", 0)
-    d_kv = _kv_width(d_model, num_heads, num_kv_heads)
-    if num_kv_heads is None:
-        if m is None:
-            return 8 * n * d_model**2 + 4 * n * n * d_model
-        return 4 * n * d_model**2 + 4 * m * d_model**2 + 4 * n * m * d_model
-    m = n if m is None else m
-    return 4 * n * d_model**2 + 4 * m * d_model * d_kv + 4 * n * m * d_model
-
-
-def kv_cache_bytes(
-    num_layers: int,
-    num_heads: int,
-    d_head: int,
-    n: int,
-    dtype: torch.dtype = torch.float32,
-    *,
-    batch: int = 1,
-    num_kv_heads: int | None = None,
-) -> int:
-    """Memory of a KV cache: ``2 x layers x heads x d_head x n x bytes`` (x batch).
-
-    With grouped-query attention only the ``num_kv_heads`` key/value heads are cached:
-    ``heads`` is then ``num_kv_heads`` (which must divide ``num_heads``), a saving of
-    ``num_heads / num_kv_heads``.
-    """
-    num_layers = require_int(num_layers, "num_layers", 1)
-    num_heads = require_int(num_heads, "num_heads", 1)
-    if num_kv_heads is not None:
-        num_kv_heads = require_int(num_kv_heads, "num_kv_heads", 1)
-        if num_heads % num_kv_heads:
-            raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}")
-        num_heads = num_kv_heads
-    d_head = require_int(d_head, "d_head", 1)
-    n = require_int(n, "n", 0)
-    batch = require_int(batch, "batch", 1)
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
-    return (
-        2
-        * num_layers
-        * num_heads
-        * d_head
-        * n
-        * torch.empty((), dtype=dtype).element_size()
-        * batch
-    )
