@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export SELFATTN_PROGRESS = 0
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
-.PHONY: install lint book book-student test test-lib test-notebooks test-build test-site execute bench clean
+.PHONY: install lint book book-student notebooks test test-lib test-notebooks test-build test-site execute bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ lint: install
 test-build: install
 	rm -rf _build/html
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+# The notebook editions for Jupyter and Colab (committed; tests/test_notebook_edition.py checks
+# they are current): notebooks/chapters/, the chapters with plain Jupyter markdown (glued values,
+# author-year citations, no MyST syntax), and student/chapters/, the same without solutions.
+notebooks: install
+	$(PY) tools/notebook_edition.py
 
 # The student edition: the same site with every solution removed (from the pages and from
 # the downloadable notebooks; see tools/student_edition.py and _ext/book_site.py). It also

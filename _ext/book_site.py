@@ -24,13 +24,13 @@ The student edition (``book_student_edition = True``, set by tools/student_editi
   page and the orphaned ``{solution-end}`` node crashes the HTML writer
   (sphinx-exercise 1.2.1). Instead, after sphinx-exercise has merged each gated solution
   into one node, this removes every solution node;
-* from the downloadable notebooks (``_sources/**/*.ipynb``): the cells from
-  ``{solution-start}`` to ``{solution-end}`` go, and so do those two directives.
+* from the downloadable notebooks (``_sources/**/*.ipynb``): every page offers the
+  plain-Jupyter notebook edition instead of its MyST source (``notebooks/``; for the student
+  edition ``student/``, whose notebooks lack the cells tagged ``solution``).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -73,55 +73,22 @@ class RemoveSolutions(SphinxTransform):
             node.parent.remove(node)
 
 
-_SOLUTION_START = re.compile(r"^(`{3,}|:{3,})\{solution-start\}.*?^\1[ \t]*$\n?", re.M | re.S)
-_SOLUTION_END = re.compile(r"^(`{3,}|:{3,})\{solution-end\}.*?^\1[ \t]*$\n?", re.M | re.S)
+def offer_notebook_edition(app, exception) -> None:
+    """The page's ``.ipynb`` download is the plain-Jupyter notebook edition, not the MyST source.
 
-
-def _strip_markdown(src: str, inside: bool) -> tuple[str, bool]:
-    """Drop the solution parts of one markdown cell; ``inside``: whether a solution is open."""
-    kept = []
-    while True:
-        if not inside:
-            m = _SOLUTION_START.search(src)
-            if not m:
-                kept.append(src)
-                return "".join(kept), False
-            kept.append(src[: m.start()])
-            src, inside = src[m.end() :], True
-        else:
-            m = _SOLUTION_END.search(src)
-            if not m:
-                return "".join(kept), True
-            src, inside = src[m.end() :], False
-
-
-def strip_solutions(nb: dict) -> dict:
-    """The notebook without its solutions: every cell from {solution-start} to {solution-end}."""
-    cells, inside = [], False
-    for cell in nb["cells"]:
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        if cell["cell_type"] != "markdown":
-            if not inside:
-                cells.append(cell)
-            continue
-        text, inside = _strip_markdown(src, inside)
-        if text.strip():
-            cells.append(dict(cell, source=text.strip("\n")))
-    return dict(nb, cells=cells)
-
-
-def strip_downloadable_notebooks(app, exception) -> None:
-    if (
-        exception is not None
-        or not app.config.book_student_edition
-        or app.builder.format != "html"
-    ):
+    tools/notebook_edition.py writes it (``notebooks/`` for the book, ``student/`` without the
+    solution cells for the student edition); the Colab button opens the same files from the
+    repository (``path_to_book`` in the configuration).
+    """
+    if exception is not None or app.builder.format != "html":
         return
+    edition = Path(app.srcdir, app.config.book_notebook_edition)
     for path in Path(app.outdir, "_sources").rglob("*.ipynb"):
-        nb = json.loads(path.read_text(encoding="utf-8"))
-        path.write_text(
-            json.dumps(strip_solutions(nb), indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        plain = edition / path.relative_to(Path(app.outdir, "_sources"))
+        if plain.is_file():
+            path.write_bytes(plain.read_bytes())
+        elif app.config.book_student_edition:  # never offer a notebook with its solutions
+            path.unlink()
 
 
 # MathJax's combined bundles: each one alone typesets a page, so only the configured one is used.
@@ -143,10 +110,11 @@ def prune_mathjax(app, exception) -> None:
 
 def setup(app):
     app.add_config_value("book_student_edition", False, "env")
+    app.add_config_value("book_notebook_edition", "notebooks", "env")
     # Late, so that scripts other extensions add to the page context are included.
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.add_transform(RemoveSolutions)
-    app.connect("build-finished", strip_downloadable_notebooks)
+    app.connect("build-finished", offer_notebook_edition)
     # Later than sphinx-mathjax-offline's own build-finished copy (default priority 500).
     app.connect("build-finished", prune_mathjax, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -19,6 +19,8 @@ import pytest
 from book import toc_chapters
 
 TAG = re.compile(r"\{(exercise-start|exercise-end|solution-start|solution-end)\}")
+# A {solution-start} or {solution-end} directive, fence to fence (with its options).
+FENCED = re.compile(r"^(`{3,}|:{3,})\{solution-(?:start|end)\}.*?^\1[ \t]*$", re.M | re.S)
 # Chapters whose owners convert their solution cells at the same time; these cases pass (and
 # then report XPASS) once the conversion lands, and should leave this dict then.
 BEING_CONVERTED: dict[str, str] = {}
@@ -178,3 +180,63 @@ def test_solutions_are_collapsed(path: Path):
         f"solution cells not collapsed (cell indices): {open_cells}; they need metadata "
         'jupyter.source_hidden = true, cellView = "form" and a first line "# @title Solution"'
     )
+
+
+@pytest.mark.parametrize("path", CASES)
+def test_solution_cells_are_tagged_and_hold_nothing_else(path: Path):
+    """Every cell from ``{solution-start}`` to ``{solution-end}`` carries the tag ``solution``
+    and no other part of the chapter, so that the student edition can drop the solutions with
+    nbconvert's TagRemovePreprocessor (tools/notebook_edition.py) and lose nothing else."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    problems, inside = [], False
+    for i, cell in enumerate(nb["cells"]):
+        source = "".join(cell["source"])
+        tagged = "solution" in cell["metadata"].get("tags", [])
+        tags = TAG.findall(source) if cell["cell_type"] == "markdown" else []
+        starts = "solution-start" in tags
+        if starts or inside:
+            if not tagged:
+                problems.append(f"cell {i} belongs to a solution but is not tagged 'solution'")
+            if {"exercise-start", "exercise-end"} & set(tags):
+                problems.append(f"cell {i} mixes a solution with {{exercise-*}}: split it")
+        elif tagged:
+            problems.append(f"cell {i} is tagged 'solution' outside a solution")
+        if tags:
+            inside = tags[-1] == "solution-start"
+        if cell["cell_type"] == "markdown" and tagged and FENCED.sub("", source).strip():
+            problems.append(f"cell {i}: prose beside {{solution-start/end}}: its own cell")
+    assert not problems, "; ".join(problems)
+
+
+@pytest.mark.parametrize("rebind", [False, True])
+def test_the_reader_run_guard_catches_a_solution_that_overwrites_the_stub(rebind):
+    """tools/reader_run.py appends a guard cell to every chapter it runs under nbval; it must
+    fail exactly when a solution cell (run below the exercise by "Run all") rebinds a name."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from reader_run import stub_guard_cell
+
+    def md(text):
+        return nbformat.v4.new_markdown_cell(text)
+
+    def code(text):
+        return nbformat.v4.new_code_cell(text)
+
+    answer = "def my_f(x):\n    return x" if rebind else "def my_f_solution(x):\n    return x"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        md("```{exercise-start} A\n:label: a\n```"),
+        code("def my_f(x):\n    raise NotImplementedError\n\n\nmy_guess = None"),
+        md("```{exercise-end}\n```"),
+        md("```{solution-start} a\n```"),
+        code(answer),
+        md("```{solution-end}\n```"),
+    ]
+    nb.cells.append(nbformat.from_dict(stub_guard_cell(json.loads(nbformat.writes(nb)))))
+    client = NotebookClient(nb, timeout=60, kernel_name="python3")
+    if rebind:
+        with pytest.raises(CellExecutionError, match="my_f is no longer the reader stub"):
+            client.execute()
+    else:
+        client.execute()

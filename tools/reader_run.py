@@ -14,7 +14,10 @@ reproduces exactly that, then runs strict nbval on the copies:
    to this checkout's ``.venv``, whose *editable* ``selfattn`` is never activated (a path
    added by a ``.pth`` line does not run that folder's own ``.pth`` files);
 3. checks that ``import selfattn`` resolves to the wheel, not to ``lib/``;
-4. copies each chapter alone into its own empty folder;
+4. copies each chapter alone into its own empty folder, with one cell appended that checks,
+   after the whole notebook has run ("Run all"), that every name an exercise cell defines
+   still holds the reader's own stub (the same function source, the same literal): no
+   solution cell, run below it, has overwritten the reader's answer;
 5. runs ``pytest --nbval`` on the copies with that environment's Python: every cell must
    run without error and reproduce its committed output (``tests/nbval_sanitize.cfg``).
 
@@ -28,7 +31,10 @@ every package the library and chapters import is checked statically by
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -84,13 +90,74 @@ def build_reader_env(work: Path) -> Path:
     return python
 
 
+_EXERCISE_TAG = re.compile(r"\{(exercise-start|exercise-end|solution-start|solution-end)\}")
+
+
+def reader_stubs(nb: dict) -> tuple[dict[str, str], dict[str, str]]:
+    """What the exercise cells define: ``({function: its source}, {name: literal source})``."""
+    functions, literals, state = {}, {}, None
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            tags = _EXERCISE_TAG.findall(source)
+            state = tags[-1] if tags else state
+            continue
+        if cell["cell_type"] != "code" or state != "exercise-start":
+            continue
+        tree = ast.parse(source)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                functions[node.name] = ast.get_source_segment(source, node)
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+                try:
+                    ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+                if isinstance(target, ast.Name):
+                    literals[target.id] = ast.get_source_segment(source, node.value)
+    return functions, literals
+
+
+def stub_guard_cell(nb: dict) -> dict | None:
+    """A last code cell that fails if "Run all" left any exercise name not the reader's stub."""
+    functions, literals = reader_stubs(nb)
+    if not functions and not literals:
+        return None
+    source = (
+        "# Added by tools/reader_run.py: after Run all, the reader's answers are untouched.\n"
+        "import ast as _ast\n"
+        "import inspect as _inspect\n"
+        f"for _name, _src in {functions!r}.items():\n"
+        "    _got = _inspect.getsource(globals()[_name]).strip()\n"
+        "    assert _got == _src.strip(), f'{_name} is no longer the reader stub'\n"
+        f"for _name, _src in {literals!r}.items():\n"
+        "    _want = _ast.literal_eval(_src)\n"
+        "    assert globals()[_name] == _want, f'{_name} is no longer the reader value'\n"
+    )
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "metadata": {},
+        "outputs": [],
+        "source": source,
+    }
+
+
 def copy_alone(chapters: list[Path], work: Path) -> list[Path]:
-    """Each chapter in an empty folder of its own, as a reader who downloaded it has it."""
+    """Each chapter in an empty folder of its own, as a reader who downloaded it has it,
+    with the stub guard (:func:`stub_guard_cell`) appended."""
     copies = []
     for path in chapters:
         folder = work / "reader" / path.stem
         folder.mkdir(parents=True)
-        copies.append(Path(shutil.copy2(path, folder / path.name)))
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        guard = stub_guard_cell(nb)
+        if guard is not None:
+            nb["cells"].append(guard)
+        copy = folder / path.name
+        copy.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+        copies.append(copy)
     return copies
 
 

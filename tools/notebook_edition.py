@@ -1,0 +1,413 @@
+"""The notebook edition: the chapters as plain Jupyter notebooks, for Jupyter and Colab.
+
+    python tools/notebook_edition.py            # write notebooks/ and student/ (make notebooks)
+    python tools/notebook_edition.py --check    # fail if either folder is out of date
+
+The chapters are MyST notebooks: their markdown holds roles (``{glue:text}`key```,
+``{cite:p}`key```, ``{prf:ref}`label```) and directives (theorems, proofs, exercises,
+solutions, admonitions, the bibliography) that Jupyter Book renders and that Jupyter and
+Colab show raw. This writes, from each chapter and its executed outputs, a notebook whose
+markdown is plain Jupyter markdown:
+
+* a glued number is replaced by its value, formatted as the role asks (myst-nb's own
+  formatting), read from the glue outputs stored in the same notebook;
+* a citation becomes author-year text, and the bibliography a reference list of the works
+  the chapter cites (pybtex, from ``references.bib``);
+* theorems, proofs and admonitions become quotes with a bold title ("Deeper" parts say
+  they are optional), exercises and solutions become headings;
+* code cells are unchanged except that bare bookkeeping calls (``rec("name", value)``,
+  which store a figure for the website's prose) are left out, and code cells of a Deeper
+  part start with a comment saying so. Solution cells stay collapsed (``jupyter.source_hidden``,
+  Colab's form view) and define their own names, so "Run all" keeps the reader's answers.
+
+Two editions: ``notebooks/chapters/`` (everything; the website's Colab button and ``.ipynb``
+download) and ``student/chapters/`` (the same without solutions: nbconvert's
+``TagRemovePreprocessor`` drops every cell tagged ``solution``). Both are committed and
+kept in sync by ``tests/test_notebook_edition.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+from myst_nb.core.variables import format_plain_text
+from nbconvert.preprocessors import TagRemovePreprocessor
+from nbformat import from_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from book import toc_chapters  # noqa: E402
+
+EDITIONS = {"notebooks": True, "student": False}  # folder -> with solutions
+GLUE_MIME = "application/papermill.record/text/plain"
+SOLUTION_TAG = "solution"
+DEEPER_TAG = "deeper"
+DEEPER_COMMENT = "# Deeper (optional): skip this cell on a first reading.\n"
+BOOKKEEPING = {"rec", "record"}
+
+ROLE = re.compile(r"\{([a-z]+(?::[a-z]+)?)\}`([^`]*)`")
+FENCE_OPEN = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,})\{(?P<name>[^}]+)\}[ \t]*(?P<arg>.*)$"
+)
+PLAIN_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
+TARGET = re.compile(r"^\([A-Za-z0-9_:\-]+\)=[ \t]*$")
+EQ_LABEL = re.compile(r"(\$\$)[ \t]*\([A-Za-z0-9_:\-]+\)[ \t]*$")
+PRF_KINDS = {
+    "prf:theorem": "Theorem",
+    "prf:lemma": "Lemma",
+    "prf:proposition": "Proposition",
+    "prf:corollary": "Corollary",
+    "prf:definition": "Definition",
+    "prf:example": "Example",
+    "prf:remark": "Remark",
+}
+ADMONITIONS = {
+    "note": "Note",
+    "tip": "Tip",
+    "hint": "Hint",
+    "important": "Important",
+    "warning": "Warning",
+    "caution": "Caution",
+    "attention": "Attention",
+    "seealso": "See also",
+}
+
+
+# ----------------------------------------------------------------------------- citations
+
+
+@lru_cache(maxsize=1)
+def _bibliography():
+    from pybtex.database import parse_file
+
+    return parse_file(str(ROOT / "references.bib"))
+
+
+def _bib_key(key: str) -> str:
+    """A chapter cites ``ch04-vaswani2017attention``: the entry is ``vaswani2017attention``."""
+    key = key.strip()
+    entries = _bibliography().entries
+    if key in entries:
+        return key
+    stripped = re.sub(r"^ch\d\d-", "", key)
+    if stripped in entries:
+        return stripped
+    raise KeyError(f"citation {key!r} is not in references.bib")
+
+
+def _plain(text: str) -> str:
+    from pybtex.richtext import Text
+
+    return str(Text.from_latex(text)) if "{" in text or "\\" in text else text
+
+
+def _authors(entry) -> str:
+    people = entry.persons.get("author") or entry.persons.get("editor") or []
+    names = [_plain(" ".join(p.last_names)) for p in people]
+    if not names:
+        return _plain(entry.fields.get("organization", entry.fields.get("title", "Anon.")))
+    if len(names) == 1:
+        return names[0]
+    if len(names) == 2:
+        return f"{names[0]} and {names[1]}"
+    return f"{names[0]} et al."
+
+
+def _cite(key: str, textual: bool) -> str:
+    entry = _bibliography().entries[_bib_key(key)]
+    year = entry.fields.get("year", "n.d.")
+    return f"{_authors(entry)} ({year})" if textual else f"{_authors(entry)}, {year}"
+
+
+def _reference_list(keys: list[str]) -> str:
+    """The works cited, formatted by pybtex's plain style, one list item each."""
+    from pybtex.database import BibliographyData
+    from pybtex.plugin import find_plugin
+
+    if not keys:
+        return ""
+    bib = _bibliography()
+    wanted = sorted({_bib_key(k) for k in keys}, key=lambda k: _cite(k, True).lower())
+    data = BibliographyData(entries={k: bib.entries[k] for k in wanted})
+    style = find_plugin("pybtex.style.formatting", "plain")(label_style="alpha")
+    backend = find_plugin("pybtex.backends", "markdown")()
+    lines = []
+    for key, formatted in zip(wanted, style.format_entries(data.entries.values())):
+        body = formatted.text.render(backend)
+        # The markdown backend escapes punctuation (\*, \_); TeX commands (\sqrt) stay.
+        body = re.sub(r"\\(?=[^A-Za-z])", "", body).replace("\n", " ")
+        lines.append(f"- **{_cite(key, True)}.** {body}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- markdown
+
+
+def _glue_values(nb: dict) -> dict[str, str]:
+    """``{key: text/plain}`` of every glue output stored in the notebook."""
+    values = {}
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            scrap = out.get("metadata", {}).get("scrapbook")
+            if scrap and GLUE_MIME in out.get("data", {}):
+                values[scrap["name"]] = out["data"][GLUE_MIME]
+    return values
+
+
+def _labels(nb: dict) -> dict[str, str]:
+    """``{label: how to name it in text}`` for the labelled directives of the notebook."""
+    names = {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        lines = "".join(cell["source"]).splitlines()
+        for i, line in enumerate(lines):
+            m = FENCE_OPEN.match(line)
+            if not m:
+                continue
+            kind = PRF_KINDS.get(m["name"], m["name"].split(":")[-1].replace("-start", ""))
+            for option in lines[i + 1 : i + 6]:
+                om = re.match(r"^\s*:label:\s*(\S+)", option)
+                if om:
+                    title = m["arg"].strip()
+                    names[om[1]] = f"{kind.capitalize()} ({title})" if title else kind.capitalize()
+                    break
+    return names
+
+
+class _Converter:
+    def __init__(self, nb: dict):
+        self.glue = _glue_values(nb)
+        self.labels = _labels(nb)
+        self.cited: list[str] = []
+
+    # roles -----------------------------------------------------------------------------
+    def role(self, m: re.Match) -> str:
+        name, content = m[1], m[2]
+        if name.startswith("glue"):
+            key, _, fmt = content.partition(":")
+            if key not in self.glue:
+                raise KeyError(f"glue key {key!r} has no stored value in the notebook")
+            return format_plain_text(self.glue[key], fmt)
+        if name in ("cite:p", "cite:t", "cite"):
+            keys = [k.strip() for k in content.split(",") if k.strip()]
+            self.cited.extend(keys)
+            parts = [_cite(k, name == "cite:t") for k in keys]
+            return "; ".join(parts) if name == "cite:t" else f"({'; '.join(parts)})"
+        if name == "math":
+            return f"${content}$"
+        text, _, target = content.partition("<")
+        if target:  # {ref}`the words <label>`
+            return text.strip()
+        if name in ("prf:ref", "ref", "numref", "eq", "doc"):
+            return self.labels.get(content.strip(), content.strip())
+        return content  # {term}, {abbr}, ...: the words themselves
+
+    def inline(self, text: str) -> str:
+        return ROLE.sub(self.role, text)
+
+    # directives ------------------------------------------------------------------------
+    def block(self, lines: list[str]) -> list[str]:
+        """Convert a list of markdown lines (directives may nest)."""
+        out: list[str] = []
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            plain = PLAIN_FENCE.match(line)
+            m = FENCE_OPEN.match(line)
+            if plain and not m:  # a code block: copied as it is, up to its closing fence
+                fence = plain[1]
+                out.append(line)
+                i += 1
+                while i < len(lines):
+                    out.append(lines[i])
+                    if lines[i].strip().startswith(fence) and set(lines[i].strip()) <= {fence[0]}:
+                        break
+                    i += 1
+                i += 1
+                continue
+            if not m:
+                if TARGET.match(line):
+                    i += 1
+                    continue
+                out.append(self.inline(EQ_LABEL.sub(r"\1", line)))
+                i += 1
+                continue
+            fence = m["fence"]
+            j, options = i + 1, {}
+            while j < len(lines) and re.match(r"^\s*:[\w-]+:", lines[j]):
+                om = re.match(r"^\s*:([\w-]+):\s*(.*)$", lines[j])
+                options[om[1]] = om[2]
+                j += 1
+            body, depth = [], 1
+            while j < len(lines):
+                inner = FENCE_OPEN.match(lines[j])
+                stripped = lines[j].strip()
+                if inner and inner["fence"][0] == fence[0] and len(inner["fence"]) == len(fence):
+                    depth += 1
+                elif stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
+                    if len(stripped) == len(fence):
+                        depth -= 1
+                    if depth == 0:
+                        break
+                body.append(lines[j])
+                j += 1
+            out.extend(self.directive(m["name"], m["arg"].strip(), options, self.block(body)))
+            i = j + 1
+        return out
+
+    def directive(self, name: str, arg: str, options: dict, body: list[str]) -> list[str]:
+        arg = self.inline(arg)
+        classes = options.get("class", "").split()
+        if name in PRF_KINDS:
+            title = f"{PRF_KINDS[name]} ({arg})" if arg else PRF_KINDS[name]
+            return _quote([f"**{title}.**", "", *body])
+        if name == "prf:proof":
+            return _quote(["*Proof.*", "", *body, "", "∎"])
+        if name in ("admonition", "dropdown") or name in ADMONITIONS:
+            title = arg or ADMONITIONS.get(name, "Note")
+            if "deeper" in classes or title.lower().startswith("deeper"):
+                topic = re.sub(r"^deeper:?\s*", "", title, flags=re.I)
+                title = f"Deeper (optional): {topic}" if topic else "Deeper (optional)"
+            return _quote([f"**{title}**", "", *body])
+        if name == "exercise-start":
+            return [f"### Exercise: {arg}" if arg else "### Exercise", "", *body]
+        if name == "solution-start":
+            return ["#### Solution", "", "*(Collapsed: try the exercise first.)*", *body]
+        if name in ("exercise-end", "solution-end"):
+            return body
+        if name == "bibliography":  # under the chapter's own "References" heading
+            return [self.references_marker]
+        if name == "math":
+            return ["$$", *body, "$$"]
+        if name in ("figure", "image"):
+            return [f"![{options.get('alt', '')}]({arg})", *body]
+        return [f"**{arg}**" if arg else "", *body]
+
+    references_marker = "<!-- references -->"
+
+    def markdown(self, source: str) -> str:
+        return "\n".join(self.block(source.splitlines())).strip("\n")
+
+
+def _quote(lines: list[str]) -> list[str]:
+    return [f"> {line}" if line.strip() else ">" for line in lines]
+
+
+# ----------------------------------------------------------------------------- code cells
+
+
+def _without_bookkeeping(source: str) -> str:
+    """The cell without its bare ``rec(...)`` / ``record(...)`` statements (they only glue)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython magics: leave the cell as it is
+        return source
+    drop: set[int] = set()
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in BOOKKEEPING
+        ):
+            drop.update(range(node.lineno, node.end_lineno + 1))
+    if not drop:
+        return source
+    lines = source.splitlines()
+    kept = [line for n, line in enumerate(lines, 1) if n not in drop]
+    text = "\n".join(kept)
+    text = re.sub(r"\n{4,}", "\n\n\n", text).strip("\n")  # at most two blank lines
+    return text
+
+
+def _tags(cell: dict) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def convert(nb: dict, *, solutions: bool = True) -> dict:
+    """The plain-Jupyter edition of one chapter notebook (a new dict; ``nb`` is unchanged)."""
+    nb = copy.deepcopy(nb)
+    if not solutions:
+        node = from_dict(nb)
+        node, _ = TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}).preprocess(node, {})
+        nb = json.loads(json.dumps(node))
+    conv = _Converter(nb)
+    cells = []
+    for cell in nb["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "markdown":
+            text = conv.markdown(source)
+            if not text.strip():
+                continue
+            cell["source"] = text
+        elif cell["cell_type"] == "code":
+            text = _without_bookkeeping(source)
+            if DEEPER_TAG in _tags(cell) and not text.startswith(DEEPER_COMMENT):
+                text = DEEPER_COMMENT + text
+            cell["source"] = text
+        cells.append(cell)
+    refs = _reference_list(conv.cited)
+    for cell in cells:
+        if cell["cell_type"] == "markdown" and conv.references_marker in cell["source"]:
+            cell["source"] = cell["source"].replace(conv.references_marker, refs)
+    nb["cells"] = cells
+    return nb
+
+
+def editions() -> dict[Path, str]:
+    """Every edition notebook: its path and its text."""
+    out = {}
+    for src in toc_chapters():
+        nb = json.loads(src.read_text(encoding="utf-8"))
+        for folder, solutions in EDITIONS.items():
+            text = json.dumps(convert(nb, solutions=solutions), indent=1, ensure_ascii=False)
+            out[ROOT / folder / "chapters" / src.name] = text + "\n"
+    return out
+
+
+def write() -> None:
+    expected = editions()
+    for folder in EDITIONS:
+        target = ROOT / folder / "chapters"
+        target.mkdir(parents=True, exist_ok=True)
+        for stale in set(target.glob("*.ipynb")) - set(expected):
+            stale.unlink()
+    for path, text in expected.items():
+        path.write_text(text, encoding="utf-8")
+    print(f"wrote {len(expected)} notebooks to {', '.join(f + '/chapters/' for f in EDITIONS)}")
+
+
+def stale() -> list[str]:
+    """Edition files that differ from what the chapters generate (or should not exist)."""
+    expected = editions()
+    wrong = [
+        str(p.relative_to(ROOT))
+        for p, t in expected.items()
+        if not p.exists() or p.read_text(encoding="utf-8") != t
+    ]
+    for folder in EDITIONS:
+        present = set((ROOT / folder / "chapters").glob("*.ipynb"))
+        wrong += [str(p.relative_to(ROOT)) for p in sorted(present - set(expected))]
+    return wrong
+
+
+def main(argv: list[str]) -> None:
+    if argv == ["--check"]:
+        wrong = stale()
+        if wrong:
+            sys.exit(f"out of date (run make notebooks): {wrong}")
+        return
+    if argv:
+        sys.exit("usage: python tools/notebook_edition.py [--check]")
+    write()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
