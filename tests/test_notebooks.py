@@ -34,20 +34,28 @@ def test_every_toc_entry_exists():
 
 
 def test_chapter_names_follow_the_book_numbering():
-    allowed = {
-        "01_why_self_attention",
-        "02_queries_keys_values",
-        "03_scaled_dot_product",
-        "04_masking",
-        "05_multi_head",
-        "06_positional_encoding",
-        "07_cost_and_flashattention",
-        "08_sparse_and_linear",
-        "09_transformers_everywhere",
-        "10_summary",
-    }
+    """_toc.yml is the chapter registry: every notebook under chapters/ is in it, and the
+    chapters are numbered NN_name in book order (a chapter's recorder and glue keys, chNN,
+    come from that number)."""
+    listed = {p.name for p in CHAPTERS}
     for path in (ROOT / "chapters").glob("*.ipynb"):
-        assert path.stem in allowed, f"{path.name} is not one of the book's chapter names"
+        assert path.name in listed, f"{path.name} is not listed in _toc.yml"
+    numbers = [int(re.match(r"(\d\d)_[a-z0-9_]+$", p.stem).group(1)) for p in CHAPTERS]
+    assert numbers == list(range(1, len(CHAPTERS) + 1)), f"chapters out of order: {numbers}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=IDS)
+def test_records_use_the_chapters_own_recorder(path):
+    """One chapter identity: ``rec = recorder("chNN")`` with NN from the file name, and no
+    ``record("chNN", ...)`` call repeating it."""
+    cells = code_cells(load(path))
+    source = "\n".join("".join(c["source"]) for c in cells)
+    if "record(" not in source and "recorder(" not in source:
+        pytest.skip("this chapter records nothing")
+    chapter = f"ch{path.stem[:2]}"
+    assert not re.search(r"\brecord\(", source), f"{path.name}: use rec = recorder(...)"
+    found = set(re.findall(r"\brecorder\(\s*[\"'](\w+)[\"']", source))
+    assert found == {chapter}, f"{path.name}: recorder{tuple(found)}, expected {chapter!r}"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=IDS)
