@@ -207,3 +207,138 @@ def test_decode_mask():
         result = check_decode_mask(wrong)
         assert not result and words in result.message, (wrong.__name__, result.message)
     assert check_decode_mask(stub).status == "not attempted"
+
+
+def _heads(x, layer, scale, dim=-1):
+    import torch
+    from selfattn import merge_heads, split_heads
+
+    d, h = layer.d_model, layer.num_heads
+    q, k, v = (split_heads(t, h) for t in layer.qkv(x).split(d, dim=-1))
+    weights = torch.softmax((q @ k.transpose(-2, -1)) * scale, dim=dim)
+    return layer.out(merge_heads(weights @ v))
+
+
+def test_fixed_scaling():
+    from selfattn.exercises.ch05 import check_fixed_scaling
+
+    def right(x, layer):
+        return _heads(x, layer, (layer.d_model // layer.num_heads) ** -0.5)
+
+    def bug_left_in(x, layer):
+        return _heads(x, layer, layer.d_model**-0.5)
+
+    def no_scale(x, layer):
+        return _heads(x, layer, 1.0)
+
+    def no_sqrt(x, layer):
+        return _heads(x, layer, 1.0 / (layer.d_model // layer.num_heads))
+
+    def over_queries(x, layer):
+        return _heads(x, layer, (layer.d_model // layer.num_heads) ** -0.5, dim=-2)
+
+    def via_layer(x, layer):  # the library's layer is a right answer too
+        return layer(x)
+
+    assert check_fixed_scaling(right).passed
+    assert check_fixed_scaling(via_layer).passed
+    for wrong, words in (
+        (bug_left_in, "the planted bug is still there: the scores are divided by sqrt(d_model)"),
+        (no_scale, "you removed the scaling altogether"),
+        (no_sqrt, "not by its square root"),
+        (over_queries, "your softmax runs over the queries"),
+    ):
+        result = check_fixed_scaling(wrong)
+        assert not result and words in result.message, (wrong.__name__, result.message)
+    assert check_fixed_scaling(stub).status == "not attempted"
+
+
+def test_fixed_scaling_leaves_the_readers_rng_alone():
+    import torch
+    from selfattn.exercises.ch05 import check_fixed_scaling
+
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    check_fixed_scaling(stub)
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
+def _decode(model, prompt, steps, *, prefill=True, fresh=False, cache=True):
+    import torch
+
+    seq = prompt
+    caches = model.decoder.new_caches()
+    new = prompt if prefill else prompt[:, -1:]
+    for _ in range(steps):
+        if fresh:
+            caches = model.decoder.new_caches()
+        if not cache:
+            logits = model(seq)[:, -1]
+        else:
+            logits = model(new, caches=caches)[:, -1]
+        nxt = logits.argmax(-1, keepdim=True)
+        seq = torch.cat([seq, nxt], dim=1)
+        new = nxt
+    return seq
+
+
+def test_decode_loop():
+    from selfattn.exercises.ch05 import check_decode_loop
+
+    def right(model, prompt, steps):
+        return _decode(model, prompt, steps)
+
+    def no_prefill(model, prompt, steps):
+        return _decode(model, prompt, steps, prefill=False)
+
+    def fresh_cache(model, prompt, steps):
+        import torch
+
+        seq = prompt
+        for _ in range(steps):
+            caches = model.decoder.new_caches()
+            new = seq[:, -1:] if seq.shape[1] > prompt.shape[1] else prompt
+            nxt = model(new, caches=caches)[:, -1].argmax(-1, keepdim=True)
+            seq = torch.cat([seq, nxt], dim=1)
+        return seq
+
+    def recompute(model, prompt, steps):
+        return _decode(model, prompt, steps, cache=False)
+
+    def new_tokens_only(model, prompt, steps):
+        return _decode(model, prompt, steps)[:, prompt.shape[1] :]
+
+    assert check_decode_loop(right).passed
+    for wrong, words in (
+        (no_prefill, "you did not prefill"),
+        (fresh_cache, "you made a new cache at every step"),
+        (recompute, "you recomputed the prefix"),
+        (new_tokens_only, "return the prompt followed by the"),
+    ):
+        result = check_decode_loop(wrong)
+        assert not result and words in result.message, (wrong.__name__, result.message)
+    assert check_decode_loop(stub).status == "not attempted"
+
+
+def test_cache_prediction():
+    import torch
+    from selfattn.exercises.ch05 import check_cache_prediction, lm_cache_bytes
+
+    right = 2 * 2 * 48 * (8 + 56 - 1) * 4
+    assert lm_cache_bytes(2, 48, 8, 56, 4) == right
+    assert check_cache_prediction(right).passed
+    assert check_cache_prediction(float(right)).passed
+    assert check_cache_prediction(torch.tensor(right)).passed
+    for wrong, words in (
+        (right // 2, "keys AND values"),
+        (2 * 2 * 48 * 64 * 4, "one position too many"),
+        (2 * 2 * 48 * 55 * 4, "you left out the prompt"),
+        (2 * 2 * 48 * 56 * 4, "you counted only the generated tokens"),
+        (right * 4, "too large by the number of heads"),
+        (right * 8, "that is bits"),
+        (right + 1, "times the size the caches hold"),
+        ("48384", "write a number of bytes"),
+    ):
+        result = check_cache_prediction(wrong)
+        assert not result and words in result.message, (wrong, result.message)
+    assert check_cache_prediction(None).status == "not attempted"

@@ -8,10 +8,19 @@ with expected vs got. None of them raises.
 
 from __future__ import annotations
 
+import copy
+import numbers
+
 import torch
 
 from ..efficient.decoding import partial_attention
-from ..multihead import kv_cache_bytes, merge_heads, mha_param_count, split_heads
+from ..multihead import (
+    MultiHeadAttention,
+    kv_cache_bytes,
+    merge_heads,
+    mha_param_count,
+    split_heads,
+)
 from ._core import Mismatch, call_answer, checker, expect_close, expect_int, expect_true
 
 __all__ = [
@@ -22,6 +31,10 @@ __all__ = [
     "check_param_count",
     "check_merge_states",
     "check_decode_mask",
+    "check_fixed_scaling",
+    "check_decode_loop",
+    "check_cache_prediction",
+    "lm_cache_bytes",
 ]
 
 
@@ -309,3 +322,241 @@ def check_decode_mask(answer) -> None:
                 raise Mismatch(f"case {case}: {message}")
         bad = (got != expected).nonzero()[0].tolist()
         raise Mismatch(f"case {case}: entry {tuple(bad)} should be {bool(expected[tuple(bad)])}")
+
+
+# -- 5.4 find the bug: the scale of the scores -----------------------------------------
+
+
+def _heads_attention(x, layer, *, scale: float, softmax_dim: int = -1):
+    """``layer``'s self-attention written out with a chosen score scale and softmax axis."""
+    d, h = layer.d_model, layer.num_heads
+    q, k, v = layer.qkv(x).split(d, dim=-1)
+    q, k, v = (split_heads(t, h) for t in (q, k, v))
+    weights = torch.softmax((q @ k.transpose(-2, -1)) * scale, dim=softmax_dim)
+    return layer.out(merge_heads(weights @ v))
+
+
+def _seeded_layer(d_model: int, num_heads: int, seed: int):
+    torch.manual_seed(seed)  # the checker's own layers; the reader's RNG is restored below
+    return MultiHeadAttention(d_model, num_heads).double().eval()
+
+
+@checker("5.4", "the scale of the scores")
+def check_fixed_scaling(answer) -> None:
+    """``answer(x, layer)`` must return ``layer``'s self-attention output ``(B, n, d_model)``
+    (no mask) with scores scaled by ``1 / sqrt(d_head)``. Named mistakes: the planted bug
+    left in (``1 / sqrt(d_model)``), no scaling, ``1 / d_head`` without the square root,
+    the softmax over the queries."""
+    state = torch.random.get_rng_state()
+    try:
+        cases = [
+            (B, n, d, h, _seeded_layer(d, h, 50 + d + h))
+            for B, n, d, h in ((2, 5, 18, 3), (1, 7, 24, 3), (3, 4, 32, 8))
+        ]
+    finally:
+        torch.random.set_rng_state(state)
+    with torch.no_grad():
+        for B, n, d, h, layer in cases:
+            x = torch.randn(B, n, d, generator=_gen(n * 10 + d), dtype=torch.float64) * 2
+            d_head = d // h
+            expected = layer(x)
+            mistakes = {
+                "the planted bug is still there: the scores are divided by sqrt(d_model) = "
+                f"sqrt({d}), but each head's dot products have only d_head = {d_head} terms, "
+                f"so divide by sqrt(d_head) = sqrt({d_head})": _heads_attention(
+                    x, layer, scale=d**-0.5
+                ),
+                "you removed the scaling altogether: divide the scores by sqrt(d_head), "
+                "not by 1": _heads_attention(x, layer, scale=1.0),
+                f"you divided by d_head = {d_head}, not by its square root": _heads_attention(
+                    x, layer, scale=1.0 / d_head
+                ),
+                "your softmax runs over the queries (dim=-2); each query's weights must sum "
+                "to 1 over the keys (dim=-1)": _heads_attention(
+                    x, layer, scale=d_head**-0.5, softmax_dim=-2
+                ),
+            }
+            got = call_answer(answer, x.clone(), layer)
+            expect_close(
+                got,
+                expected,
+                case=f"B={B}, n={n}, d_model={d}, h={h}",
+                atol=1e-9,
+                rtol=1e-9,
+                mistakes=mistakes,
+            )
+
+
+# -- 5.5 build: a decoding loop with a cache -------------------------------------------
+
+
+def _tiny_lm(seed: int = 0):
+    from ..models import MiniGPT
+
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = MiniGPT(11, d_model=16, num_heads=2, num_layers=2, max_len=24)
+    finally:
+        torch.random.set_rng_state(state)
+    return model.double().eval()
+
+
+@torch.no_grad()
+def _wrong_decode(model, prompt, steps: int, how: str) -> torch.Tensor | None:
+    """What a decoding loop with a named mistake returns (``None`` if it crashes)."""
+    seq = prompt
+    caches = model.decoder.new_caches()
+    try:
+        if how == "no_prefill":  # only the last prompt token goes into the empty cache
+            new = prompt[:, -1:]
+        else:
+            new = prompt
+        for _ in range(steps):
+            if how == "fresh_cache":  # a new cache at every step: no memory of the past
+                caches = model.decoder.new_caches()
+                new = seq[:, -1:] if seq.shape[1] > prompt.shape[1] else prompt
+            if how == "whole_sequence":  # the whole sequence again, into the cache
+                new = seq
+            logits = model(new, caches=caches)[:, -1]
+            nxt = logits.argmax(-1, keepdim=True)
+            seq = torch.cat([seq, nxt], dim=1)
+            new = nxt
+    except Exception:
+        return None
+    return seq
+
+
+def _counting_copy(model):
+    """A copy of ``model`` that appends to ``fed`` the positions each forward pass reads."""
+    fed: list[int] = []
+
+    class Counting(type(model)):
+        def forward(self, ids, **kwargs):
+            fed.append(ids.shape[1])
+            return super().forward(ids, **kwargs)
+
+    counting = copy.deepcopy(model)
+    counting.__class__ = Counting
+    return counting, fed
+
+
+@checker("5.5", "a decoding loop with a KV cache")
+def check_decode_loop(answer) -> None:
+    """``answer(model, prompt, steps)`` must continue ``prompt`` ``(B, p)`` greedily by
+    ``steps`` tokens with the model's KV caches and return ``(B, p + steps)`` ids, equal to
+    ``model.generate(prompt, steps, greedy=True, use_cache=False)``, feeding each token
+    through the model once. Named mistakes: no prefill, a fresh cache every step, the whole
+    sequence fed again into the cache, recomputing without the cache."""
+    for seed, B, p, steps in ((0, 1, 5, 8), (1, 2, 3, 10), (2, 1, 1, 6)):
+        model = _tiny_lm(seed)
+        prompt = torch.randint(0, 11, (B, p), generator=_gen(seed + 7))
+        expected = model.generate(prompt, steps, greedy=True, use_cache=False)
+        counting, fed = _counting_copy(model)
+        got = call_answer(answer, counting, prompt.clone(), steps)
+        case = f"batch {B}, prompt of {p} tokens, {steps} steps"
+        try:
+            got = torch.as_tensor(got)
+        except Exception:
+            raise Mismatch(f"case {case}: return a tensor of ids (B, p + steps)") from None
+        mistakes = {
+            "you did not prefill: the whole prompt must go into the cache first, not only "
+            "its last token": _wrong_decode(model, prompt, steps, "no_prefill"),
+            "you made a new cache at every step, so each new token sees only itself: "
+            "make the caches once, before the loop": _wrong_decode(
+                model, prompt, steps, "fresh_cache"
+            ),
+            "you fed the whole sequence again although the cache already holds it: after "
+            "the prompt, feed only the newest token": _wrong_decode(
+                model, prompt, steps, "whole_sequence"
+            ),
+        }
+        if tuple(got.shape) == (B, p) or tuple(got.shape) == (B, steps):
+            raise Mismatch(
+                f"case {case}: return the prompt followed by the {steps} new tokens, shape "
+                f"{(B, p + steps)}; got {tuple(got.shape)}"
+            )
+        expect_true(
+            tuple(got.shape) == (B, p + steps),
+            f"case {case}: expected ids of shape {(B, p + steps)}, got {tuple(got.shape)}",
+        )
+        if not torch.equal(got.long(), expected):
+            for diagnosis, wrong in mistakes.items():
+                if wrong is not None and torch.equal(got.long(), wrong):
+                    raise Mismatch(f"case {case}: {diagnosis}")
+            bad = (got.long() != expected).nonzero()[0].tolist()
+            raise Mismatch(
+                f"case {case}: token {tuple(bad)} should be {int(expected[tuple(bad)])}, got "
+                f"{int(got[tuple(bad)])}"
+            )
+        expect_true(
+            sum(fed) <= p + steps,
+            f"case {case}: right tokens, but your model read {sum(fed)} positions in "
+            f"{len(fed)} calls: with a cache it needs only the prompt once, then one new "
+            f"token per step ({p + steps - 1} positions in all); you recomputed the prefix",
+        )
+
+
+# -- 5.8 predict, then run: the size of the cache --------------------------------------
+
+
+def lm_cache_bytes(
+    num_layers: int, d_model: int, prompt_len: int, new_tokens: int, bytes_per_number: int
+) -> int:
+    """Bytes held by the self-attention KV caches after greedy or sampled generation.
+
+    The prompt's ``prompt_len`` positions and every generated token but the last (which is
+    returned, never fed back) are cached: ``2 x layers x d_model x (p + T - 1) x bytes``.
+    """
+    return 2 * num_layers * d_model * (prompt_len + new_tokens - 1) * bytes_per_number
+
+
+@checker("5.8", "the size of the language model's cache")
+def check_cache_prediction(
+    prediction,
+    *,
+    num_layers: int = 2,
+    d_model: int = 48,
+    num_heads: int = 4,
+    prompt_len: int = 8,
+    new_tokens: int = 56,
+    bytes_per_number: int = 4,
+) -> None:
+    """``prediction`` (a number, bytes) must equal the bytes the KV caches of a decoder with
+    ``num_layers`` layers of width ``d_model`` hold after generating ``new_tokens`` tokens
+    from a ``prompt_len``-token prompt, batch 1 (:func:`lm_cache_bytes`). Named mistakes:
+    keys only or one layer (half), the last token cached (``p + T`` positions), only the new
+    tokens, ``d_model`` counted per head, bits instead of bytes."""
+    L, d, p, T, nb = num_layers, d_model, prompt_len, new_tokens, bytes_per_number
+    expected = lm_cache_bytes(L, d, p, T, nb)
+    case = (
+        f"{L} layers, d_model = {d}, {num_heads} heads, prompt {p}, {T} new tokens, "
+        f"{nb} bytes per number"
+    )
+    if isinstance(prediction, torch.Tensor) and prediction.numel() == 1:
+        prediction = prediction.item()
+    if isinstance(prediction, bool) or not isinstance(prediction, numbers.Real):
+        raise Mismatch(f"case {case}: write a number of bytes, got {prediction!r:.60}")
+    mistakes = {
+        expected // 2: "half the right size: the cache holds keys AND values, in every one "
+        f"of the {L} layers",
+        2 * L * d * (p + T) * nb: "one position too many: the last generated token is "
+        "returned but never fed back, so the cache holds p + T - 1 positions",
+        2 * L * d * (T - 1) * nb: "you left out the prompt: its positions are cached too "
+        "(by the prefill)",
+        2 * L * d * T * nb: "you counted only the generated tokens: the prompt's positions "
+        "are cached too, and the last token is never fed back (p + T - 1 positions)",
+        expected * num_heads: f"too large by the number of heads: the {num_heads} heads of "
+        f"d_head = {d // num_heads} together make d_model = {d} numbers per position",
+        expected * 8: "that is bits: divide by 8 for bytes",
+    }
+    if prediction == expected:
+        return
+    for value, diagnosis in mistakes.items():
+        if prediction == value:
+            raise Mismatch(f"case {case}: {diagnosis}")
+    ratio = prediction / expected if expected else float("nan")
+    raise Mismatch(
+        f"case {case}: your prediction {prediction!r} is {ratio:.3g} times the size the "
+        "caches hold; count 2 (keys, values) x layers x d_model x cached positions x bytes"
+    )
