@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from selfattn.positional import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
+    RopeScaling,
     RotaryEmbedding,
     alibi_bias,
     alibi_slopes,
@@ -18,6 +19,8 @@ from selfattn.positional import (
     apply_rope_complex,
     relative_position_bucket,
     rope_frequencies,
+    rotate_half_permutation,
+    scaled_rope_frequencies,
     sinusoidal_encoding,
     sinusoidal_shift_matrix,
 )
@@ -50,7 +53,11 @@ def test_sinusoidal_offset_and_first_row():
 
 def test_chapter_one_signal_is_the_same_encoding():
     # chapter 1's AttentionClassifier uses its own float32 copy; it must stay the same formula
-    from selfattn.models.tiny_attention import sinusoidal_positions
+    # (skipped once the library core replaces that copy by sinusoidal_encoding itself)
+    tiny = pytest.importorskip("selfattn.models.tiny_attention")
+    sinusoidal_positions = getattr(tiny, "sinusoidal_positions", None)
+    if sinusoidal_positions is None:
+        pytest.skip("models.tiny_attention has no copy of its own any more")
 
     assert torch.equal(sinusoidal_positions(200, 32), sinusoidal_encoding(200, 32))
 
@@ -359,3 +366,138 @@ def test_explorer_curves_and_plots():
         ch06.distance_curves(16, 7)
     with pytest.raises(ValueError, match="base must be one of"):
         ch06.explorer(base=5.0)
+
+
+# ---- RoPE layouts, partial rotary, scaling ---------------------------------------------
+
+
+def _rotate_half_reference(x, positions, base=10000.0):
+    # GPT-NeoX / Hugging Face LLaMA: emb = cat(freqs, freqs); x * cos + rotate_half(x) * sin
+    d = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    freqs = positions.double()[:, None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    rotated = torch.cat((-x2, x1), dim=-1)
+    return x * emb.cos().to(x.dtype) + rotated * emb.sin().to(x.dtype)
+
+
+@pytest.mark.parametrize("d", [2, 8, 64])
+def test_rope_half_layout_is_the_interleaved_one_after_the_permutation(d):
+    g = torch.Generator().manual_seed(d)
+    x = torch.randn(3, 11, d, generator=g, dtype=torch.float64)
+    pos = torch.arange(11) * 13
+    perm = rotate_half_permutation(d)
+    half = apply_rope(x[..., perm], pos, layout="half")
+    assert torch.allclose(apply_rope(x, pos)[..., perm], half, atol=1e-12)
+    assert torch.allclose(half, _rotate_half_reference(x[..., perm], pos), atol=1e-12)
+    assert sorted(perm.tolist()) == list(range(d))
+    if d > 2:  # the layouts really differ: the same x is rotated differently
+        assert not torch.allclose(half, apply_rope(x[..., perm], pos), atol=1e-3)
+
+
+def test_partial_rotary_rotates_the_first_dims_only():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 9, 32, generator=g, dtype=torch.float64)
+    pos = torch.arange(9) + 5
+    out = apply_rope(x, pos, rotary_dim=8)
+    assert torch.equal(out[..., 8:], x[..., 8:])
+    assert torch.allclose(out[..., :8], apply_rope(x[..., :8], pos), atol=1e-12)
+    # the frequencies are those of an 8-dimensional RoPE (base^(-2i/8)), as in GPT-NeoX
+    assert torch.allclose(out[..., :8], apply_rope(x[..., :8], pos, base=10000.0), atol=1e-12)
+    module = RotaryEmbedding(32, rotary_fraction=0.25, layout="half")
+    q, k = module(x, x)
+    assert module.rotary_dim == 8
+    assert torch.allclose(q, apply_rope(x, torch.arange(9), rotary_dim=8, layout="half"))
+    # partial rotary keeps the offset property on the rotated part and leaves the rest alone
+    s1 = (
+        apply_rope(x[0, :1], torch.tensor([3]), rotary_dim=8)
+        * apply_rope(x[0, 1:2], torch.tensor([10]), rotary_dim=8)
+    ).sum()
+    s2 = (
+        apply_rope(x[0, :1], torch.tensor([103]), rotary_dim=8)
+        * apply_rope(x[0, 1:2], torch.tensor([110]), rotary_dim=8)
+    ).sum()
+    assert abs(s1 - s2) < 1e-9
+
+
+def test_rope_scaling_frequencies_follow_the_papers_formulas():
+    d, base, s, L = 16, 10000.0, 4.0, 32
+    i = torch.arange(d // 2, dtype=torch.float64)
+    theta = base ** (-2 * i / d)
+    assert torch.allclose(scaled_rope_frequencies(d, None), theta)
+    # position interpolation (Chen et al. 2023): f(x, m) -> f(x, m L / L')
+    pi = scaled_rope_frequencies(d, RopeScaling("linear", s))
+    assert torch.allclose(pi, theta / s)
+    # NTK-aware: base' = base * s^(d / (d - 2)); fastest pair unchanged, slowest divided by s
+    ntk = scaled_rope_frequencies(d, RopeScaling("ntk", s))
+    assert torch.allclose(ntk, (base * s ** (d / (d - 2))) ** (-2 * i / d))
+    assert math.isclose(ntk[0].item(), 1.0) and math.isclose(ntk[-1] / theta[-1], 1 / s)
+    # YaRN (Peng et al. 2023, eqs. 17-19): r = L / lambda, gamma ramp between alpha and beta
+    yarn_cfg = RopeScaling("yarn", s, original_length=L, beta_fast=32.0, beta_slow=1.0)
+    yarn = scaled_rope_frequencies(d, yarn_cfg)
+    for t, got in zip(theta.tolist(), yarn.tolist()):
+        r = L / (2 * math.pi / t)
+        gamma = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
+        assert math.isclose(got, (1 - gamma) * t / s + gamma * t, rel_tol=1e-12)
+    assert math.isclose(yarn_cfg.attention_factor, 0.1 * math.log(s) + 1)
+    assert RopeScaling("ntk", s).attention_factor == 1.0
+    # slow pairs are interpolated, pair 0 (5 turns over L) only partly
+    assert math.isclose(yarn[-1] / theta[-1], 1 / s) and 1 / s < yarn[0] / theta[0] < 1
+    # a factor of 1 changes nothing
+    for method in ("linear", "ntk", "yarn"):
+        same = scaled_rope_frequencies(d, RopeScaling(method, 1.0, original_length=L))
+        assert torch.allclose(same, theta)
+
+
+def test_position_interpolation_equals_dividing_the_positions():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(5, 16, generator=g, dtype=torch.float64)
+    pos = torch.arange(5) * 7
+    module = RotaryEmbedding(16, scaling=RopeScaling("linear", 4.0))
+    q, _ = module(x, x, q_positions=pos, k_positions=pos)
+    assert torch.allclose(q, apply_rope(x, pos.double() / 4))
+    yarn = RotaryEmbedding(16, scaling=RopeScaling("yarn", 4.0, original_length=8))
+    qy, ky = yarn(x, x)
+    factor = 0.1 * math.log(4.0) + 1
+    freqs = scaled_rope_frequencies(16, yarn.scaling)
+    assert torch.allclose(qy, factor * apply_rope(x, torch.arange(5), frequencies=freqs))
+    assert torch.allclose(qy, ky)
+    assert "yarn" in repr(yarn)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, msg",
+    [
+        (dict(method="cubic", factor=2.0), ValueError, "method"),
+        (dict(method="linear", factor=0.5), ValueError, "factor"),
+        (dict(method="linear", factor="2"), TypeError, "factor"),
+        (dict(method="yarn", factor=2.0), ValueError, "original_length"),
+        (dict(method="yarn", factor=2.0, original_length=8, beta_slow=40.0), ValueError, "beta"),
+    ],
+)
+def test_rope_scaling_bad_input(kwargs, exc, msg):
+    with pytest.raises(exc, match=msg):
+        RopeScaling(**kwargs)
+
+
+def test_rope_layout_partial_and_frequencies_bad_input():
+    x = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="layout"):
+        apply_rope(x, torch.arange(4), layout="neox")
+    with pytest.raises(ValueError, match="rotary_dim"):
+        apply_rope(x, torch.arange(4), rotary_dim=10)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        apply_rope(x, torch.arange(4), rotary_dim=3)
+    with pytest.raises(ValueError, match="frequencies"):
+        apply_rope(x, torch.arange(4), frequencies=torch.ones(3))
+    with pytest.raises(ValueError, match="rotary_fraction"):
+        RotaryEmbedding(8, rotary_fraction=0.0)
+    with pytest.raises(ValueError, match="rotary_fraction"):
+        RotaryEmbedding(8, rotary_fraction=0.125)  # one dimension
+    with pytest.raises(ValueError, match="even"):
+        RotaryEmbedding(8, rotary_fraction=0.375)  # three dimensions
+    with pytest.raises(TypeError, match="scaling"):
+        RotaryEmbedding(8, scaling={"method": "linear", "factor": 2})
+    with pytest.raises(TypeError, match="scaling"):
+        scaled_rope_frequencies(8, "yarn")

@@ -10,7 +10,10 @@ outputs shuffle the same way), so order has to be injected. Three families:
   penalty, Press et al., 2022);
 * **relative, by rotating queries and keys**: :func:`apply_rope` and
   :class:`RotaryEmbedding` (RoPE, Su et al., 2021), with :func:`apply_rope_complex`
-  as the same map written with complex numbers.
+  as the same map written with complex numbers, the rotate-half layout of GPT-NeoX and
+  LLaMA (``layout="half"``), partial rotary (``rotary_dim``), and the RoPE scalings for
+  contexts longer than the training length (:class:`RopeScaling`: position
+  interpolation, NTK-aware scaling, YaRN).
 
 Conventions: positions index dimension ``-2`` of a ``(..., n, d)`` tensor; biases have
 shape ``(h, n, m)`` and are *added* to the scores (a float mask for
@@ -20,6 +23,7 @@ shape ``(h, n, m)`` and are *added* to the scores (a float mask for
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -37,6 +41,11 @@ __all__ = [
     "rope_frequencies",
     "apply_rope",
     "apply_rope_complex",
+    "ROPE_LAYOUTS",
+    "ROPE_SCALINGS",
+    "rotate_half_permutation",
+    "RopeScaling",
+    "scaled_rope_frequencies",
     "RotaryEmbedding",
 ]
 
@@ -418,24 +427,63 @@ def _positions(positions, x: torch.Tensor) -> torch.Tensor:
     return positions.double()
 
 
-def apply_rope(x: torch.Tensor, positions, *, base: float = 10000.0) -> torch.Tensor:
+#: The pairings :func:`apply_rope` knows: adjacent pairs ``(x[2i], x[2i+1])`` (the paper,
+#: Meta's LLaMA code) or halves ``(x[i], x[i + d/2])`` (GPT-NeoX, Hugging Face's LLaMA).
+ROPE_LAYOUTS = ("interleaved", "half")
+
+
+def rotate_half_permutation(d: int) -> torch.Tensor:
+    """The permutation that turns the interleaved layout into the rotate-half one.
+
+    ``perm = [0, 2, 4, ..., d-2, 1, 3, ..., d-1]``: ``x[..., perm]`` puts the first member of
+    every adjacent pair in the first half and the second member in the second half, so
+    ``apply_rope(x, p)[..., perm] == apply_rope(x[..., perm], p, layout="half")``.
+
+    Returns a ``torch.long`` tensor ``(d,)``.
+    """
+    _require_even(d)
+    return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+
+
+def _require_layout(layout) -> str:
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
+    return layout
+
+
+def apply_rope(
+    x: torch.Tensor,
+    positions,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    rotary_dim: int | None = None,
+    frequencies: torch.Tensor | None = None,
+) -> torch.Tensor:
     r"""Rotary position embedding (Su et al., 2021), real rotation form.
 
-    Dimensions are taken in adjacent pairs ``(x[2i], x[2i+1])`` (the paper's layout) and
-    pair ``i`` of the vector at position ``p`` is rotated by the angle ``p * theta_i`` with
-    ``theta_i = base^(-2i/d)``::
+    Pair ``i`` of the vector at position ``p`` is rotated by the angle ``p * theta_i`` with
+    ``theta_i = base^(-2i/d)``. With ``layout="interleaved"`` (the paper's) the pairs are
+    adjacent dimensions ``(x[2i], x[2i+1])``::
 
         out[2i]   = x[2i] cos(p theta_i) - x[2i+1] sin(p theta_i)
         out[2i+1] = x[2i] sin(p theta_i) + x[2i+1] cos(p theta_i)
 
-    Applied to queries and keys (never values), it makes ``<R_m q, R_n k>`` a function of
-    ``m - n`` only, and it preserves norms. (GPT-NeoX and LLaMA pair ``x[i]`` with
-    ``x[i + d/2]`` instead: the same rotation after a fixed permutation of dimensions.)
+    With ``layout="half"`` (GPT-NeoX, Hugging Face's LLaMA: "rotate half") pair ``i`` is
+    ``(x[i], x[i + d/2])``: the same map after the permutation
+    :func:`rotate_half_permutation`. Applied to queries and keys (never values), it makes
+    ``<R_m q, R_n k>`` a function of ``m - n`` only, and it preserves norms.
 
     Args:
-        x: ``(..., n, d)`` floating point, ``d`` even.
+        x: ``(..., n, d)`` floating point.
         positions: ``(n,)`` or broadcastable ``(..., n)`` integer or float positions.
         base: the wavelength scale.
+        layout: one of :data:`ROPE_LAYOUTS`.
+        rotary_dim: partial rotary (GPT-NeoX, GPT-J): rotate only the first ``rotary_dim``
+            dimensions (even), with frequencies ``base^(-2i/rotary_dim)``, and pass the rest
+            through unchanged. ``None``: all ``d``.
+        frequencies: ``(rotary_dim/2,)`` rotation speeds to use instead of ``base`` (e.g.
+            :func:`scaled_rope_frequencies`).
 
     Returns:
         Tensor of the same shape and dtype as ``x`` (angles computed in float64).
@@ -443,15 +491,35 @@ def apply_rope(x: torch.Tensor, positions, *, base: float = 10000.0) -> torch.Te
     require_float(x, "x")
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., n, d), got {tuple(x.shape)}")
-    d = _require_even(x.shape[-1], "x's last dimension d")
+    _require_layout(layout)
+    d = x.shape[-1]
+    if rotary_dim is None:
+        r = _require_even(d, "x's last dimension d")
+    else:
+        r = _require_even(rotary_dim, "rotary_dim")
+        if r > d:
+            raise ValueError(f"rotary_dim must be at most x's last dimension {d}, got {r}")
     pos = _positions(positions, x)
-    angles = pos[..., :, None] * _frequencies(
-        d, _require_base(base), device=x.device
-    )  # (..., n, d/2)
+    if frequencies is None:
+        theta = _frequencies(r, _require_base(base), device=x.device)
+    else:
+        require_tensor(frequencies, "frequencies")
+        if tuple(frequencies.shape) != (r // 2,):
+            raise ValueError(
+                f"frequencies must have shape ({r // 2},) (one per rotated pair), "
+                f"got {tuple(frequencies.shape)}"
+            )
+        theta = frequencies.to(device=x.device, dtype=torch.float64)
+    angles = pos[..., :, None] * theta  # (..., n, r/2)
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., n, d/2, 2)
-    return out.flatten(-2)
+    rot, rest = x[..., :r], x[..., r:]
+    if layout == "interleaved":
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    else:
+        x1, x2 = rot[..., : r // 2], rot[..., r // 2 :]
+        out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return torch.cat((out, rest), dim=-1) if r < d else out
 
 
 def apply_rope_complex(x: torch.Tensor, positions, *, base: float = 10000.0) -> torch.Tensor:
@@ -471,27 +539,145 @@ def apply_rope_complex(x: torch.Tensor, positions, *, base: float = 10000.0) -> 
     return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
 
 
+#: The RoPE scalings :class:`RopeScaling` knows.
+ROPE_SCALINGS = ("linear", "ntk", "yarn")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    r"""How to stretch RoPE to a context ``factor`` times the training length.
+
+    ``method`` is one of
+
+    * ``"linear"``: position interpolation (Chen et al., 2023): every position is divided by
+      ``s = factor``, i.e. ``theta_i -> theta_i / s``, so the longest new offset turns every
+      pair no further than the longest offset seen in training;
+    * ``"ntk"``: NTK-aware scaling (bloc97, 2023): the base is raised,
+      ``base -> base * s^(d / (d - 2))``, which leaves the fastest pair unchanged and divides
+      the slowest one's speed by exactly ``s``;
+    * ``"yarn"``: YaRN's "NTK-by-parts" (Peng et al., 2023): with ``r_i = L theta_i / (2 pi)``
+      the number of turns pair ``i`` makes over the training length ``L``, pairs with
+      ``r_i < beta_slow`` are interpolated (``theta_i / s``), pairs with ``r_i > beta_fast``
+      are kept, and those between are blended linearly,
+      ``theta_i' = (1 - gamma_i) theta_i / s + gamma_i theta_i`` with
+      ``gamma_i = (r_i - beta_slow) / (beta_fast - beta_slow)`` clipped to ``[0, 1]``; and
+      queries and keys are both multiplied by ``0.1 ln s + 1`` (the paper's
+      ``sqrt(1/t)``), which sharpens the softmax at the longer length.
+
+    Args:
+        method: one of :data:`ROPE_SCALINGS`.
+        factor: ``s >= 1``, the new context over the training length.
+        original_length: ``L``, the training length (needed by ``"yarn"``).
+        beta_fast, beta_slow: YaRN's ``beta`` and ``alpha`` (32 and 1 in the paper, for LLaMA).
+    """
+
+    method: str
+    factor: float
+    original_length: int | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+
+    def __post_init__(self):
+        if self.method not in ROPE_SCALINGS:
+            raise ValueError(f"method must be one of {ROPE_SCALINGS}, got {self.method!r}")
+        factor = self.factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+            raise TypeError(f"factor must be a number >= 1, got {type(factor).__name__}")
+        if not (math.isfinite(factor) and factor >= 1):
+            raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+        if self.method == "yarn":
+            if self.original_length is None:
+                raise ValueError("yarn needs original_length (the training length L), got None")
+            _require_int(self.original_length, "original_length", 1)
+            if not 0 <= self.beta_slow < self.beta_fast:
+                raise ValueError(
+                    "yarn needs 0 <= beta_slow < beta_fast, "
+                    f"got beta_slow={self.beta_slow}, beta_fast={self.beta_fast}"
+                )
+
+    @property
+    def attention_factor(self) -> float:
+        """What queries and keys are multiplied by: ``0.1 ln s + 1`` for YaRN, else 1."""
+        return 0.1 * math.log(self.factor) + 1.0 if self.method == "yarn" else 1.0
+
+
+def scaled_rope_frequencies(
+    d: int, scaling: RopeScaling | None, *, base: float = 10000.0
+) -> torch.Tensor:
+    """RoPE's rotation speeds ``(d/2,)`` float64, after ``scaling`` (``None``: unscaled).
+
+    The formulas are those of :class:`RopeScaling`; ``d`` is the number of rotated dimensions.
+    """
+    _require_even(d)
+    base = _require_base(base)
+    if scaling is None:
+        return _frequencies(d, base)
+    if not isinstance(scaling, RopeScaling):
+        raise TypeError(f"scaling must be a RopeScaling or None, got {type(scaling).__name__}")
+    s = float(scaling.factor)
+    if scaling.method == "linear":
+        return _frequencies(d, base) / s
+    if scaling.method == "ntk":
+        if d == 2:  # one pair: it is the fastest one, which NTK scaling keeps
+            return _frequencies(d, base)
+        return _frequencies(d, base * s ** (d / (d - 2)))
+    theta = _frequencies(d, base)
+    turns = scaling.original_length * theta / (2 * math.pi)  # r_i
+    gamma = ((turns - scaling.beta_slow) / (scaling.beta_fast - scaling.beta_slow)).clamp(0, 1)
+    return (1 - gamma) * theta / s + gamma * theta
+
+
 class RotaryEmbedding(nn.Module):
     """RoPE as a module: rotates queries and keys ``(..., n, d_head)`` by their positions.
 
     Args:
-        d_head: the per-head dimension (even).
+        d_head: the per-head dimension.
         base: the wavelength scale.
+        scaling: a :class:`RopeScaling` for contexts longer than the training length, or
+            ``None``.
+        layout: one of :data:`ROPE_LAYOUTS` (see :func:`apply_rope`).
+        rotary_fraction: rotate only the first ``rotary_fraction * d_head`` dimensions
+            (partial rotary; GPT-NeoX uses 0.25); that count must be even and >= 2.
 
     ``forward(q, k, q_positions=None, k_positions=None)`` returns the rotated ``(q, k)``.
     Positions default to ``0 .. n-1`` for keys and to the last ``n_q`` of them for
     queries (decoding against a cache). No parameters: RoPE is fixed.
     """
 
-    def __init__(self, d_head: int, *, base: float = 10000.0):
+    def __init__(
+        self,
+        d_head: int,
+        *,
+        base: float = 10000.0,
+        scaling: RopeScaling | None = None,
+        layout: str = "interleaved",
+        rotary_fraction: float = 1.0,
+    ):
         super().__init__()
-        self.d_head = _require_even(d_head, "d_head")
+        self.d_head = _require_int(d_head, "d_head", 2)
         self.base = _require_base(base)
+        self.layout = _require_layout(layout)
+        if isinstance(rotary_fraction, bool) or not isinstance(rotary_fraction, (int, float)):
+            raise TypeError(
+                f"rotary_fraction must be a number in (0, 1], got {type(rotary_fraction).__name__}"
+            )
+        if not 0 < rotary_fraction <= 1:
+            raise ValueError(f"rotary_fraction must be in (0, 1], got {rotary_fraction!r}")
+        self.rotary_fraction = float(rotary_fraction)
+        self.rotary_dim = _require_even(int(d_head * rotary_fraction), "rotary_fraction * d_head")
+        if scaling is not None and not isinstance(scaling, RopeScaling):
+            raise TypeError(f"scaling must be a RopeScaling or None, got {type(scaling).__name__}")
+        self.scaling = scaling
+
+    def frequencies(self) -> torch.Tensor:
+        """The rotation speeds in use, ``(rotary_dim/2,)`` float64 (after the scaling)."""
+        return scaled_rope_frequencies(self.rotary_dim, self.scaling, base=self.base)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, q_positions=None, k_positions=None):
         """Rotate ``q`` ``(..., n_q, d_head)`` and ``k`` ``(..., n_k, d_head)``.
 
-        Returns ``(q, k)`` rotated, of the same shapes.
+        Returns ``(q, k)`` rotated, of the same shapes (with YaRN, also multiplied by its
+        attention factor).
         """
         for name, t in (("q", q), ("k", k)):
             require_float(t, name)
@@ -508,9 +694,18 @@ class RotaryEmbedding(nn.Module):
                     f"with default positions q may not be longer than k, got n_q={n_q}, n_k={n_k}"
                 )
             q_positions = torch.arange(n_k - n_q, n_k, device=q.device)
-        return apply_rope(q, q_positions, base=self.base), apply_rope(
-            k, k_positions, base=self.base
+        kwargs = dict(
+            layout=self.layout, rotary_dim=self.rotary_dim, frequencies=self.frequencies()
         )
+        q, k = apply_rope(q, q_positions, **kwargs), apply_rope(k, k_positions, **kwargs)
+        if self.scaling is not None and self.scaling.attention_factor != 1.0:
+            q, k = q * self.scaling.attention_factor, k * self.scaling.attention_factor
+        return q, k
 
     def extra_repr(self) -> str:
-        return f"d_head={self.d_head}, base={self.base:g}"
+        extra = "" if self.scaling is None else f", scaling={self.scaling}"
+        if self.layout != "interleaved":
+            extra += f", layout={self.layout!r}"
+        if self.rotary_dim != self.d_head:
+            extra += f", rotary_dim={self.rotary_dim}"
+        return f"d_head={self.d_head}, base={self.base:g}{extra}"
