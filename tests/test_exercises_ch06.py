@@ -1,16 +1,23 @@
-"""Chapter 6's checkers: the reference solutions pass, plausible mistakes and the stub do not."""
+"""Chapter 6's checkers: the reference solutions pass, the stub is "not attempted", and each
+likely mistake is named by its diagnosis."""
 
 import math
 
+import pytest
 import torch
 from selfattn.exercises import ch06
+from selfattn.positional import apply_rope
 
 
 def stub(*args):
     raise NotImplementedError
 
 
-# ---- 6.1 sinusoidal -------------------------------------------------------------------
+def failed_with(result, text):
+    return result.status == "failed" and text in result.message
+
+
+# ---- 6.1 sinusoidal (find the bug) --------------------------------------------------------
 
 
 def _sinusoidal(n, d, *, swap=False, exponent=lambda i, d: 2 * i / d, halves=False):
@@ -30,21 +37,25 @@ def _sinusoidal(n, d, *, swap=False, exponent=lambda i, d: 2 * i / d, halves=Fal
 
 def test_sinusoidal():
     assert ch06.check_sinusoidal(_sinusoidal).passed
-    assert ch06.check_sinusoidal(
-        lambda n, d: _sinusoidal(n, d).float().numpy()
-    ).passed  # numpy is fine too
-    assert ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, swap=True)).status == "failed"
-    assert (
-        ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, exponent=lambda i, d: i / d)).status
-        == "failed"
+    assert ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d).float().numpy()).passed
+    assert failed_with(
+        ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, swap=True)), "still swapped"
     )
-    assert (
-        ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, halves=True)).status == "failed"
-    )  # sin | cos halves
+    assert failed_with(
+        ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, exponent=lambda i, d: i / d)),
+        "the exponent runs over the pairs",
+    )
+    assert failed_with(
+        ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, halves=True)),
+        "rotate-half arrangement",
+    )
+    # an unrelated wrong answer gets the plain comparison, not a diagnosis
+    plain = ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d) + 0.1)
+    assert failed_with(plain, "largest difference")
     assert ch06.check_sinusoidal(stub).status == "not attempted"
 
 
-# ---- 6.2 shift matrix -----------------------------------------------------------------
+# ---- 6.2 shift matrix (build) -------------------------------------------------------------
 
 
 def _shift(k, d, *, sign=1.0, use_k=True):
@@ -60,17 +71,17 @@ def _shift(k, d, *, sign=1.0, use_k=True):
 
 def test_shift_matrix():
     assert ch06.check_shift_matrix(_shift).passed
-    assert (
-        ch06.check_shift_matrix(lambda k, d: _shift(k, d, sign=-1.0)).status == "failed"
-    )  # the transpose: M_{-k}
-    assert (
-        ch06.check_shift_matrix(lambda k, d: _shift(k, d, use_k=False)).status == "failed"
-    )  # always one step
-    assert ch06.check_shift_matrix(lambda k, d: torch.eye(d)).status == "failed"
+    assert failed_with(
+        ch06.check_shift_matrix(lambda k, d: _shift(k, d, sign=-1.0)), "which is M_-k"
+    )
+    assert failed_with(
+        ch06.check_shift_matrix(lambda k, d: _shift(k, d, use_k=False)), "whatever k is"
+    )
+    assert failed_with(ch06.check_shift_matrix(lambda k, d: torch.eye(d)), "largest difference")
     assert ch06.check_shift_matrix(stub).status == "not attempted"
 
 
-# ---- 6.3 ALiBi slopes -----------------------------------------------------------------
+# ---- 6.3 ALiBi slopes (build) -------------------------------------------------------------
 
 
 def _slopes(h):
@@ -84,16 +95,15 @@ def _slopes(h):
 def test_alibi_slopes():
     assert ch06.check_alibi_slopes(_slopes).passed
     assert ch06.check_alibi_slopes(lambda h: torch.tensor(_slopes(h))).passed
-    # the power-of-two formula used for every h: right for 1, 2, 4, ... but not for 3, 5, 6, 12
-    assert (
-        ch06.check_alibi_slopes(lambda h: [2.0 ** (-8.0 * (i + 1) / h) for i in range(h)]).status
-        == "failed"
+    assert failed_with(
+        ch06.check_alibi_slopes(lambda h: [2.0 ** (-8.0 * (i + 1) / h) for i in range(h)]),
+        "power-of-two formula",
     )
-    assert (
-        ch06.check_alibi_slopes(lambda h: [2.0 ** (-8.0 * i / h) for i in range(h)]).status
-        == "failed"
-    )  # starts at 1
-    # rounding h up to a power of two and keeping the first h slopes
+    assert failed_with(
+        ch06.check_alibi_slopes(lambda h: [2.0 ** (-8.0 * i / h) for i in range(h)]),
+        "first slope is 2^0",
+    )
+    # rounding h up to a power of two and keeping the first h slopes: no diagnosis, still wrong
     assert (
         ch06.check_alibi_slopes(lambda h: _slopes(2 ** math.ceil(math.log2(h)))[:h]).status
         == "failed"
@@ -101,7 +111,7 @@ def test_alibi_slopes():
     assert ch06.check_alibi_slopes(stub).status == "not attempted"
 
 
-# ---- 6.4 RoPE -------------------------------------------------------------------------
+# ---- 6.4 RoPE (build) ---------------------------------------------------------------------
 
 
 def _rope(x, positions, *, sign=1.0, halves=False, exponent=lambda i, d: 2 * i / d):
@@ -120,13 +130,44 @@ def _rope(x, positions, *, sign=1.0, halves=False, exponent=lambda i, d: 2 * i /
 
 def test_rope():
     assert ch06.check_rope(_rope).passed
-    assert (
-        ch06.check_rope(lambda x, p: _rope(x, p, sign=-1.0)).status == "failed"
-    )  # rotates the wrong way
-    assert (
-        ch06.check_rope(lambda x, p: _rope(x, p, halves=True)).status == "failed"
-    )  # GPT-NeoX layout, not the paper's
-    assert (
-        ch06.check_rope(lambda x, p: _rope(x, p, exponent=lambda i, d: i / d)).status == "failed"
+    assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p, sign=-1.0)), "clockwise")
+    assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p, halves=True)), "rotate-half")
+    assert failed_with(
+        ch06.check_rope(lambda x, p: _rope(x, p, exponent=lambda i, d: i / d)),
+        "frequency index",
     )
     assert ch06.check_rope(stub).status == "not attempted"
+
+
+# ---- 6.5, 6.6 predictions -----------------------------------------------------------------
+
+
+def _score(m, n):
+    q, k = ch06.shifted_score_setup()
+    return (apply_rope(q, torch.tensor([m])) * apply_rope(k, torch.tensor([n]))).sum().item()
+
+
+def test_shifted_score():
+    assert ch06.check_shifted_score(_score(5, 3)).passed
+    assert ch06.check_shifted_score(round(_score(5, 3), 4)).passed
+    assert ch06.check_shifted_score(torch.tensor(_score(5, 3))).passed
+    assert abs(_score(5, 3) - _score(3, 5)) > 0.1  # the two named answers differ
+    assert failed_with(ch06.check_shifted_score(_score(3, 5)), "not symmetric")
+    q, k = ch06.shifted_score_setup()
+    assert failed_with(ch06.check_shifted_score((q * k).sum().item()), "without any rotation")
+    assert failed_with(ch06.check_shifted_score("1.2"), "expected a number")
+    assert ch06.check_shifted_score(None).status == "not attempted"
+
+
+@pytest.mark.parametrize(
+    "answer, text",
+    [(80, "without interpolation"), (320.0, "divides"), (25, "query alone"), (7, "largest")],
+)
+def test_interpolated_angle_mistakes(answer, text):
+    assert failed_with(ch06.check_interpolated_angle(answer), text)
+
+
+def test_interpolated_angle():
+    assert ch06.check_interpolated_angle(20).passed
+    assert ch06.check_interpolated_angle(80 / 4).passed
+    assert ch06.check_interpolated_angle(None).status == "not attempted"

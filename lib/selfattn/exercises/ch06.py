@@ -1,23 +1,42 @@
 """Checkers for chapter 6, "Positional encodings".
 
-* 6.1 :func:`check_sinusoidal`: the sinusoidal encoding ``(n, d)`` from its formula.
-* 6.2 :func:`check_shift_matrix`: the ``d x d`` matrix ``M_k`` with ``PE[pos + k] = M_k PE[pos]``.
-* 6.3 :func:`check_alibi_slopes`: ALiBi's per-head slopes, including head counts that are not
-  powers of two.
-* 6.4 :func:`check_rope`: rotary position embedding of ``(n, d)`` vectors at given positions.
+* 6.1 :func:`check_sinusoidal` (find the bug): the sinusoidal encoding ``(n, d)``, with sin and
+  cos in their right columns.
+* 6.2 :func:`check_shift_matrix` (build): the ``d x d`` matrix ``M_k`` with
+  ``PE[pos + k] = M_k PE[pos]``.
+* 6.3 :func:`check_alibi_slopes` (build): ALiBi's per-head slopes, including head counts that
+  are not powers of two.
+* 6.4 :func:`check_rope` (build): rotary position embedding of ``(n, d)`` vectors.
+* 6.5 :func:`check_shifted_score` (predict): the RoPE score after moving both positions.
+* 6.6 :func:`check_interpolated_angle` (predict): an angle under position interpolation.
 
-Each compares the reader's function with the library's (:mod:`selfattn.positional`) on
-several cases, edge cases included, and names the first case that differs.
+Each compares the reader's answer with the library's (:mod:`selfattn.positional`) and, when
+the answer is one of the likely mistakes, says which mistake it is.
 """
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
-from ..positional import alibi_slopes, apply_rope, sinusoidal_encoding, sinusoidal_shift_matrix
+from ..positional import (
+    alibi_slopes,
+    apply_rope,
+    sinusoidal_encoding,
+    sinusoidal_shift_matrix,
+)
 from ._core import Mismatch, call_answer, checker, expect_close
 
-__all__ = ["check_sinusoidal", "check_shift_matrix", "check_alibi_slopes", "check_rope"]
+__all__ = [
+    "check_sinusoidal",
+    "check_shift_matrix",
+    "check_alibi_slopes",
+    "check_rope",
+    "shifted_score_setup",
+    "check_shifted_score",
+    "check_interpolated_angle",
+]
 
 
 def _tensor(got, case: str) -> torch.Tensor:
@@ -29,15 +48,51 @@ def _tensor(got, case: str) -> torch.Tensor:
     return got.double()
 
 
-@checker("6.1", "sinusoidal encoding")
+def _number(got, case: str) -> float:
+    if isinstance(got, torch.Tensor) and got.numel() == 1:
+        got = got.item()
+    if isinstance(got, bool) or not isinstance(got, numbers.Real):
+        raise Mismatch(f"case {case}: expected a number, got {type(got).__name__} {got!r:.40}")
+    return float(got)
+
+
+def _pe(n: int, d: int, *, swap=False, exponent=2, halves=False) -> torch.Tensor:
+    """The sinusoidal encoding, or one of its likely mistakes."""
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-exponent * torch.arange(d // 2, dtype=torch.float64) / d)
+    s, c = torch.sin(pos * omega), torch.cos(pos * omega)
+    if swap:
+        s, c = c, s
+    if halves:
+        return torch.cat([s, c], dim=1)
+    return torch.stack([s, c], dim=-1).flatten(1)
+
+
+@checker("6.1", "sinusoidal encoding, fixed")
 def check_sinusoidal(answer):
     """``answer(n, d)`` -> ``PE`` ``(n, d)``, base 10000: sin in even columns, cos in odd."""
     for n, d in ((1, 2), (4, 2), (10, 8), (7, 6), (50, 64)):
         case = f"n={n}, d={d}"
         got = _tensor(call_answer(answer, n, d), case)
         expect_close(
-            got, sinusoidal_encoding(n, d, dtype=torch.float64), case=case, atol=1e-5, rtol=1e-5
+            got,
+            sinusoidal_encoding(n, d, dtype=torch.float64),
+            case=case,
+            mistakes={
+                "sin and cos are still swapped: the paper puts sin(pos omega_i) in the even "
+                "columns 2i and cos in the odd ones (the row of position 0 starts 0, 1, not "
+                "1, 0)": _pe(n, d, swap=True),
+                "omega_i = 10000^(-i/d): the exponent runs over the pairs, 2i/d, so the "
+                "slowest pair turns at 10000^(-(d-2)/d), not 10000^(-1/2)": _pe(n, d, exponent=1),
+                "all sines first, then all cosines: that is the rotate-half arrangement, a "
+                "permutation of the paper's columns (interleave them)": _pe(n, d, halves=True),
+            },
         )
+
+
+def _shift(k: int, d: int, *, transpose=False, one_step=False) -> torch.Tensor:
+    m = sinusoidal_shift_matrix(1 if one_step else k, d, dtype=torch.float64)
+    return m.T if transpose else m
 
 
 @checker("6.2", "the shift as a block rotation")
@@ -48,11 +103,21 @@ def check_shift_matrix(answer):
         got = _tensor(call_answer(answer, k, d), case)
         expect_close(
             got,
-            sinusoidal_shift_matrix(k, d, dtype=torch.float64),
+            _shift(k, d),
             case=case,
-            atol=1e-5,
-            rtol=1e-5,
+            mistakes={
+                "your blocks are the usual rotation [[cos, -sin], [sin, cos]], which is M_-k "
+                "here: the pairs are stored as (sin, cos), not (cos, sin), so the shift forward "
+                "has +sin above the diagonal": _shift(k, d, transpose=True),
+                "your matrix shifts by one position whatever k is: the angle of pair i is "
+                "k * omega_i": _shift(k, d, one_step=True),
+            },
         )
+
+
+def _pow2_slopes(h: int, *, start_at_one=False) -> torch.Tensor:
+    first = 0 if start_at_one else 1
+    return torch.tensor([2.0 ** (-8.0 * (i + first) / h) for i in range(h)], dtype=torch.float64)
 
 
 @checker("6.3", "ALiBi slopes")
@@ -61,7 +126,22 @@ def check_alibi_slopes(answer):
     for h in (1, 2, 4, 8, 16, 3, 5, 6, 12, 20):
         case = f"num_heads={h}"
         got = _tensor(call_answer(answer, h), case).flatten()
-        expect_close(got, alibi_slopes(h).double(), case=case, atol=1e-6, rtol=1e-5)
+        expect_close(
+            got,
+            alibi_slopes(h).double(),
+            case=case,
+            atol=1e-6,
+            rtol=1e-5,
+            mistakes={
+                "you used the power-of-two formula 2^(-8(i+1)/h) for every h: right for "
+                "1, 2, 4, 8, ... heads, but for other counts the paper takes the slopes of the "
+                "largest power of two p < h and fills up with every other slope of 2p heads": (
+                    _pow2_slopes(h)
+                ),
+                "your first slope is 2^0 = 1: the sequence starts at 2^(-8/h), one step "
+                "down (use i + 1 in the exponent)": _pow2_slopes(h, start_at_one=True),
+            },
+        )
 
 
 @checker("6.4", "rotary position embedding")
@@ -82,4 +162,73 @@ def check_rope(answer):
         x = torch.randn(n, d, generator=g, dtype=torch.float64)
         pos = torch.tensor(positions)
         got = _tensor(call_answer(answer, x.clone(), pos.clone()), case)
-        expect_close(got, apply_rope(x, pos), case=case, atol=1e-5, rtol=1e-5)
+        half = apply_rope(x, pos, layout="half")
+        slow = apply_rope(x, pos, frequencies=10000.0 ** (-torch.arange(d // 2) / d))
+        expect_close(
+            got,
+            apply_rope(x, pos),
+            case=case,
+            mistakes={
+                "you rotate clockwise, by -p theta_i (out[2i] = x[2i] cos + x[2i+1] sin): "
+                "scores still depend only on offsets, but it is R_-p, not the paper's "
+                "R_p": apply_rope(x, -pos),
+                "you paired dimension i with i + d/2 (GPT-NeoX's rotate-half layout); "
+                "this exercise pairs adjacent dimensions (2i, 2i+1)": half,
+                "theta_i = 10000^(-i/d): the frequency index must be 2i/d, one step per "
+                "pair, as in the sinusoids": slow,
+            },
+        )
+
+
+def shifted_score_setup() -> tuple[torch.Tensor, torch.Tensor]:
+    """The query and key ``(1, 8)`` of exercise 6.5 (fixed by a seed)."""
+    g = torch.Generator().manual_seed(65)
+    q, k = torch.randn(2, 1, 8, generator=g, dtype=torch.float64)
+    return q, k
+
+
+def _score(m: int, n: int) -> float:
+    q, k = shifted_score_setup()
+    return (apply_rope(q, torch.tensor([m])) * apply_rope(k, torch.tensor([n]))).sum().item()
+
+
+@checker("6.5", "the RoPE score after a shift")
+def check_shifted_score(answer):
+    """``answer``: the predicted score of ``q`` at position 105 against ``k`` at 103."""
+    case = "q at position 105, k at position 103"
+    q, k = shifted_score_setup()
+    expect_close(
+        _number(answer, case),
+        _score(105, 103),
+        case=case,
+        atol=1e-3,
+        rtol=0,
+        mistakes={
+            "that is score(3, 5), the query 2 positions *before* the key: here the query is "
+            "2 positions after it, like score(5, 3); RoPE's score is not symmetric in the "
+            "offset": _score(3, 5),
+            "that is q . k without any rotation: the rotations cancel only when both "
+            "positions are equal; here the offset is 2": (q * k).sum().item(),
+        },
+    )
+
+
+@checker("6.6", "position interpolation")
+def check_interpolated_angle(answer):
+    """``answer``: the angle (radians) between query 100 and key 20 in pair 0 under PI, s = 4."""
+    case = "pair 0, query at 100, key at 20, factor 4"
+    expect_close(
+        _number(answer, case),
+        (100 - 20) / 4,
+        case=case,
+        atol=1e-3,
+        rtol=0,
+        mistakes={
+            "that is the angle without interpolation: position interpolation divides every "
+            "position by the factor s = 4": 80.0,
+            "you multiplied by the factor: interpolation *divides* the positions by s, so "
+            "that 4L positions fit in the L seen in training": 320.0,
+            "that is the angle of the query alone: the score depends on the difference of the "
+            "two angles, (100 - 20) / 4": 100 / 4,
+        },
+    )
