@@ -1,15 +1,22 @@
-"""Chapter 7's checkers take the reference solutions, reject wrong answers, and see stubs."""
+"""Chapter 7's checkers take the reference solutions, name the likely mistakes, see stubs."""
 
 import math
 
+import pytest
 import torch
+from selfattn.efficient import tiled_attention_io
 from selfattn.exercises.ch07 import (
-    check_attention_flops,
-    check_causal_tiles,
+    PLANTED,
+    bytes_read_mistakes,
+    causal_tiles_mistakes,
+    check_bytes_read_prediction,
+    check_causal_tiles_prediction,
     check_ds_tile,
     check_merge_states,
-    check_tiled_reads,
+    check_online_attention,
     ds_tile_mistakes,
+    merge_mistakes,
+    online_attention_mistakes,
 )
 
 
@@ -17,15 +24,12 @@ def stub(*args):
     raise NotImplementedError
 
 
-def test_attention_flops():
-    assert check_attention_flops(lambda n, m, dk, dv: 2 * n * m * dk + 2 * n * m * dv).passed
-    assert not check_attention_flops(
-        lambda n, m, dk, dv: n * m * dk + n * m * dv
-    )  # multiply-add as 1
-    assert not check_attention_flops(
-        lambda n, m, dk, dv: 4 * n * n * dk
-    )  # assumes n = m, d_k = d_v
-    assert check_attention_flops(stub).status == "not attempted"
+def failed_with(result, words):
+    """The checker failed and its message contains ``words``."""
+    return not result and words in result.message
+
+
+# -- 7.1 merge ----------------------------------------------------------------------------
 
 
 def right_merge(m1, l1, o1, m2, l2, o2):
@@ -34,9 +38,12 @@ def right_merge(m1, l1, o1, m2, l2, o2):
     return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
 
 
-def test_merge_states():
+def test_merge_states_passes_the_solution_and_sees_the_stub():
     assert check_merge_states(right_merge).passed
+    assert check_merge_states(stub).status == "not attempted"
 
+
+def test_merge_states_names_each_mistake():
     def no_rescale(m1, l1, o1, m2, l2, o2):
         return torch.maximum(m1, m2), l1 + l2, o1 + o2
 
@@ -50,36 +57,127 @@ def test_merge_states():
         a1, a2 = torch.exp(m1 - m), torch.exp(m2 - m)
         return m, a1 * l1 + a2 * l2, o1 + o2
 
-    for wrong in (no_rescale, inverse_rescale, rescale_only_l):
-        assert not check_merge_states(wrong)
-    assert check_merge_states(stub).status == "not attempted"
+    def normalised(m1, l1, o1, m2, l2, o2):
+        m, total, o = right_merge(m1, l1, o1, m2, l2, o2)
+        return m, total, o / total
+
+    wrong = {
+        "neither state was brought to the common maximum": no_rescale,
+        "the rescale factor is inverted": inverse_rescale,
+        "only l was rescaled": rescale_only_l,
+        "you returned the normalised output": normalised,
+    }
+    assert len(wrong) == len(merge_mistakes())
+    for words, answer in wrong.items():
+        result = check_merge_states(answer)
+        assert failed_with(result, words), result.message
+    # an unnamed wrong answer fails with the largest difference; a bad return is refused
+    doubled = check_merge_states(lambda *a: tuple(2 * x for x in right_merge(*a)))
+    assert failed_with(doubled, "largest difference")
+    assert failed_with(check_merge_states(lambda *a: a[:2]), "return a tuple")
 
 
-def test_causal_tiles():
-    def right(n, bq, bk):
-        return sum(math.ceil(min(qs + bq, n) / bk) for qs in range(0, n, bq))
-
-    def all_tiles(n, bq, bk):
-        return math.ceil(n / bq) * math.ceil(n / bk)
-
-    def half(n, bq, bk):
-        t = math.ceil(n / bq)
-        return t * (t + 1) // 2
-
-    assert check_causal_tiles(right).passed
-    assert not check_causal_tiles(all_tiles)
-    assert not check_causal_tiles(half)  # right only for equal blocks dividing n
-    assert check_causal_tiles(stub).status == "not attempted"
+# -- 7.2 online softmax (find the bug) ----------------------------------------------------
 
 
-def test_tiled_reads():
-    assert check_tiled_reads(lambda n, d, b: n * d + math.ceil(n / b) * 2 * n * d).passed
-    assert not check_tiled_reads(lambda n, d, b: 3 * n * d)  # K, V read only once
-    assert not check_tiled_reads(
-        lambda n, d, b: n * d + (n // b) * 2 * n * d
-    )  # floor instead of ceil
-    assert not check_tiled_reads(lambda n, d, b: n * d + n / b * 2 * n * d)  # fractional blocks
-    assert check_tiled_reads(stub).status == "not attempted"
+def online(s, v, block, fix="right"):
+    mu = torch.tensor(-math.inf, dtype=s.dtype)
+    ell = torch.zeros((), dtype=s.dtype)
+    o = torch.zeros(v.shape[-1], dtype=v.dtype)
+    for start in range(0, len(s), block):
+        s_b, v_b = s[start : start + block], v[start : start + block]
+        mu_new = torch.maximum(mu, s_b.max())
+        alpha = torch.exp(mu - mu_new)
+        p = torch.exp(s_b - mu_new)
+        ell = (1.0 if fix == "l" else alpha) * ell + p.sum()
+        if fix == "planted":
+            o = o + p @ v_b
+        elif fix == "inverse":
+            o = (1 / alpha if alpha > 0 else 0.0) * o + p @ v_b
+        elif fix == "new too":
+            o = alpha * (o + p @ v_b)
+        else:
+            o = alpha * o + p @ v_b
+        mu = mu_new
+    return o / ell
+
+
+def test_online_attention_passes_the_fix_and_treats_the_planted_bug_as_not_attempted():
+    assert check_online_attention(online).passed
+    assert check_online_attention(lambda s, v, b: torch.softmax(s, 0) @ v).passed
+    assert check_online_attention(stub).status == "not attempted"
+    planted = check_online_attention(lambda s, v, b: online(s, v, b, "planted"))
+    assert planted.status == "not attempted"
+    assert PLANTED["online_attention"] in online_attention_mistakes()
+
+
+@pytest.mark.parametrize(
+    "fix, words",
+    [
+        ("inverse", "divided by alpha instead of multiplied"),
+        ("new too", "the new block was rescaled by alpha too"),
+        ("l", "now l is not rescaled"),
+    ],
+)
+def test_online_attention_names_the_likely_wrong_fixes(fix, words):
+    result = check_online_attention(lambda s, v, b: online(s, v, b, fix))
+    assert failed_with(result, words), result.message
+
+
+def test_online_attention_names_the_planted_bug_when_only_some_cases_keep_it():
+    def half_fixed(s, v, block):  # right for one block, planted bug otherwise
+        return online(s, v, block, "right" if block == 3 else "planted")
+
+    result = check_online_attention(half_fixed)
+    assert failed_with(result, PLANTED["online_attention"]), result.message
+    assert failed_with(check_online_attention(lambda s, v, b: v.mean(0)), "largest difference")
+
+
+# -- 7.3 and 7.4 predictions --------------------------------------------------------------
+
+
+def test_causal_tiles_prediction():
+    right = sum(math.ceil(min(qs + 128, 1000) / 64) for qs in range(0, 1000, 128))
+    assert right == 72
+    assert check_causal_tiles_prediction(right).passed
+    assert check_causal_tiles_prediction(72.0).passed
+    assert check_causal_tiles_prediction(None).status == "not attempted"
+    named = {
+        128: "that is every tile",
+        36: "T(T+1)/2",
+        64: "exactly half of all tiles",
+        71: "round the key blocks up",
+    }
+    assert len(named) == len(causal_tiles_mistakes())
+    for value, words in named.items():
+        result = check_causal_tiles_prediction(value)
+        assert failed_with(result, words), result.message
+    assert failed_with(check_causal_tiles_prediction(70), "expected 72, got 70")
+    assert failed_with(check_causal_tiles_prediction("72"), "write a number")
+
+
+def test_bytes_read_prediction():
+    n, d = 4096, 64
+    right = 2 * (n * d + math.ceil(n / 96) * 2 * n * d)
+    assert right == 2 * tiled_attention_io(n, d, 65536, blocks=(96, 64)).reads
+    assert check_bytes_read_prediction(right).passed
+    assert check_bytes_read_prediction(None).status == "not attempted"
+    named = {
+        right // 2: "counts elements, not bytes",
+        2 * 3 * n * d: "once per query block",
+        2 * (n * d + (n // 96) * 2 * n * d): "the last, short query block was left out",
+        2 * (n * d + n / 96 * 2 * n * d): "a fractional number of query blocks",
+        2 * math.ceil(n / 96) * 2 * n * d: "Q was left out",
+        right + 2 * (n * d + n): "that includes the writes",
+    }
+    assert len(named) == len(bytes_read_mistakes())
+    for value, words in named.items():
+        result = check_bytes_read_prediction(value)
+        assert failed_with(result, words), result.message
+    assert failed_with(check_bytes_read_prediction(right + 2), f"expected {right}")
+
+
+# -- 7.5 dS tile (find the bug) -----------------------------------------------------------
 
 
 def ds_solution(q_i, k_j, v_j, do_i, lse_i, d_i):
@@ -87,21 +185,28 @@ def ds_solution(q_i, k_j, v_j, do_i, lse_i, d_i):
     return p * (do_i @ v_j.T - d_i[:, None])
 
 
-def test_ds_tile_passes_the_solution_and_names_each_mistake(capsys):
+def p_of(q_i, k_j, lse_i, scale=True):
+    s = q_i @ k_j.T / (q_i.shape[-1] ** 0.5 if scale else 1)
+    return torch.exp(s - lse_i[:, None])
+
+
+def test_ds_tile_passes_the_solution_and_treats_the_planted_bug_as_not_attempted(capsys):
     assert check_ds_tile(ds_solution).passed
     assert check_ds_tile(stub).status == "not attempted"
     assert "not attempted yet" in capsys.readouterr().out
 
-    def p_of(q_i, k_j, lse_i, scale=True):
-        s = q_i @ k_j.T / (q_i.shape[-1] ** 0.5 if scale else 1)
-        return torch.exp(s - lse_i[:, None])
+    def planted(q, k, v, do, lse, d):
+        p, dp = p_of(q, k, lse), do @ v.T
+        return p * (dp - (p * dp).sum(-1, keepdim=True))
 
+    assert check_ds_tile(planted).status == "not attempted"
+    assert ds_tile_mistakes()[0] == PLANTED["ds_tile"]
+
+
+def test_ds_tile_names_each_mistake():
     wrong = {
         "without the scale": lambda q, k, v, do, lse, d: (
             p_of(q, k, lse, scale=False) * (do @ v.T - d[:, None])
-        ),
-        "rowsum of this tile's P o dP": lambda q, k, v, do, lse, d: (
-            p_of(q, k, lse) * (do @ v.T - (p_of(q, k, lse) * (do @ v.T)).sum(-1, keepdim=True))
         ),
         "rowsum(dP) used for D": lambda q, k, v, do, lse, d: (
             p_of(q, k, lse) * (do @ v.T - (do @ v.T).sum(-1, keepdim=True))
@@ -114,11 +219,10 @@ def test_ds_tile_passes_the_solution_and_names_each_mistake(capsys):
             p_of(q, k, lse) * (d[:, None] - do @ v.T)
         ),
     }
-    assert len(wrong) == len(ds_tile_mistakes())
+    assert len(wrong) == len(ds_tile_mistakes()) - 1  # all but the planted one
     for words, answer in wrong.items():
         result = check_ds_tile(answer)
-        assert not result
-        assert "looks like" in result.message and words in result.message, result.message
+        assert failed_with(result, "looks like") and words in result.message, result.message
     # a wrong answer that is no named mistake still fails, with the largest difference
     result = check_ds_tile(lambda *a: 2 * ds_solution(*a))
     assert not result and "looks like" not in result.message
