@@ -93,6 +93,28 @@ CASES = [
     ),
     (D.receptive_field_growth, {}, ["3, 5, 7", "n = 12"]),
     (D.receptive_field_growth, {"n": 20, "window": 4, "layers": 2}, ["4, 7", "n = 20"]),
+    (
+        D.transformer_family,
+        {},
+        [
+            shape("mask", f"n {X} n", 5, 5),
+            "P = (40 / 10)\u00b2 = 16 patches",
+            shape("mask", f"(1+P) {X} (1+P)", 17, 17),
+            shape("similarity", f"B {X} B", 4, 4),
+            "1 of 5",
+        ],
+    ),
+    (
+        D.transformer_family,
+        {"n": 8, "padding": 3, "image_size": 24, "patch": 4, "batch": 6},
+        [
+            shape("mask", f"n {X} n", 8, 8),
+            "P = (24 / 4)\u00b2 = 36 patches",
+            shape("mask", f"(1+P) {X} (1+P)", 37, 37),
+            shape("similarity", f"B {X} B", 6, 6),
+            "3 of 8",
+        ],
+    ),
 ]
 
 
@@ -142,6 +164,11 @@ def test_every_public_diagram_is_tested():
         (D.flash_tiles, {"n": 4, "block_rows": 5}, "block_rows"),
         (D.sparse_patterns, {"window": 0}, "window"),
         (D.receptive_field_growth, {"layers": 7}, "layers"),
+        (D.transformer_family, {"n": 1}, "n"),
+        (D.transformer_family, {"n": 4, "padding": 4}, "padding"),
+        (D.transformer_family, {"image_size": 40, "patch": 3}, "image_size"),
+        (D.transformer_family, {"image_size": 80, "patch": 10}, "image_size"),
+        (D.transformer_family, {"batch": 1}, "batch"),
     ],
 )
 def test_invalid_sizes_raise_naming_the_argument(func, kwargs, name):

@@ -1,4 +1,4 @@
-"""Schematic diagrams for chapters 1-8: boxes, arrows and labelled matrices, drawn by code.
+"""Schematic diagrams for chapters 1-9: boxes, arrows and labelled matrices, drawn by code.
 
 Every function takes the sizes it draws, so the shape labels ("Q (n × d_k) = 5 × 4") always
 agree with the sizes a chapter uses, and returns a :class:`matplotlib.figure.Figure` with an
@@ -18,6 +18,7 @@ chapter     diagrams
 6           :func:`rope_rotation`
 7           :func:`flash_tiles`
 8           :func:`sparse_patterns`, :func:`receptive_field_growth`
+9           :func:`transformer_family`
 ==========  ===========================================================================
 
 Invalid sizes raise ``ValueError`` naming the argument, what it got and what it expected.
@@ -47,6 +48,7 @@ __all__ = [
     "receptive_field_growth",
     "rope_rotation",
     "sparse_patterns",
+    "transformer_family",
 ]
 
 #: The one palette of every diagram (a light fill per role, dark lines and text).
@@ -1118,5 +1120,137 @@ def receptive_field_growth(n: int = 12, window: int = 3, layers: int = 3) -> Fig
         f"widens by w \u2212 1 = {window - 1} positions per layer, reaching "
         + ", ".join(str(r) for r in per_layer)
         + " positions after 1, 2, ... layers."
+    )
+    return _finish(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 9
+def _grid(ax, x, y, side, allowed: np.ndarray, *, diagonal: bool = False):
+    """An (n, m) boolean mask as a square of side ``side`` with its lower-left corner at (x, y).
+
+    Allowed cells blue, masked cells grey; with ``diagonal`` the diagonal is highlighted (the
+    true pairs of a similarity matrix).
+    """
+    n, m = allowed.shape
+    cell = side / max(n, m)
+    for i in range(n):
+        for j in range(m):
+            color = PALETTE["allowed"] if allowed[i, j] else PALETTE["masked"]
+            if diagonal and i == j:
+                color = PALETTE["highlight"]
+            ax.add_patch(
+                Rectangle(
+                    (x + j * cell, y + side - (i + 1) * cell),
+                    cell,
+                    cell,
+                    facecolor=color,
+                    edgecolor="white",
+                    lw=0.4 if max(n, m) <= 12 else 0.2,
+                )
+            )
+
+
+def transformer_family(
+    n: int = 5, padding: int = 1, image_size: int = 40, patch: int = 10, batch: int = 4
+) -> Figure:
+    """Chapter 9: BERT, GPT, ViT and CLIP as one block with different tokens and masks.
+
+    Four panels, each the attention mask (blue: may attend) of one model: BERT's padding mask
+    over ``n`` words, the last ``padding`` of them padding; GPT's causal triangle over ``n``
+    characters; ViT's full mask over a class token and ``P = (image_size / patch)^2`` patches
+    (the image drawn cut into its patches); CLIP's ``(B × B)`` similarity matrix of two
+    encoders, true pairs on the diagonal. A bar below says that every model stacks the same
+    pre-LayerNorm block.
+
+    Args:
+        n: tokens of the BERT and GPT panels, 2 to 12. padding: BERT's padding tokens, 0 to
+        ``n - 1``. image_size: side in pixels, a multiple of ``patch``, with at most 6 patches
+        per side. patch: patch side in pixels. batch: CLIP's batch ``B``, 2 to 8.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    n = _int(n, "n", 2, 12)
+    padding = _int(padding, "padding", 0, n - 1)
+    patch = _int(patch, "patch", 1)
+    image_size = _int(image_size, "image_size", patch)
+    if image_size % patch or image_size // patch > 6:
+        raise ValueError(
+            f"image_size must be a multiple of patch = {patch} with at most 6 patches per side, "
+            f"got image_size = {image_size}"
+        )
+    batch = _int(batch, "batch", 2, 8)
+    g = image_size // patch
+    P = g * g
+    fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
+    real = n - padding
+    i, j = np.indices((n, n))
+    bert_mask = np.broadcast_to(j < real, (n, n))
+    gpt_mask = j <= i
+    vit_mask = np.ones((1 + P, 1 + P), dtype=bool)
+    sim = np.ones((batch, batch), dtype=bool)
+    lab_bert = _shape("mask", f"n {_TIMES} n", n, n)
+    lab_gpt = _shape("mask", f"n {_TIMES} n", n, n)
+    lab_vit = _shape("mask", f"(1+P) {_TIMES} (1+P)", 1 + P, 1 + P)
+    lab_clip = _shape("similarity", f"B {_TIMES} B", batch, batch)
+    lab_p = f"P = ({image_size} / {patch})\u00b2 = {P} patches"
+    panels = [
+        ("BERT: encoder", "a token = a word", f"padding: {padding} of {n} hidden", lab_bert),
+        ("GPT: decoder", "a token = a character", "causal: i sees 0..i", lab_gpt),
+        ("ViT: encoder", f"a token = a patch;\n{lab_p}", "none: all see all", lab_vit),
+        ("CLIP: two encoders", "image and caption", "true pairs on the diagonal", lab_clip),
+    ]
+    side = 2.3
+    for k, (title, token, mask_text, shape_label) in enumerate(panels):
+        x0 = 3.5 * k
+        ax.text(x0 + 1.75, 6.55, title, ha="center", va="top", fontsize=_FONT, weight="bold")
+        ax.text(x0 + 1.75, 6.05, token, ha="center", va="top", fontsize=7)
+        ax.text(x0 + 1.75, 1.75, mask_text, ha="center", va="top", fontsize=7)
+        ax.text(x0 + 1.75, 1.3, shape_label, ha="center", va="top", fontsize=6.5)
+    _grid(ax, 0.6, 2.4, side, bert_mask)
+    _grid(ax, 3.5 + 0.6, 2.4, side, gpt_mask)
+    # ViT: the image cut into g x g patches, then the full mask over class token + patches
+    img = 1.0
+    for r in range(g):
+        for c in range(g):
+            ax.add_patch(
+                Rectangle(
+                    (7.05 + c * img / g, 3.0 + img - (r + 1) * img / g),
+                    img / g,
+                    img / g,
+                    facecolor=PALETTE["x"],
+                    edgecolor=PALETTE["line"],
+                    lw=0.4,
+                )
+            )
+    ax.text(7.55, 2.9, f"{image_size} {_TIMES} {image_size}", ha="center", va="top", fontsize=6)
+    _arrow(ax, (8.1, 3.5), (8.45, 3.5))
+    _grid(ax, 8.5, 2.35, 2.0, vit_mask)
+    # CLIP: two towers feeding a B x B cosine-similarity matrix
+    _box(ax, 10.6, 4.0, 1.1, 0.55, "image enc.", PALETTE["q"], fontsize=6.5)
+    _box(ax, 10.6, 2.6, 1.1, 0.55, "text enc.", PALETTE["k"], fontsize=6.5)
+    _arrow(ax, (11.7, 4.27), (12.1, 3.9))
+    _arrow(ax, (11.7, 2.87), (12.1, 3.2))
+    _grid(ax, 12.15, 2.5, 1.75, sim, diagonal=True)
+    _box(
+        ax,
+        0.3,
+        0.1,
+        13.4,
+        0.75,
+        "every model: the same pre-LayerNorm block, x + MHA(LN(x)), then x + MLP(LN(x)), "
+        "stacked L times",
+        PALETTE["out"],
+        fontsize=7.5,
+    )
+    alt = (
+        "Four attention masks from one Transformer block, blue where a query may attend. "
+        f"BERT (an encoder over words): {lab_bert}, every word sees every real word, and "
+        f"the padding ({padding} of {n} tokens, the last columns) is hidden from every "
+        f"query. GPT (a decoder over characters): {lab_gpt}, a lower triangle, position i "
+        f"sees 0..i. ViT: a {image_size} {_TIMES} {image_size} image cut into {lab_p} plus "
+        f"a class token, {lab_vit}, all blue. CLIP: an image encoder and a text encoder give "
+        f"a {lab_clip} of cosine similarities, true pairs on the diagonal (red). A bar "
+        "below: every model stacks the same pre-LayerNorm block."
     )
     return _finish(fig, alt)
