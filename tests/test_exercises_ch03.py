@@ -1,5 +1,6 @@
 """Chapter 3's checkers: each accepts the reference solution, rejects plausible wrong answers,
-and reports "not attempted" for the untouched stub. The solutions are those of the chapter."""
+names the likely mistakes by their diagnosis, and reports "not attempted" for the untouched
+stub. The solutions are those of the chapter."""
 
 import math
 
@@ -8,9 +9,12 @@ import pytest
 import selfattn
 import torch
 from selfattn.exercises.ch03 import (
-    check_dot_variance,
+    PREDICTION_D_K,
+    PREDICTION_SIGMA,
+    buggy_attention_layer,
     check_five_steps,
-    check_softmax_jacobian,
+    check_scale_bug,
+    check_scaled_variance_prediction,
     check_stable_softmax,
     check_temperature,
 )
@@ -51,13 +55,18 @@ def test_five_steps_rejects(name):
     assert check_five_steps(FIVE_STEPS_WRONG[name]).status == "failed"
 
 
+@pytest.mark.parametrize(
+    "name, diagnosis",
+    [("no scale", "not divided by sqrt(d_k)"), ("softmax over queries (axis 0)", "axis 0")],
+)
+def test_five_steps_names_the_mistake(name, diagnosis):
+    assert diagnosis in check_five_steps(FIVE_STEPS_WRONG[name]).message
+
+
 # ---- 3.2 stable softmax -------------------------------------------------------------------------
 def softmax_solution(x):
-    row_max = x.amax(dim=-1, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    e = torch.exp(x - row_max)
-    total = e.sum(dim=-1, keepdim=True)
-    return e / torch.where(total == 0, torch.ones_like(total), total)
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
 
 
 SOFTMAX_WRONG = {
@@ -65,10 +74,10 @@ SOFTMAX_WRONG = {
     "global max instead of row max": lambda x: (
         torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(-1, keepdim=True)
     ),
-    "row max but nan on fully masked rows": lambda x: torch.softmax(x, dim=-1),
     "softmax over the first dimension": lambda x: softmax_solution(x.transpose(0, -1)).transpose(
         0, -1
     ),
+    "torch.softmax over dim 0": lambda x: torch.softmax(x, dim=0),
     "returns numpy": lambda x: softmax_solution(x).numpy(),
 }
 
@@ -76,6 +85,7 @@ SOFTMAX_WRONG = {
 def test_softmax_accepts_solution_and_library():
     assert check_stable_softmax(softmax_solution).passed
     assert check_stable_softmax(selfattn.softmax).passed
+    assert check_stable_softmax(lambda x: torch.softmax(x, dim=-1)).passed
 
 
 @pytest.mark.parametrize("name", SOFTMAX_WRONG)
@@ -89,38 +99,111 @@ def test_softmax_message_names_the_case():
     assert "large scores" in msg and "NaN" in msg
 
 
-# ---- 3.3 variance with sigma --------------------------------------------------------------------
-VARIANCE_WRONG = {
-    "sigma^2 d_k": lambda d_k, sigma: sigma**2 * d_k,
-    "d_k only": lambda d_k, sigma: d_k,
-    "sigma^4 sqrt(d_k)": lambda d_k, sigma: sigma**4 * math.sqrt(d_k),
-    "not a number": lambda d_k, sigma: "d_k * sigma**4",
+@pytest.mark.parametrize(
+    "name, diagnosis",
+    [
+        ("global max instead of row max", "one maximum for the whole tensor"),
+        ("torch.softmax over dim 0", "runs over the first dimension"),
+    ],
+)
+def test_softmax_names_the_mistake(name, diagnosis):
+    msg = check_stable_softmax(SOFTMAX_WRONG[name]).message
+    assert diagnosis in msg, msg
+
+
+# ---- 3.3 find the bug: the scale ----------------------------------------------------------------
+def fixed_layer(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def layer_with_scale(scale_of):
+    def layer(x, w_q, w_k, w_v):
+        q, k, v = x @ w_q, x @ w_k, x @ w_v
+        scores = q @ k.transpose(-2, -1) * scale_of(q.shape[-1])
+        return torch.softmax(scores, dim=-1) @ v
+
+    return layer
+
+
+SCALE_BUG_WRONG = {
+    "the bug left in": (buggy_attention_layer, "still divided by sqrt(d_model)"),
+    "divided by d_k": (layer_with_scale(lambda d_k: 1 / d_k), "divided by d_k instead"),
+    "no scale": (layer_with_scale(lambda d_k: 1.0), "not divided at all"),
 }
 
 
-def test_variance_accepts_solution():
-    assert check_dot_variance(lambda d_k, sigma: d_k * sigma**4).passed
-    # numpy / torch scalars are numbers too
-    assert check_dot_variance(lambda d_k, sigma: np.float64(d_k) * sigma**4).passed
-    assert check_dot_variance(
-        lambda d_k, sigma: torch.tensor(float(d_k) * sigma**4, dtype=torch.float64)
+def test_scale_bug_accepts_the_fix():
+    assert check_scale_bug(fixed_layer).passed
+    assert check_scale_bug(
+        lambda x, w_q, w_k, w_v: selfattn.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
     ).passed
 
 
-@pytest.mark.parametrize("name", VARIANCE_WRONG)
-def test_variance_rejects(name):
-    assert check_dot_variance(VARIANCE_WRONG[name]).status == "failed"
-
-
-def test_variance_formula_matches_monte_carlo():
-    # The checker's formula is the theorem's; check it against a simulation once.
+def test_buggy_layer_is_right_only_when_d_k_equals_d_model():
     g = torch.Generator().manual_seed(0)
-    d_k, sigma, n = 16, 2.0, 200_000
+    x = torch.randn(2, 5, 16, generator=g, dtype=torch.float64)
+    same = [torch.randn(16, 16, generator=g, dtype=torch.float64) for _ in range(3)]
+    assert torch.allclose(buggy_attention_layer(x, *same), fixed_layer(x, *same))
+    narrow = [torch.randn(16, 4, generator=g, dtype=torch.float64) for _ in range(3)]
+    assert not torch.allclose(buggy_attention_layer(x, *narrow), fixed_layer(x, *narrow))
+
+
+@pytest.mark.parametrize("name", SCALE_BUG_WRONG)
+def test_scale_bug_names_the_mistake(name):
+    wrong, diagnosis = SCALE_BUG_WRONG[name]
+    result = check_scale_bug(wrong)
+    assert result.status == "failed" and diagnosis in result.message, result.message
+
+
+def test_scale_bug_rejects_softmax_over_queries():
+    def over_queries(x, w_q, w_k, w_v):
+        q, k, v = x @ w_q, x @ w_k, x @ w_v
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return torch.softmax(scores, dim=-2) @ v
+
+    assert check_scale_bug(over_queries).status == "failed"
+
+
+# ---- 3.4 predict, then run: the variance of the scaled scores ---------------------------------
+def test_prediction_accepts_sigma_to_the_fourth():
+    assert check_scaled_variance_prediction(PREDICTION_SIGMA**4).passed
+    assert check_scaled_variance_prediction(np.float64(PREDICTION_SIGMA**4)).passed
+    assert check_scaled_variance_prediction(torch.tensor(PREDICTION_SIGMA**4)).passed
+    assert check_scaled_variance_prediction(lambda: PREDICTION_SIGMA**4).passed
+
+
+@pytest.mark.parametrize(
+    "wrong, diagnosis",
+    [
+        (PREDICTION_SIGMA**2, "variance of one component"),
+        (PREDICTION_SIGMA**4 * PREDICTION_D_K, "before the division"),
+        (1.0, "components of variance 1"),
+        (PREDICTION_SIGMA**4 * math.sqrt(PREDICTION_D_K), "its variance by c²"),
+    ],
+)
+def test_prediction_names_the_mistake(wrong, diagnosis):
+    result = check_scaled_variance_prediction(wrong)
+    assert result.status == "failed" and diagnosis in result.message, result.message
+
+
+def test_prediction_rejects_other_numbers_and_non_numbers():
+    assert check_scaled_variance_prediction(0.3).status == "failed"
+    assert check_scaled_variance_prediction("0.0625").status == "failed"
+    assert check_scaled_variance_prediction(True).status == "failed"
+
+
+def test_prediction_is_the_theorem():
+    # The checker's answer is the theorem's; check it against a simulation once.
+    g = torch.Generator().manual_seed(0)
+    d_k, sigma, n = PREDICTION_D_K, PREDICTION_SIGMA, 200_000
     q, k = sigma * torch.randn(n, d_k, generator=g), sigma * torch.randn(n, d_k, generator=g)
-    assert abs((q * k).sum(-1).var().item() / (sigma**4 * d_k) - 1) < 0.02
+    measured = ((q * k).sum(-1) / math.sqrt(d_k)).var().item()
+    assert abs(measured / sigma**4 - 1) < 0.02
 
 
-# ---- 3.4 temperature ----------------------------------------------------------------------------
+# ---- 3.5 temperature ----------------------------------------------------------------------------
 def temperature_solution(q, k, v, temperature):
     return selfattn.scaled_dot_product_attention(
         q, k, v, scale=1.0 / (temperature * math.sqrt(q.shape[-1]))
@@ -153,41 +236,22 @@ def test_temperature_rejects(name):
     assert check_temperature(TEMPERATURE_WRONG[name]).status == "failed"
 
 
-# ---- 3.5 softmax Jacobian -----------------------------------------------------------------------
-JACOBIAN_WRONG = {
-    "diag(p) only": lambda p: torch.diag(p),
-    "sign flipped": lambda p: torch.outer(p, p) - torch.diag(p),
-    "diagonal p(1-p) only": lambda p: torch.diag(p * (1 - p)),
-}
-
-
-def test_jacobian_accepts_solution():
-    assert check_softmax_jacobian(lambda p: torch.diag(p) - torch.outer(p, p)).passed
-
-
-def test_jacobian_formula_is_autograds():
-    s = torch.tensor([0.3, -1.0, 2.0, 0.0], dtype=torch.float64)
-    p = torch.softmax(s, 0)
-    auto = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, 0), s)
-    assert torch.allclose(torch.diag(p) - torch.outer(p, p), auto, atol=1e-12)
-
-
-@pytest.mark.parametrize("name", JACOBIAN_WRONG)
-def test_jacobian_rejects(name):
-    assert check_softmax_jacobian(JACOBIAN_WRONG[name]).status == "failed"
+@pytest.mark.parametrize(
+    "name, diagnosis",
+    [("multiplies by T", "multiplies the scores"), ("forgets sqrt(d_k)", "keep the 1/sqrt(d_k)")],
+)
+def test_temperature_names_the_mistake(name, diagnosis):
+    msg = check_temperature(TEMPERATURE_WRONG[name]).message
+    assert diagnosis in msg, msg
 
 
 # ---- every checker: stubs are "not attempted", crashes are reported -----------------------------
-ALL = [
-    check_five_steps,
-    check_stable_softmax,
-    check_dot_variance,
-    check_temperature,
-    check_softmax_jacobian,
-]
+ALL = [check_five_steps, check_stable_softmax, check_scale_bug, check_temperature]
 
 
-@pytest.mark.parametrize("check", ALL, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "check", [*ALL, check_scaled_variance_prediction], ids=lambda c: c.__name__
+)
 def test_stub_is_not_attempted(check, capsys):
     assert check(stub).status == "not attempted"
     assert check(lambda *a: None).status == "not attempted"
@@ -195,7 +259,9 @@ def test_stub_is_not_attempted(check, capsys):
     assert capsys.readouterr().out.count("not attempted yet") == 3
 
 
-@pytest.mark.parametrize("check", ALL, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "check", [*ALL, check_scaled_variance_prediction], ids=lambda c: c.__name__
+)
 def test_a_crash_is_reported_not_raised(check):
     def crashes(*args):
         raise RuntimeError("boom")

@@ -1,27 +1,46 @@
 """Checkers for chapter 3's exercises (scaled dot-product attention).
 
 Each checker runs the reader's answer on several cases, edge cases included,
-and prints one line: passed, not attempted yet, or the first case that failed
-with expected vs got. None of them raises.
+and prints one line: passed, not attempted yet, or the first case that failed.
+When a wrong answer is one of the likely mistakes (the softmax over the wrong
+axis, the scale forgotten or taken from the wrong width), the line names the
+mistake instead of only the largest difference. None of them raises.
+
+The exercises are of three kinds: **build** (:func:`check_five_steps`,
+:func:`check_stable_softmax`, :func:`check_temperature`), **find the bug**
+(:func:`check_scale_bug`, the reader fixes :func:`buggy_attention_layer`) and
+**predict, then run** (:func:`check_scaled_variance_prediction`).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
 
 from ..attention import scaled_dot_product_attention, softmax
 from ..reference import attention_steps
-from ._core import call_answer, checker, expect_close, expect_true
+from ._core import (
+    Mismatch,
+    NotAttempted,
+    call_answer,
+    checker,
+    expect_close,
+    expect_true,
+    name_mistake,
+)
 
 __all__ = [
     "check_five_steps",
     "check_stable_softmax",
-    "check_dot_variance",
+    "buggy_attention_layer",
+    "check_scale_bug",
+    "PREDICTION_SIGMA",
+    "PREDICTION_D_K",
+    "check_scaled_variance_prediction",
     "check_temperature",
-    "check_softmax_jacobian",
 ]
 
 
@@ -29,10 +48,20 @@ def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def _steps_np(X, W_q, W_k, W_v, *, scale: float | None = None, axis: int = 1) -> np.ndarray:
+    # The five steps with one knob per likely mistake: the scale and the softmax axis.
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    s = Q @ K.T * (1 / math.sqrt(Q.shape[1]) if scale is None else scale)
+    e = np.exp(s - s.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)) @ V
+
+
 @checker("3.1", "the five steps")
 def check_five_steps(answer) -> None:
     """``answer(X, W_q, W_k, W_v)`` (NumPy arrays ``(n, d), (d, d_k), (d, d_k), (d, d_v)``)
-    must return the attention output ``(n, d_v)`` of :func:`selfattn.reference.attention_steps`."""
+    must return the attention output ``(n, d_v)`` of :func:`selfattn.reference.attention_steps`.
+
+    Named mistakes: the scale forgotten, and the softmax taken over the queries (axis 0)."""
     cases = [
         ("n=5, d=6, d_k=4, d_v=3", 5, 6, 4, 3),
         ("one token, n=1", 1, 4, 4, 2),
@@ -45,14 +74,33 @@ def check_five_steps(answer) -> None:
         W_q, W_k, W_v = r.normal(size=(d, d_k)), r.normal(size=(d, d_k)), r.normal(size=(d, d_v))
         expected = attention_steps(X, W_q, W_k, W_v).output
         got = call_answer(answer, X.copy(), W_q.copy(), W_k.copy(), W_v.copy())
-        expect_close(got, expected, case=name, atol=1e-6, rtol=1e-6)
+        mistakes = {
+            "the scores are not divided by sqrt(d_k) (step 3 is missing)": _steps_np(
+                X, W_q, W_k, W_v, scale=1.0
+            ),
+            "your softmax runs over axis 0, the queries: each key's weights sum to 1, "
+            "not each query's (use axis=1, the keys)": _steps_np(X, W_q, W_k, W_v, axis=0),
+        }
+        expect_close(got, expected, case=name, atol=1e-6, rtol=1e-6, mistakes=mistakes)
+
+
+def _softmax_global_max(x: torch.Tensor) -> torch.Tensor:
+    e = torch.exp(x - x.max())
+    return e / e.sum(-1, keepdim=True)
+
+
+def _softmax_first_dim(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=0)
 
 
 @checker("3.2", "stable softmax")
 def check_stable_softmax(answer) -> None:
     """``answer(x)`` for a float tensor ``x (..., m)`` must return the softmax over the last
-    dimension, without overflow, and zeros for a row that is all ``-inf``."""
-    inf = float("inf")
+    dimension without overflow, also for rows whose scores are far apart in size.
+
+    Named mistakes: the softmax over the first dimension instead of the last, and one
+    maximum for the whole tensor instead of one per row; a naive ``exp(x) / sum`` is
+    reported by the NaN its overflow produces."""
     cases = [
         (
             "random scores (3, 5)",
@@ -70,11 +118,6 @@ def check_stable_softmax(answer) -> None:
             "rows far apart [[0, 1], [-1000, -999]]",
             torch.tensor([[0.0, 1.0], [-1000.0, -999.0]], dtype=torch.float64),
         ),
-        ("a masked entry [0, -inf, 1]", torch.tensor([[0.0, -inf, 1.0]], dtype=torch.float64)),
-        (
-            "a fully masked row [-inf, -inf, -inf]",
-            torch.tensor([[1.0, 2.0, 3.0], [-inf, -inf, -inf]], dtype=torch.float64),
-        ),
         (
             "batched input (2, 3, 4), softmax over the last dim",
             torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64),
@@ -86,70 +129,149 @@ def check_stable_softmax(answer) -> None:
             isinstance(got, torch.Tensor),
             f"case {name}: return a torch.Tensor, got {type(got).__name__}",
         )
-        expect_close(got, softmax(x), case=name, atol=1e-9, rtol=1e-7)
+        mistakes = {
+            # First: on rows far apart the global maximum gives 0/0 = NaN, as the naive
+            # formula does, and this is the more specific diagnosis there.
+            "you subtract one maximum for the whole tensor; subtract each row's own "
+            "maximum (x.amax(dim=-1, keepdim=True)), or a row far below it underflows "
+            "to 0/0": _softmax_global_max(x),
+            "your softmax runs over the first dimension; the weights must sum to 1 over "
+            "the last one (dim=-1, the keys)": _softmax_first_dim(x),
+        }
+        expect_close(got, softmax(x), case=name, atol=1e-9, rtol=1e-7, mistakes=mistakes)
 
 
-@checker("3.3", "variance of q·k for variance σ²")
-def check_dot_variance(answer) -> None:
-    """``answer(d_k, sigma)`` must return ``Var[q·k]`` for q, k with independent components
-    of mean 0 and standard deviation ``sigma``: ``sigma**4 * d_k``."""
-    for d_k, sigma in ((1, 1.0), (64, 1.0), (64, 2.0), (10, 0.5), (1000, 0.1), (3, 3.0)):
-        got = call_answer(answer, d_k, sigma)
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            expect_true(
-                False, f"case d_k={d_k}, σ={sigma}: return a number, got {type(got).__name__}"
-            )
-        expected = sigma**4 * d_k
+def buggy_attention_layer(
+    x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
+) -> torch.Tensor:
+    """Single-head attention with one planted bug, for exercise 3.3 (find the bug).
+
+    ``x (..., n, d_model)``, ``w_q, w_k (d_model, d_k)``, ``w_v (d_model, d_v)``; returns
+    ``(..., n, d_v)``. The bug: the scores are divided by the square root of the model width
+    ``d_model`` instead of ``d_k``, which goes unnoticed whenever ``d_k == d_model``.
+    """
+    q, k, v = x @ w_q, x @ w_k, x @ w_v  # (..., n, d_k), (..., n, d_k), (..., n, d_v)
+    d_model = x.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_model)  # (..., n, n)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v
+
+
+def _layer(x, w_q, w_k, w_v, *, scale: float, dim: int = -1) -> torch.Tensor:
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=dim) @ v
+
+
+@checker("3.3", "find the bug: the scale")
+def check_scale_bug(answer) -> None:
+    """``answer(x, w_q, w_k, w_v)`` must be :func:`buggy_attention_layer` fixed: scores
+    divided by ``sqrt(d_k)``, softmax over the keys, output ``(..., n, d_v)``.
+
+    Named mistakes: the bug left in (``sqrt(d_model)``), the scores divided by ``d_k``
+    instead of its square root, and no scale at all."""
+    g = torch.Generator().manual_seed(33)
+    cases = [
+        ("d_model=32, d_k=8, one sequence of 5", 1, 5, 32, 8, 4),
+        ("batch of 3, d_model=64, d_k=16", 3, 6, 64, 16, 5),
+        ("d_model=8, d_k=128 (d_k larger than d_model)", 2, 4, 8, 128, 3),
+        ("d_model=d_k=16, where the bug is invisible", 2, 5, 16, 16, 4),
+    ]
+    for name, b, n, d_model, d_k, d_v in cases:
+        x = torch.randn(b, n, d_model, generator=g, dtype=torch.float64)
+        w_q = torch.randn(d_model, d_k, generator=g, dtype=torch.float64) / math.sqrt(d_model)
+        w_k = torch.randn(d_model, d_k, generator=g, dtype=torch.float64) / math.sqrt(d_model)
+        w_v = torch.randn(d_model, d_v, generator=g, dtype=torch.float64) / math.sqrt(d_model)
+        args = (x, w_q, w_k, w_v)
+        expected = scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
+        got = call_answer(answer, *(a.clone() for a in args))
         expect_true(
-            math.isclose(got, expected, rel_tol=1e-9),
-            f"case d_k={d_k}, σ={sigma}: expected Var[q·k] = {expected:.6g}, got {got:.6g}",
+            isinstance(got, torch.Tensor),
+            f"case {name}: return a torch.Tensor, got {type(got).__name__}",
         )
+        mistakes = {
+            "still divided by sqrt(d_model), the width of x; the scale is sqrt(d_k), "
+            "the length of a query (w_q.shape[-1] or q.shape[-1])": buggy_attention_layer(*args),
+            "divided by d_k instead of sqrt(d_k): the scores come out too small and "
+            "the weights too flat": _layer(*args, scale=1 / d_k),
+            "not divided at all: the scale is missing": _layer(*args, scale=1.0),
+        }
+        expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6, mistakes=mistakes)
 
 
-@checker("3.4", "attention with a temperature")
+#: Exercise 3.4 (predict, then run): the standard deviation of every component of q and k.
+PREDICTION_SIGMA: float = 2.0
+#: Exercise 3.4: the length of the query and key vectors.
+PREDICTION_D_K: int = 64
+
+
+@checker("3.4", "predict the variance of the scaled scores")
+def check_scaled_variance_prediction(prediction) -> None:
+    """``prediction`` (a number written before the simulation runs) must be the variance of
+    ``q·k / sqrt(d_k)`` when the ``2 d_k`` components of ``q`` and ``k`` are independent with
+    mean 0 and standard deviation :data:`PREDICTION_SIGMA`, ``d_k =`` :data:`PREDICTION_D_K`:
+    ``sigma**4``, whatever ``d_k``.
+
+    ``prediction`` may also be a function returning the number (the checkers' usual form).
+    Named mistakes: ``sigma**2`` (the variance of one component, not of a product),
+    ``sigma**4 * d_k`` (the unscaled variance), ``1`` (the scale gives 1 only for unit
+    variance) and ``sigma**4 * sqrt(d_k)`` (the scale's effect on the variance not squared).
+    """
+    value = call_answer(prediction) if callable(prediction) else prediction
+    if value is None or value is ...:
+        raise NotAttempted()
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise Mismatch(f"write one number, got {type(value).__name__} {value!r:.60}")
+    sigma, d_k = PREDICTION_SIGMA, PREDICTION_D_K
+    mistakes = {
+        f"{sigma**2:g} is sigma², the variance of one component; a product q_i k_i has "
+        "variance sigma² · sigma² = sigma⁴": sigma**2,
+        f"{sigma**4 * d_k:g} is sigma⁴ d_k, the variance before the division by "
+        "sqrt(d_k); dividing by sqrt(d_k) divides the variance by d_k": sigma**4 * d_k,
+        "1 would need components of variance 1; the scale removes the d_k, not the sigma": 1.0,
+        f"{sigma**4 * math.sqrt(d_k):g} divides the variance by sqrt(d_k); dividing a "
+        "number by c divides its variance by c²": sigma**4 * math.sqrt(d_k),
+    }
+    expected = sigma**4
+    if not math.isclose(float(value), expected, rel_tol=1e-6):
+        name_mistake(float(value), mistakes, case="your prediction", atol=0, rtol=1e-6)
+        raise Mismatch(f"your prediction {float(value):g} is not the variance; see the theorem")
+
+
+@checker("3.5", "attention with a temperature")
 def check_temperature(answer) -> None:
     """``answer(q, k, v, temperature)`` must return
     ``softmax(q k^T / (temperature * sqrt(d_k))) v`` for ``q (..., n, d_k)``,
-    ``k (..., m, d_k)``, ``v (..., m, d_v)``."""
+    ``k (..., m, d_k)``, ``v (..., m, d_v)``.
+
+    Named mistakes: the temperature multiplying the scores instead of dividing them, and
+    the ``sqrt(d_k)`` dropped."""
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 4, 16, generator=g, dtype=torch.float64) for _ in range(3))
     cases = [
-        ("temperature 1 (plain scaled attention)", q, k, v, 1.0),
-        ("temperature 1/sqrt(d_k) (the scale forgotten)", q, k, v, 1 / math.sqrt(16)),
+        ("temperature 3", q, k, v, 3.0),
         ("temperature 10 (flat)", q, k, v, 10.0),
         ("temperature 0.05 (sharp)", q, k, v, 0.05),
+        ("temperature 1 (plain scaled attention)", q, k, v, 1.0),
         (
             "n=3 queries, m=5 keys, d_v=2",
             q[:, :3],
             torch.randn(2, 5, 16, generator=g, dtype=torch.float64),
             torch.randn(2, 5, 2, generator=g, dtype=torch.float64),
-            2.0,
+            2.5,
         ),
     ]
     for name, q_, k_, v_, t in cases:
-        expected = scaled_dot_product_attention(
-            q_, k_, v_, scale=1.0 / (t * math.sqrt(q_.shape[-1]))
-        )
+        root = math.sqrt(q_.shape[-1])
+        expected = scaled_dot_product_attention(q_, k_, v_, scale=1.0 / (t * root))
         got = call_answer(answer, q_.clone(), k_.clone(), v_.clone(), t)
-        expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6)
-
-
-@checker("3.5", "the softmax Jacobian")
-def check_softmax_jacobian(answer) -> None:
-    """``answer(p)`` for a probability vector ``p (m,)`` must return the Jacobian
-    ``d softmax(s) / d s = diag(p) - p p^T``, shape ``(m, m)``."""
-    cases = [
-        (
-            "p = softmax([1, 2, 0.5, -1, 0])",
-            torch.softmax(torch.tensor([1.0, 2.0, 0.5, -1.0, 0.0], dtype=torch.float64), 0),
-        ),
-        ("uniform p over 4 keys", torch.full((4,), 0.25, dtype=torch.float64)),
-        ("one-hot p (saturated softmax)", torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)),
-        ("a single key, p = [1]", torch.ones(1, dtype=torch.float64)),
-    ]
-    for name, p in cases:
-        expected = torch.diag(p) - torch.outer(p, p)
-        got = call_answer(answer, p.clone())
-        expect_close(got, expected, case=name, atol=1e-10, rtol=1e-8)
+        mistakes = {
+            "the temperature multiplies the scores; it divides them (a high temperature "
+            "flattens the weights)": scaled_dot_product_attention(q_, k_, v_, scale=t / root),
+            "the scores are divided by the temperature only; keep the 1/sqrt(d_k) as "
+            "well": scaled_dot_product_attention(q_, k_, v_, scale=1.0 / t),
+        }
+        expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6, mistakes=mistakes)
