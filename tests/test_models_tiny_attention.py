@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 from long_range_training import long_range_accuracy
-from selfattn.models import AttentionClassifier, SelfAttention, sinusoidal_positions
+from selfattn.models import AttentionClassifier, SelfAttention
+from selfattn.positional import sinusoidal_encoding
 
 
 def test_self_attention_is_the_formula():
@@ -23,7 +24,7 @@ def test_self_attention_is_the_formula():
 @pytest.mark.parametrize("n_heads", [1, 2, 4])
 def test_heads_agree_with_torch_sdpa_and_cross_attention_shapes(n_heads):
     torch.manual_seed(1)
-    layer = SelfAttention(8, n_heads=n_heads)
+    layer = SelfAttention(8, num_heads=n_heads)
     x, ctx = torch.randn(3, 5, 8), torch.randn(3, 9, 8)
     out, w = layer(x, ctx, return_weights=True)
     assert out.shape == (3, 5, 8) and w.shape == (3, n_heads, 5, 9)
@@ -59,9 +60,11 @@ def test_mask_and_n_equals_one():
     assert w[0, 0, 0, 0] == 1
 
 
-def test_sinusoidal_positions_formula():
-    p = sinusoidal_positions(5, 4)
-    assert p.shape == (5, 4)
+def test_classifier_adds_the_sinusoidal_positions():
+    model = AttentionClassifier(5, 2, d_model=4)
+    ids = torch.zeros(1, 5, dtype=torch.long)
+    p = model.embed_tokens(ids)[0] - model.embed(ids)[0]
+    torch.testing.assert_close(p, sinusoidal_encoding(5, 4))
     torch.testing.assert_close(
         p[3], torch.tensor([math.sin(3), math.cos(3), math.sin(3 / 100), math.cos(3 / 100)])
     )
@@ -71,7 +74,7 @@ def test_classifier_shapes_weights_and_query_position():
     torch.manual_seed(0)
     for positions in ("sinusoidal", "learned", None):
         model = AttentionClassifier(
-            10, 3, d_model=8, n_layers=2, n_heads=2, positions=positions, max_len=6, mlp=True
+            10, 3, d_model=8, num_layers=2, num_heads=2, positions=positions, max_len=6, mlp=True
         )
         ids = torch.randint(1, 10, (4, 6))
         logits, weights = model(ids, return_weights=True)
@@ -101,8 +104,8 @@ def test_classifier_learns_the_long_range_task():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="must be divisible by n_heads=3"):
-        SelfAttention(8, n_heads=3)
+    with pytest.raises(ValueError, match="must be divisible by num_heads=3"):
+        SelfAttention(8, num_heads=3)
     with pytest.raises(ValueError, match=r"x must have shape \(B, n, d_model=4\), got \(2, 4\)"):
         SelfAttention(4)(torch.zeros(2, 4))
     with pytest.raises(ValueError, match="temperature must be > 0, got 0"):
@@ -117,5 +120,18 @@ def test_errors():
         AttentionClassifier(5, 2)(torch.ones(2, 3, dtype=torch.long), torch.tensor([0, 3]))
     with pytest.raises(TypeError, match="ids must be a long tensor"):
         AttentionClassifier(5, 2)(torch.ones(2, 3))
-    with pytest.raises(ValueError, match="even d >= 2"):
-        sinusoidal_positions(4, 3)
+    with pytest.raises(ValueError, match="even"):
+        AttentionClassifier(5, 2, d_model=3)(torch.ones(2, 3, dtype=torch.long))
+
+
+def test_the_former_argument_names_still_work():
+    torch.manual_seed(3)
+    new = AttentionClassifier(7, 2, d_model=8, num_layers=2, num_heads=2)
+    torch.manual_seed(3)
+    old = AttentionClassifier(7, 2, d_model=8, n_layers=2, n_heads=2)
+    assert len(old.attn) == 2 and old.attn[0].num_heads == old.attn[0].n_heads == 2
+    ids = torch.randint(0, 7, (2, 5))
+    assert torch.equal(new(ids), old(ids))
+    assert SelfAttention(8, n_heads=4).num_heads == 4
+    with pytest.raises(TypeError, match="not both"):
+        SelfAttention(8, num_heads=2, n_heads=4)

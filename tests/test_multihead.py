@@ -703,3 +703,85 @@ def test_library_sdpa_accepts_broadcast_kv_heads_like_enable_gqa():
         q, k, v, attn_mask=causal_lower_right(5, 7), enable_gqa=True
     )
     assert_close(out, ref)
+
+
+# ---- positional hooks: rope= and score_bias= ------------------------------------------
+
+
+def _by_hand(layer, x, mask_or_bias):
+    """The layer written out: project, split, rotate, one attention call, merge, project."""
+    from selfattn import scaled_dot_product_attention
+
+    q, k, v = (split_heads(t, layer.num_heads) for t in layer.qkv(x).split(layer.d_model, -1))
+    if layer.rope is not None:
+        q, k = layer.rope(q, k)
+    return layer.out(merge_heads(scaled_dot_product_attention(q, k, v, mask_or_bias)))
+
+
+def test_rope_hook_rotates_queries_and_keys_and_decodes_with_the_cache():
+    from selfattn.positional import RotaryEmbedding
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, rope=RotaryEmbedding(4)).eval()
+    x = torch.randn(2, 7, 16)
+    full = layer(x, mask="causal")
+    torch.testing.assert_close(full, _by_hand(layer, x, causal_mask(7)), atol=TOL, rtol=TOL)
+    plain = MultiHeadAttention(16, 4).eval()
+    plain.load_state_dict(layer.state_dict())
+    assert (plain(x, mask="causal") - full).abs().max() > 1e-3  # the rotation changed something
+    cache = KVCache()
+    steps = [layer(x[:, :3], mask="causal", cache=cache)]
+    steps += [layer(x[:, t : t + 1], cache=cache) for t in range(3, 7)]
+    # positions continue after the cached ones: decoding reproduces the full pass
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=TOL, rtol=TOL)
+
+
+def test_score_bias_is_added_to_the_scores_and_follows_the_cache():
+    from functools import partial
+
+    from selfattn.positional import RelativePositionBias, alibi_bias
+
+    torch.manual_seed(1)
+    layer = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 6, 16)
+    alibi = alibi_bias(4, 6)
+    expected = _by_hand(layer, x, alibi.masked_fill(~causal_mask(6), float("-inf")))
+    for bias in (alibi, partial(alibi_bias, 4)):
+        got = layer(x, mask="causal", score_bias=bias)
+        torch.testing.assert_close(got, expected, atol=TOL, rtol=TOL)
+    float_mask = torch.randn(6, 6)
+    torch.testing.assert_close(
+        layer(x, mask=float_mask, score_bias=alibi),
+        _by_hand(layer, x, alibi + float_mask),
+        atol=TOL,
+        rtol=TOL,
+    )
+    rel = RelativePositionBias(4, bidirectional=False)
+    with torch.no_grad():
+        rel.bias.weight.normal_()
+    full = layer(x, mask="causal", score_bias=rel)
+    assert (full - layer(x, mask="causal")).abs().max() > 1e-3
+    cache = KVCache()
+    steps = [layer(x[:, :2], mask="causal", score_bias=rel, cache=cache)]
+    steps += [layer(x[:, t : t + 1], score_bias=rel, cache=cache) for t in range(2, 6)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=TOL, rtol=TOL)
+
+
+def test_positional_hooks_reject_what_they_cannot_do():
+    from selfattn.positional import RotaryEmbedding
+
+    x = torch.randn(1, 5, 16)
+    with pytest.raises(ValueError, match="d_head=4"):
+        MultiHeadAttention(16, 4, rope=RotaryEmbedding(8))
+    with pytest.raises(TypeError, match="rope"):
+        MultiHeadAttention(16, 4, rope="rope")
+    with pytest.raises(ValueError, match="cross"):
+        MultiHeadAttention(16, 4, rope=RotaryEmbedding(4))(x, context=x)
+    layer = MultiHeadAttention(16, 4)
+    with pytest.raises(ValueError, match="score_bias"):
+        layer(x, score_bias=torch.zeros(4, 5, 6))
+    with pytest.raises(TypeError, match="score_bias"):
+        layer(x, score_bias=torch.zeros(4, 5, 5, dtype=torch.bool))
+    layer.kernel = "flash"
+    with pytest.raises(ValueError, match="score_bias"):
+        layer(x, score_bias=torch.zeros(4, 5, 5))

@@ -85,7 +85,7 @@ formulas, live in :mod:`selfattn.costs` (re-exported here and by ``selfattn``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -97,6 +97,7 @@ from ._checks import (
     require_bool,
     require_float,
     require_int,
+    require_module,
     require_number,
     require_same_device,
     require_tensor,
@@ -113,6 +114,7 @@ __all__ = [
     "KVCache",
     "split_heads",
     "merge_heads",
+    "heads_mask",
     "attention_stack",
     "generate",
     "mha_param_count",
@@ -151,6 +153,28 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"x must have shape (..., h, n, d_head), got {tuple(x.shape)}")
     *batch, h, n, dh = x.shape
     return x.transpose(-3, -2).reshape(*batch, n, h * dh)
+
+
+def heads_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A mask laid out for scores ``(B, h, n, m)``, read by its number of dimensions.
+
+    ``(n, m)`` and ``(B, h, n, m)`` are returned as they are; a 3-D ``(B, n, m)`` (one mask per
+    sequence, e.g. :func:`selfattn.padding_mask`'s ``(B, 1, m)``) gets a head axis at dim 1,
+    ``(B, 1, n, m)``, so that broadcasting never reads the batch axis as the head axis.
+
+    Raises:
+        TypeError: ``mask`` not a tensor.
+        ValueError: a mask with other than 2, 3 or 4 dimensions.
+    """
+    require_tensor(mask, "mask")
+    if mask.dim() == 3:
+        return mask.unsqueeze(1)
+    if mask.dim() not in (2, 4):
+        raise ValueError(
+            "mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, h, n, m), "
+            f"got shape {tuple(mask.shape)}"
+        )
+    return mask
 
 
 class KVCache:
@@ -272,6 +296,10 @@ class MultiHeadAttention(nn.Module):
             the n x m scores never stored; it takes ``mask=None`` or ``"causal"`` only,
             no ``return_weights`` and no dropout in training. Settable later
             (``layer.kernel = "flash"``); both give the same result (to float rounding).
+        rope: a rotary module (:class:`selfattn.positional.RotaryEmbedding` of ``d_head``)
+            that rotates every head's queries and new keys by their positions before the
+            scores; with a cache, the new positions start at ``len(cache)`` (the cached keys
+            were rotated when they were added). Self-attention only.
 
     Attributes:
         qkv: ``nn.Linear(d_model, 3 * d_model)``; weight rows ``[0:d]`` make queries,
@@ -279,6 +307,7 @@ class MultiHeadAttention(nn.Module):
             ``nn.MultiheadAttention.in_proj_weight``). With ``num_kv_heads`` it has
             ``d + 2 d_kv`` rows, ``d_kv = num_kv_heads * d_head``: queries, keys, values.
         out: ``nn.Linear(d_model, d_model)``, the output projection ``W_O``.
+        rope: the rotary module, or ``None``.
 
     See the module docstring for how masks are shaped for heads and how the cache is used.
     """
@@ -292,6 +321,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         kernel: str = "reference",
+        rope: nn.Module | None = None,
     ):
         super().__init__()
         if kernel not in _KERNELS:
@@ -318,6 +348,14 @@ class MultiHeadAttention(nn.Module):
         self.kernel = kernel
         self.qkv = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
+        if rope is not None:
+            require_module(rope, "rope")
+            if getattr(rope, "d_head", self.d_head) != self.d_head:
+                raise ValueError(
+                    f"rope must rotate heads of d_head={self.d_head}, got one built for "
+                    f"d_head={rope.d_head}"
+                )
+        self.rope = rope
 
     def extra_repr(self) -> str:
         kv = "" if self.num_kv_heads == self.num_heads else f"num_kv_heads={self.num_kv_heads}, "
@@ -439,15 +477,7 @@ class MultiHeadAttention(nn.Module):
                     "between x and context"
                 )
             return causal_mask(n, m, align="bottom_right", device=device)
-        require_tensor(mask, "mask")
-        if mask.dim() == 3:
-            # (B, n|1, m) -> (B, 1, n|1, m): one mask per sequence, shared by the heads
-            mask = mask.unsqueeze(1)
-        elif mask.dim() not in (2, 4):
-            raise ValueError(
-                "mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, h, n, m), "
-                f"got shape {tuple(mask.shape)}"
-            )
+        mask = heads_mask(mask)
         if mask.shape[-1] != m:
             # Broadcasting over keys is always a mistake (a mask that forgot the cached keys).
             raise ValueError(
@@ -456,6 +486,23 @@ class MultiHeadAttention(nn.Module):
             )
         check_mask(mask, (batch, self.num_heads, n, m), device)
         return mask
+
+    def _with_bias(self, score_bias, mask, batch: int, n: int, m: int, x) -> torch.Tensor:
+        """The score bias as a float mask ``(..., n, m)``, with ``mask`` folded in."""
+        if callable(score_bias) and not isinstance(score_bias, torch.Tensor):
+            score_bias = score_bias(n, m)
+        require_float(score_bias, "score_bias")
+        if score_bias.dim() not in (2, 3, 4) or score_bias.shape[-1] != m:
+            raise ValueError(
+                f"score_bias must have shape (n, m), (h, n, m) or (B, h, n, m) with m={m} keys, "
+                f"got {tuple(score_bias.shape)}"
+            )
+        check_mask(score_bias, (batch, self.num_heads, n, m), x.device)
+        if mask is None:
+            return score_bias
+        if mask.dtype == torch.bool:
+            return score_bias.masked_fill(~mask, float("-inf"))
+        return score_bias + mask
 
     def _flash(self, q, k, v, causal: bool) -> torch.Tensor:
         # Imported when used: the reference kernel needs nothing from selfattn.efficient.
@@ -483,6 +530,7 @@ class MultiHeadAttention(nn.Module):
         *,
         context: torch.Tensor | None = None,
         mask: torch.Tensor | str | None = None,
+        score_bias: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None,
         cache: KVCache | None = None,
         return_weights: bool = False,
     ):
@@ -494,6 +542,13 @@ class MultiHeadAttention(nn.Module):
                 ``None`` for self-attention (then ``m = n``, plus cached positions).
             mask: ``None``, ``"causal"``, or a bool/float tensor read as ``(n, m)``,
                 ``(B, n, m)`` or ``(B, h, n, m)``; see the module docstring.
+            score_bias: a float bias added to the scaled scores before the softmax (ALiBi,
+                T5's relative bias): a tensor ``(n, m)``, ``(h, n, m)`` or ``(B, h, n, m)``
+                (the head axis is dim -3), or a callable ``(n, m) -> tensor`` such as
+                :class:`selfattn.positional.RelativePositionBias` or
+                ``functools.partial(alibi_bias, h)``, whose queries are the last ``n`` of
+                the ``m`` positions (decoding against a cache). A bool ``mask`` sets the
+                bias to ``-inf`` where it is False; a float mask is added to it.
             cache: a :class:`KVCache`; self-attention appends the new keys/values to it
                 and attends over everything cached; cross-attention fills it from
                 ``context`` once and reuses it (``context`` may then be ``None``).
@@ -573,13 +628,19 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"kernel must be one of {_KERNELS}, got {self.kernel!r}")
         causal = isinstance(mask, str) and mask == "causal"
         if self.kernel == "flash" and (
-            not (mask is None or causal) or return_weights or (self.training and self.dropout > 0)
+            not (mask is None or causal)
+            or score_bias is not None
+            or return_weights
+            or (self.training and self.dropout > 0)
         ):
             raise ValueError(
-                "kernel='flash' takes mask=None or 'causal', return_weights=False and no "
-                f"dropout in training; got mask {type(mask).__name__}, return_weights="
-                f"{return_weights}, dropout={self.dropout} (training={self.training})"
+                "kernel='flash' takes mask=None or 'causal', no score_bias, return_weights="
+                f"False and no dropout in training; got mask {type(mask).__name__}, score_bias "
+                f"{type(score_bias).__name__}, return_weights={return_weights}, "
+                f"dropout={self.dropout} (training={self.training})"
             )
+        if self.rope is not None and cross:
+            raise ValueError("rope rotates self-attention's queries and keys; this call is cross")
         # The number of keys, known before anything is computed, so that a bad mask leaves
         # the cache untouched.
         if reuse_cross_cache:
@@ -587,6 +648,8 @@ class MultiHeadAttention(nn.Module):
         else:
             m = (context.shape[1] if cross else n) + (0 if cache is None else len(cache))
         mask = self._heads_mask(mask, batch, n, m, cross, x.device)
+        if score_bias is not None:
+            mask = self._with_bias(score_bias, mask, batch, n, m, x)
 
         q, k, v = self._project(x, context, need_kv=not reuse_cross_cache)
         q = split_heads(q, self.num_heads)  # (B, h, n, d_head)
@@ -597,6 +660,11 @@ class MultiHeadAttention(nn.Module):
                 split_heads(k, self.num_kv_heads),
                 split_heads(v, self.num_kv_heads),
             )  # (B, h_kv, m_new, d_head)
+            if self.rope is not None:
+                # the new positions follow the cached ones
+                start = 0 if cache is None else len(cache)
+                positions = torch.arange(start, start + n, device=x.device)
+                q, k = self.rope(q, k, q_positions=positions, k_positions=positions)
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, h_kv, m, d_head): old positions then new
                 cache.cross = cross

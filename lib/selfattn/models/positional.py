@@ -8,9 +8,11 @@
   or T5's learned buckets);
 * ``"rope"``: queries and keys rotated by their positions in every layer.
 
-Everything else (embedding, pre-LayerNorm blocks, attention through
-:func:`~selfattn.attention.scaled_dot_product_attention`, MLP, readout) is shared, so that a
-comparison under one training budget compares the encodings and nothing else.
+Everything else (embedding, the library's pre-LayerNorm
+:class:`~selfattn.models.transformer.TransformerBlock` with its
+:class:`~selfattn.multihead.MultiHeadAttention`, readout) is shared, so that a comparison
+under one training budget compares the encodings and nothing else. RoPE is the attention's
+``rope=`` module, ALiBi and T5 its ``score_bias``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import check_token_ids, require_int, require_module
-from ..attention import scaled_dot_product_attention
 from ..data.order_tasks import IGNORE_INDEX, ShiftedCopyTask
 from ..positional import (
     LearnedPositionalEmbedding,
@@ -34,6 +35,7 @@ from ..positional import (
     sinusoidal_encoding,
 )
 from ..train import train_loop
+from .transformer import TransformerBlock
 
 __all__ = [
     "ENCODINGS",
@@ -67,37 +69,6 @@ class OrderModelConfig:
     rope_base: float = 10000.0
 
 
-class _Block(nn.Module):
-    """Pre-LayerNorm Transformer block: x + attention(LN x), then x + MLP(LN x)."""
-
-    def __init__(self, cfg: OrderModelConfig):
-        super().__init__()
-        self.h, self.d_head = cfg.num_heads, cfg.d_model // cfg.num_heads
-        self.ln1, self.ln2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(cfg.d_model, 4 * cfg.d_model),
-            nn.GELU(),
-            nn.Linear(4 * cfg.d_model, cfg.d_model),
-        )
-        self.rope = (
-            RotaryEmbedding(self.d_head, base=cfg.rope_base) if cfg.encoding == "rope" else None
-        )
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, return_weights: bool = False):
-        B, n, d = x.shape
-        q, k, v = (
-            self.qkv(self.ln1(x)).view(B, n, 3, self.h, self.d_head).permute(2, 0, 3, 1, 4)
-        )  # 3 x (B, h, n, dh)
-        if self.rope is not None:
-            q, k = self.rope(q, k)
-        out, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
-        x = x + self.proj(out.transpose(1, 2).reshape(B, n, d))
-        x = x + self.mlp(self.ln2(x))
-        return (x, weights) if return_weights else x
-
-
 class OrderModel(nn.Module):
     """Token ids ``(B, n)`` -> logits ``(B, n, vocab_size)``, with a chosen positional encoding.
 
@@ -129,20 +100,29 @@ class OrderModel(nn.Module):
             if encoding == "relative"
             else None
         )
-        self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.num_layers))
+        d_head = cfg.d_model // cfg.num_heads
+        self.blocks = nn.ModuleList()
+        for _ in range(cfg.num_layers):
+            block = TransformerBlock(
+                cfg.d_model,
+                cfg.num_heads,
+                rope=RotaryEmbedding(d_head, base=cfg.rope_base) if encoding == "rope" else None,
+            )
+            # Iterate the parameters in the order of the recorded runs (both LayerNorms,
+            # then attention, then MLP): gradient clipping sums the parameters' norms in
+            # this order, and another order rounds differently, so the runs would drift.
+            block._modules = {k: block._modules[k] for k in ("ln1", "ln2", "attn", "mlp")}
+            self.blocks.append(block)
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, vocab_size)
 
-    def _mask(self, n: int, device) -> torch.Tensor | None:
-        """The float (or bool) mask every layer adds to its scores ``(B, h, n, n)``."""
-        cfg = self.cfg
-        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril() if cfg.causal else None
-        if cfg.encoding == "alibi":
-            return alibi_bias(cfg.num_heads, n, causal=cfg.causal, device=device)
-        if cfg.encoding == "relative":
-            bias = self.rel(n)
-            return bias.masked_fill(~causal, float("-inf")) if causal is not None else bias
-        return causal
+    def _score_bias(self, n: int, device) -> torch.Tensor | None:
+        """The bias every layer adds to its scores: ``(h, n, n)`` for ALiBi and T5, else None."""
+        if self.cfg.encoding == "alibi":
+            return alibi_bias(self.cfg.num_heads, n, device=device)
+        if self.cfg.encoding == "relative":
+            return self.rel(n)
+        return None
 
     def forward(self, tokens: torch.Tensor, *, return_weights: bool = False):
         """``tokens`` long ``(B, n)`` -> logits ``(B, n, vocab_size)``.
@@ -163,11 +143,12 @@ class OrderModel(nn.Module):
             x = x + sinusoidal_encoding(n, self.cfg.d_model, device=x.device)
         elif self.pos is not None:
             x = self.pos(x)
-        mask = self._mask(n, tokens.device)
+        mask = "causal" if self.cfg.causal else None
+        bias = self._score_bias(n, tokens.device)
         weights = []
         for block in self.blocks:
-            x, w = block(x, mask, return_weights=True)
-            weights.append(w)
+            x, w = block(x, mask=mask, score_bias=bias, return_weights=True)
+            weights.append(w["self"])
         logits = self.head(self.ln_f(x))
         return (logits, weights) if return_weights else logits
 

@@ -19,22 +19,19 @@ from torch import nn
 
 from .._checks import check_token_ids, require_int, require_number, require_tensor
 from ..attention import scaled_dot_product_attention
+from ..multihead import heads_mask, merge_heads, split_heads
 from ..positional import sinusoidal_encoding
 
-__all__ = ["SelfAttention", "AttentionClassifier", "sinusoidal_positions"]
+__all__ = ["SelfAttention", "AttentionClassifier"]
 
 
-def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
-    """The fixed sine/cosine position signal of Vaswani et al. (2017), ``(n, d)`` float32.
-
-    Row ``p`` holds ``sin(p w_i), cos(p w_i)`` for ``w_i = 10000^(-2i/d)``. Chapter 6
-    explains it; here it only tells the attention model where each token is. This is
-    :func:`selfattn.positional.sinusoidal_encoding` under the name chapter 1 uses.
-    """
-    n, d = require_int(n, "n", 1), require_int(d, "d", 2)
-    if d % 2:
-        raise ValueError(f"sinusoidal_positions needs an even d >= 2, got d={d}")
-    return sinusoidal_encoding(n, d)
+def _renamed(value, old_value, name: str, old_name: str, *, default: int):
+    """``value``, or ``old_value`` passed under the argument's former name ``old_name``."""
+    if old_value is None:
+        return value
+    if value != default:
+        raise TypeError(f"pass {name} or its former name {old_name}, not both")
+    return old_value
 
 
 class SelfAttention(nn.Module):
@@ -42,15 +39,21 @@ class SelfAttention(nn.Module):
 
     Args:
         d_model: width of the input vectors ``d``.
-        d_k: width of queries and keys (default ``d_model``); split over ``n_heads``.
-        d_v: width of values and of the output (default ``d_model``); split over ``n_heads``.
-        n_heads: number of heads (``d_k`` and ``d_v`` must be divisible by it).
+        d_k: width of queries and keys (default ``d_model``); split over ``num_heads``.
+        d_v: width of values and of the output (default ``d_model``); split over ``num_heads``.
+        num_heads: number of heads (``d_k`` and ``d_v`` must be divisible by it).
         bias: give the projections a bias.
+        n_heads: the former name of ``num_heads``, still accepted.
 
     Shapes:
         ``forward(x, context=None)``: x ``(B, n, d_model)``; context ``(B, m, d_model)``
-        (default ``x``). Returns ``(B, n, d_v)``, plus weights ``(B, n_heads, n, m)`` with
+        (default ``x``). Returns ``(B, n, d_v)``, plus weights ``(B, num_heads, n, m)`` with
         ``return_weights=True``.
+
+    Unlike :class:`~selfattn.multihead.MultiHeadAttention` it keeps ``W_Q``, ``W_K``, ``W_V``
+    apart (``w_q``, ``w_k``, ``w_v``, as chapter 2 writes them), lets ``d_k`` and ``d_v``
+    differ from ``d_model`` and has no output projection; the heads are split and merged,
+    and the scores computed, by the same functions.
     """
 
     def __init__(
@@ -59,24 +62,27 @@ class SelfAttention(nn.Module):
         d_k: int | None = None,
         d_v: int | None = None,
         *,
-        n_heads: int = 1,
+        num_heads: int = 1,
         bias: bool = False,
+        n_heads: int | None = None,
     ):
         super().__init__()
+        num_heads = _renamed(num_heads, n_heads, "num_heads", "n_heads", default=1)
         d_model = require_int(d_model, "d_model", 1)
         d_k = d_model if d_k is None else require_int(d_k, "d_k", 1)
         d_v = d_model if d_v is None else require_int(d_v, "d_v", 1)
-        n_heads = require_int(n_heads, "n_heads", 1)
-        if d_k % n_heads or d_v % n_heads:
-            raise ValueError(f"d_k={d_k} and d_v={d_v} must be divisible by n_heads={n_heads}")
-        self.d_model, self.d_k, self.d_v, self.n_heads = d_model, d_k, d_v, n_heads
+        num_heads = require_int(num_heads, "num_heads", 1)
+        if d_k % num_heads or d_v % num_heads:
+            raise ValueError(f"d_k={d_k} and d_v={d_v} must be divisible by num_heads={num_heads}")
+        self.d_model, self.d_k, self.d_v, self.num_heads = d_model, d_k, d_v, num_heads
         self.w_q = nn.Linear(d_model, d_k, bias=bias)
         self.w_k = nn.Linear(d_model, d_k, bias=bias)
         self.w_v = nn.Linear(d_model, d_v, bias=bias)
 
-    def _heads(self, t: torch.Tensor) -> torch.Tensor:
-        b, n, d = t.shape
-        return t.view(b, n, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, h, n, d/h)
+    @property
+    def n_heads(self) -> int:
+        """The former name of :attr:`num_heads`."""
+        return self.num_heads
 
     def forward(
         self,
@@ -93,10 +99,10 @@ class SelfAttention(nn.Module):
             x: queries come from here, ``(B, n, d_model)``.
             context: keys and values come from here, ``(B, m, d_model)``; ``None`` = ``x``.
             mask: bool (``True`` = may attend) or float (added), ``(n, m)``, ``(B, n, m)``
-                (one mask per sequence, shared by the heads) or ``(B, n_heads, n, m)``.
+                (one mask per sequence, shared by the heads) or ``(B, num_heads, n, m)``.
             temperature: divides the scaled scores: below 1 sharpens the weights, above 1
                 flattens them (the trained model uses 1).
-            return_weights: also return the weights ``(B, n_heads, n, m)``.
+            return_weights: also return the weights ``(B, num_heads, n, m)``.
         """
         context = x if context is None else context
         for name, t in (("x", x), ("context", context)):
@@ -107,32 +113,22 @@ class SelfAttention(nn.Module):
                 )
         temperature = require_number(temperature, "temperature", positive=True)
         if mask is not None:
-            require_tensor(mask, "mask")
-            if mask.dim() == 3:
-                # (B, n, m) is one mask per sequence: insert the head axis, or broadcasting
-                # would read the batch axis as the head axis.
-                mask = mask.unsqueeze(1)
-            elif mask.dim() not in (2, 4):
-                raise ValueError(
-                    "mask must be 2-D (n, m), 3-D (B, n, m) or 4-D (B, n_heads, n, m), "
-                    f"got shape {tuple(mask.shape)}"
-                )
+            mask = heads_mask(mask)
         q, k, v = (
-            self._heads(self.w_q(x)),
-            self._heads(self.w_k(context)),
-            self._heads(self.w_v(context)),
-        )
+            split_heads(self.w_q(x), self.num_heads),
+            split_heads(self.w_k(context), self.num_heads),
+            split_heads(self.w_v(context), self.num_heads),
+        )  # (B, h, n or m, d / h)
         scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, scale=scale, return_weights=True
         )
-        b, _, n, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, n, self.d_v)  # heads side by side again
+        out = merge_heads(out)  # heads side by side again
         return (out, weights) if return_weights else out
 
 
 class AttentionClassifier(nn.Module):
-    """Token and position embeddings, ``n_layers`` residual attention layers, a read-out.
+    """Token and position embeddings, ``num_layers`` residual attention layers, a read-out.
 
     Each layer is ``x = x + W_O attention(LayerNorm(x))``, followed (when ``mlp``) by
     ``x = x + MLP(LayerNorm(x))``. The class logits come from the final vector at the
@@ -142,17 +138,18 @@ class AttentionClassifier(nn.Module):
         vocab_size: number of token ids.
         n_classes: number of answer classes.
         d_model: width of every vector.
-        n_layers: number of attention layers.
-        n_heads: heads per layer.
+        num_layers: number of attention layers.
+        num_heads: heads per layer.
         positions: ``"sinusoidal"`` (fixed, no parameters, any length), ``"learned"``
             (a table of ``max_len`` rows) or ``None`` (the model cannot tell positions apart).
         max_len: longest sequence for ``positions="learned"``.
         mlp: add a two-layer MLP (width ``2 d_model``) after each attention layer.
+        n_layers, n_heads: the former names of ``num_layers`` and ``num_heads``, still accepted.
 
     Shapes:
         ``forward(ids, query_position=None)``: ids ``(B, n)`` long; query_position ``(B,)``
         long (default: the last position). Returns logits ``(B, n_classes)``, plus a list of
-        ``n_layers`` weight tensors ``(B, n_heads, n, n)`` with ``return_weights=True``.
+        ``num_layers`` weight tensors ``(B, num_heads, n, n)`` with ``return_weights=True``.
     """
 
     def __init__(
@@ -161,20 +158,24 @@ class AttentionClassifier(nn.Module):
         n_classes: int,
         *,
         d_model: int = 32,
-        n_layers: int = 1,
-        n_heads: int = 1,
+        num_layers: int = 1,
+        num_heads: int = 1,
         positions: str | None = "sinusoidal",
         max_len: int = 64,
         mlp: bool = False,
+        n_layers: int | None = None,
+        n_heads: int | None = None,
     ):
         super().__init__()
+        num_layers = _renamed(num_layers, n_layers, "num_layers", "n_layers", default=1)
+        num_heads = _renamed(num_heads, n_heads, "num_heads", "n_heads", default=1)
         if positions not in ("sinusoidal", "learned", None):
             raise ValueError(
                 f"positions must be 'sinusoidal', 'learned' or None, got {positions!r}"
             )
         vocab_size = require_int(vocab_size, "vocab_size", 1)
         n_classes = require_int(n_classes, "n_classes", 1)
-        n_layers = require_int(n_layers, "n_layers", 1)
+        num_layers = require_int(num_layers, "num_layers", 1)
         d_model = require_int(d_model, "d_model", 1)
         max_len = require_int(max_len, "max_len", 1)
         self.d_model, self.positions, self.max_len = d_model, positions, max_len
@@ -182,10 +183,12 @@ class AttentionClassifier(nn.Module):
         self.pos_table = (
             nn.Parameter(0.02 * torch.randn(max_len, d_model)) if positions == "learned" else None
         )
-        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
-        self.attn = nn.ModuleList(SelfAttention(d_model, n_heads=n_heads) for _ in range(n_layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(num_layers))
+        self.attn = nn.ModuleList(
+            SelfAttention(d_model, num_heads=num_heads) for _ in range(num_layers)
+        )
         self.out_proj = nn.ModuleList(
-            nn.Linear(d_model, d_model, bias=False) for _ in range(n_layers)
+            nn.Linear(d_model, d_model, bias=False) for _ in range(num_layers)
         )
         self.mlps = (
             nn.ModuleList(
@@ -195,7 +198,7 @@ class AttentionClassifier(nn.Module):
                     nn.GELU(),
                     nn.Linear(2 * d_model, d_model),
                 )
-                for _ in range(n_layers)
+                for _ in range(num_layers)
             )
             if mlp
             else None
@@ -215,7 +218,7 @@ class AttentionClassifier(nn.Module):
         n = ids.shape[1]
         x = self.embed(ids)
         if self.positions == "sinusoidal":
-            x = x + sinusoidal_positions(n, self.d_model).to(x.device)
+            x = x + sinusoidal_encoding(n, self.d_model).to(x.device)
         elif self.positions == "learned":
             if n > self.max_len:
                 raise ValueError(

@@ -109,17 +109,25 @@ class TransformerBlock(nn.Module):
         num_heads: heads of each attention.
         mlp_ratio: MLP hidden width is ``mlp_ratio * d``.
         cross_attention: add a cross-attention sub-layer (a decoder reading an encoder).
+        rope: a rotary module for the self-attention (see
+            :class:`~selfattn.multihead.MultiHeadAttention`), or ``None``.
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, *, mlp_ratio: int = 4, cross_attention: bool = False
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        mlp_ratio: int = 4,
+        cross_attention: bool = False,
+        rope: nn.Module | None = None,
     ):
         super().__init__()
         d_model = require_int(d_model, "d_model", 1)
         num_heads = require_int(num_heads, "num_heads", 1)
         mlp_ratio = require_int(mlp_ratio, "mlp_ratio", 1)
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, num_heads)
+        self.attn = MultiHeadAttention(d_model, num_heads, rope=rope)
         self.cross = None
         if cross_attention:
             self.ln_cross = nn.LayerNorm(d_model)
@@ -132,6 +140,7 @@ class TransformerBlock(nn.Module):
         x: torch.Tensor,
         *,
         mask=None,
+        score_bias=None,
         context: torch.Tensor | None = None,
         context_mask=None,
         cache: KVCache | None = None,
@@ -144,6 +153,8 @@ class TransformerBlock(nn.Module):
             x: ``(B, n, d)``.
             mask: self-attention mask (``None``, ``"causal"``, or bool ``(n, m)`` / ``(B, 1, m)`` /
                 ``(B, n, m)``; ``True`` = may attend), passed to
+                :class:`~selfattn.multihead.MultiHeadAttention`.
+            score_bias: a bias added to the self-attention scores (ALiBi, T5), passed to
                 :class:`~selfattn.multihead.MultiHeadAttention`.
             context: ``(B, m, d)`` for the cross-attention sub-layer (required when it exists,
                 unless ``cross_cache`` already holds the context's keys and values).
@@ -173,7 +184,9 @@ class TransformerBlock(nn.Module):
                 )
             )
         weights = {}
-        a, weights["self"] = self.attn(self.ln1(x), mask=mask, cache=cache, return_weights=True)
+        a, weights["self"] = self.attn(
+            self.ln1(x), mask=mask, score_bias=score_bias, cache=cache, return_weights=True
+        )
         x = x + a
         if self.cross is not None:
             if context is None and (cross_cache is None or len(cross_cache) == 0):
