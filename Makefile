@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export SELFATTN_PROGRESS = 0
 export PYDEVD_DISABLE_FILE_VALIDATION = 1
 
-.PHONY: install lint book book-student notebooks test test-lib test-notebooks test-build test-site execute bench clean
+.PHONY: install lint book book-en book-zh translations book-student notebooks test test-lib test-notebooks test-build test-site execute bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -18,11 +18,30 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
-book: install
-	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+# Both editions: English in _build/html, Chinese in _build/html/zh (one site, a language
+# switch on every page), warnings as errors.
+book: book-en book-zh
 	@echo
-	@echo "Built. Open $(CURDIR)/_build/html/index.html"
+	@echo "Built. Open $(CURDIR)/_build/html/index.html (中文: _build/html/zh/index.html)"
 	@echo "or serve it: $(PY) -m http.server -d _build/html  (then http://localhost:8000)"
+
+book-en: install
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+# The Chinese edition (Sphinx gettext, catalogs in locales/zh_CN, tools/i18n.py): the same
+# sources with language zh_CN. First checks that the catalogs hold every current message.
+book-zh: install
+	$(PY) tools/i18n.py check
+	rm -rf _build/zh _build/html/zh
+	$(PY) tools/i18n.py config _build/zh/_config.yml
+	$(VENV)/bin/jupyter-book build . --config _build/zh/_config.yml --path-output _build/zh -W -n --keep-going
+	mkdir -p _build/html
+	mv _build/zh/_build/html _build/html/zh
+
+# After the English changed: extract the messages and update the catalogs (new messages
+# empty, changed ones fuzzy), then print what is left to translate (CONTRIBUTING.md).
+translations: install
+	$(PY) tools/i18n.py update
 
 # Library, exercise checkers and notebook hygiene.
 test-lib: install
@@ -44,7 +63,7 @@ lint: install
 # The website, warnings as errors.
 test-build: install
 	rm -rf _build/html
-	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	$(MAKE) book
 
 # The notebook editions for Jupyter and Colab (committed; tests/test_notebook_edition.py checks
 # they are current): notebooks/chapters/, the chapters with plain Jupyter markdown (glued values,

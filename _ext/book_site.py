@@ -91,6 +91,38 @@ def offer_notebook_edition(app, exception) -> None:
             path.unlink()
 
 
+#: The site's editions by language: where each lives relative to the English root.
+EDITION_ROOTS = {"en": "", "zh_CN": "zh/"}
+_SWITCH_LABEL = {"en": ("English", "en"), "zh_CN": ("中文", "zh-CN")}
+
+
+def language_href(pagename: str, here: str, there: str) -> str:
+    """Relative link from ``pagename`` in the ``here`` edition to the same page in ``there``."""
+    depth = pagename.count("/") + EDITION_ROOTS[here].count("/")
+    return "../" * depth + EDITION_ROOTS[there] + pagename + ".html"
+
+
+def language_switch(app, pagename, templatename, context, doctree) -> None:
+    """A link at the top of every page to the same page in the other language's edition."""
+    if not app.config.book_language_switch or app.builder.format != "html":
+        return
+    if "body" not in context:  # search and index pages have their own templates
+        return
+    here = app.config.book_edition_language
+    links = []
+    for there in EDITION_ROOTS:
+        if there != here:
+            label, code = _SWITCH_LABEL[there]
+            href = language_href(pagename, here, there)
+            links.append(f'<a href="{href}" hreflang="{code}" lang="{code}">{label}</a>')
+    context["body"] = (
+        '<nav class="language-switch" aria-label="Language / 语言">'
+        + " ".join(links)
+        + "</nav>\n"
+        + context["body"]
+    )
+
+
 # MathJax's combined bundles: each one alone typesets a page, so only the configured one is used.
 _MATHJAX_BUNDLE = re.compile(r"^(tex-|mml-).*\.js$|^(node-main|latest)\.js$")
 
@@ -111,6 +143,9 @@ def prune_mathjax(app, exception) -> None:
 def setup(app):
     app.add_config_value("book_student_edition", False, "env")
     app.add_config_value("book_notebook_edition", "notebooks", "env")
+    app.add_config_value("book_edition_language", "en", "env")
+    app.add_config_value("book_language_switch", True, "env")
+    app.connect("html-page-context", language_switch)
     # Late, so that scripts other extensions add to the page context are included.
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.add_transform(RemoveSolutions)

@@ -1,0 +1,219 @@
+"""The Chinese edition: message catalogs from the English sources, and its configuration.
+
+    python tools/i18n.py update          # make translations: extract, then update the catalogs
+    python tools/i18n.py stats           # translated / fuzzy / untranslated per catalog
+    python tools/i18n.py check           # fail if the catalogs miss a message of the sources
+    python tools/i18n.py config OUT.yml  # the zh_CN edition's Jupyter Book configuration
+    python tools/i18n.py todo DOC OUT.json     # a document's messages left to translate
+    python tools/i18n.py apply DOC IN.json     # write translations back into its catalog
+
+Sphinx's own internationalisation: the gettext builder extracts every paragraph, heading,
+list item, table cell, admonition and directive body of the book as a message; sphinx-intl
+keeps one catalog per document under ``locales/zh_CN/LC_MESSAGES/`` (the intro and every
+chapter; the API reference, generated from docstrings, stays English). When the English
+changes, ``update`` adds the new messages (untranslated) and marks the changed ones fuzzy;
+``tests/test_translations.py`` fails until each is translated and its fuzzy flag removed,
+and ``check`` (run by ``make book-zh``) fails when the catalogs were not updated at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from babel.messages.pofile import read_po, write_po
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from book import toc_files  # noqa: E402
+
+LANGUAGE = "zh_CN"
+LOCALES = ROOT / "locales"
+CATALOGS = LOCALES / LANGUAGE / "LC_MESSAGES"
+POT_BUILD = ROOT / "_build" / "gettext"
+#: Documents that stay English in the Chinese edition (generated from docstrings).
+ENGLISH_ONLY = {"api"}
+TITLE = "可运行的自注意力"
+BIN = Path(sys.executable).parent
+
+
+def documents() -> list[str]:
+    """The documents the Chinese edition translates, in book order."""
+    return [d for d in toc_files() if d not in ENGLISH_ONLY]
+
+
+def catalog(doc: str) -> Path:
+    return CATALOGS / f"{doc}.po"
+
+
+def read(path: Path):
+    with path.open("rb") as f:
+        return read_po(f)
+
+
+def extract() -> Path:
+    """Run the gettext builder; returns the folder holding one ``.pot`` per document."""
+    shutil.rmtree(POT_BUILD, ignore_errors=True)
+    subprocess.run(
+        [BIN / "jupyter-book", "build", ROOT, "--builder", "custom"]
+        + ["--custom-builder", "gettext", "--path-output", POT_BUILD, "-q"],
+        check=True,
+    )
+    return POT_BUILD / "_build" / "gettext"
+
+
+def update() -> None:
+    pots = extract()
+    for doc in ENGLISH_ONLY:
+        (pots / f"{doc}.pot").unlink(missing_ok=True)
+    subprocess.run(
+        [BIN / "sphinx-intl", "update", "-p", pots, "-d", LOCALES, "-l", LANGUAGE, "-w", "0"],
+        check=True,
+    )
+    wanted = {catalog(d) for d in documents()}
+    for stale in set(CATALOGS.rglob("*.po")) - wanted:
+        stale.unlink()
+    for doc in documents():
+        prefill(doc)
+    stats()
+
+
+# Math, roles (glued numbers, citations, references) and inline code: never translated.
+_VERBATIM = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$|\{[a-z]+(?::[a-z]+)?\}`[^`]*`|`[^`\n]+`", re.S)
+
+
+def needs_no_translation(text: str) -> bool:
+    """True for a message with no English word outside math, roles and code (a formula, a
+    glued number alone, a Chinese quotation): its translation is itself."""
+    return not re.search(r"[A-Za-z]{2,}", _VERBATIM.sub(" ", text))
+
+
+def prefill(doc: str) -> None:
+    """Translate the messages that need no translation by themselves."""
+    cat = read(catalog(doc))
+    changed = 0
+    for m in cat:
+        if m.id and not m.string and needs_no_translation(m.id):
+            m.string = m.id
+            changed += 1
+    if changed:
+        write(catalog(doc), cat)
+
+
+def counts(doc: str) -> dict[str, int]:
+    entries = [m for m in read(catalog(doc)) if m.id]
+    return {
+        "messages": len(entries),
+        "translated": sum(bool(m.string) and not m.fuzzy for m in entries),
+        "fuzzy": sum(m.fuzzy for m in entries),
+        "untranslated": sum(not m.string for m in entries),
+    }
+
+
+def stats() -> None:
+    total = dict.fromkeys(("messages", "translated", "fuzzy", "untranslated"), 0)
+    for doc in documents():
+        if not catalog(doc).exists():
+            print(f"{doc:40s} no catalog (run make translations)")
+            continue
+        c = counts(doc)
+        total = {k: total[k] + c[k] for k in total}
+        print(f"{doc:40s} " + "  ".join(f"{k} {v}" for k, v in c.items()))
+    print(f"{'all':40s} " + "  ".join(f"{k} {v}" for k, v in total.items()))
+
+
+def check() -> None:
+    """Every message the sources yield now is in its document's catalog."""
+    pots = extract()
+    missing = {}
+    for doc in documents():
+        wanted = {m.id for m in read(pots / f"{doc}.pot") if m.id}
+        have = {m.id for m in read(catalog(doc)) if m.id} if catalog(doc).exists() else set()
+        if wanted - have:
+            missing[doc] = sorted(wanted - have)
+    if missing:
+        lines = [f"  {doc}: {len(ids)} new, e.g. {ids[0][:70]!r}" for doc, ids in missing.items()]
+        sys.exit(
+            "the English changed since the catalogs were updated: run `make translations`, "
+            "translate the new messages, then rebuild\n" + "\n".join(lines)
+        )
+    print(f"catalogs current: {len(documents())} documents")
+
+
+def write(path: Path, cat) -> None:
+    with path.open("wb") as f:
+        write_po(f, cat, width=0)  # no wrapping, as sphinx-intl update -w 0 writes
+
+
+def todo(doc: str, out: Path) -> None:
+    """The messages of ``doc`` that are untranslated or fuzzy, as a JSON list to fill in:
+    ``[{"id": English, "str": "" or the fuzzy old translation, "fuzzy": bool}]``."""
+    items = [
+        {"id": m.id, "str": m.string if m.fuzzy else "", "fuzzy": m.fuzzy}
+        for m in read(catalog(doc))
+        if m.id and (m.fuzzy or not m.string)
+    ]
+    out.write_text(json.dumps(items, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(items)} messages to translate -> {out}")
+
+
+def apply(doc: str, source: Path) -> None:
+    """Set the translations listed in ``source`` (``[{"id", "str"}]``), clearing fuzzy flags."""
+    cat = read(catalog(doc))
+    done = 0
+    for item in json.loads(source.read_text(encoding="utf-8")):
+        message = cat.get(item["id"])
+        if message is None:
+            sys.exit(f"{doc}: no message {item['id'][:60]!r} in the catalog")
+        if item["str"].strip():
+            message.string = item["str"]
+            message.flags.discard("fuzzy")
+            done += 1
+    write(catalog(doc), cat)
+    print(f"{doc}: {done} translations written")
+
+
+def config() -> dict:
+    """_config.yml for the Chinese edition (same sources, language zh_CN)."""
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
+    cfg["title"] = TITLE
+    sphinx = cfg.setdefault("sphinx", {})
+    conf = sphinx.setdefault("config", {})
+    conf["language"] = LANGUAGE
+    conf["locale_dirs"] = [str(LOCALES)]
+    conf["book_edition_language"] = LANGUAGE
+    # Relative to the configuration file in Jupyter Book 1; this one is elsewhere.
+    local = sphinx.get("local_extensions") or {}
+    sphinx["local_extensions"] = {
+        name: str((ROOT / path).resolve()) for name, path in local.items()
+    }
+    return cfg
+
+
+def main(argv: list[str]) -> None:
+    if argv == ["update"]:
+        update()
+    elif argv == ["stats"]:
+        stats()
+    elif argv == ["check"]:
+        check()
+    elif len(argv) == 3 and argv[0] == "todo":
+        todo(argv[1], Path(argv[2]))
+    elif len(argv) == 3 and argv[0] == "apply":
+        apply(argv[1], Path(argv[2]))
+    elif len(argv) == 2 and argv[0] == "config":
+        out = Path(argv[1])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(yaml.safe_dump(config(), sort_keys=False, allow_unicode=True))
+        print(f"wrote {out}")
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
