@@ -201,3 +201,44 @@ def test_public_names_are_documented():
     for name in selfattn.__all__:
         obj = getattr(selfattn, name)
         assert obj.__doc__ and obj.__doc__.strip(), f"selfattn.{name} has no docstring"
+
+
+# ---- the kernel= switch and mask="causal" -----------------------------------------------
+
+
+@pytest.mark.parametrize("n,m", [(6, 6), (3, 8), (1, 5)])
+@pytest.mark.parametrize("mask", [None, "causal"])
+def test_flash_kernel_is_the_same_function(n, m, mask):
+    from torch.nn.attention.bias import causal_lower_right
+
+    g = torch.Generator().manual_seed(n * m)
+    q, k, v = (torch.randn(2, 3, r, 8, generator=g) for r in (n, m, m))
+    ref = scaled_dot_product_attention(q, k, v, mask)
+    flash = scaled_dot_product_attention(q, k, v, mask, kernel="flash")
+    torch.testing.assert_close(flash, ref, atol=1e-5, rtol=1e-5)
+    bias = None if mask is None else causal_lower_right(n, m)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(ref, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_causal_string_is_the_bottom_right_causal_mask():
+    from selfattn import causal_mask
+
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 7, 4), torch.randn(2, 7, 5)
+    out, w = scaled_dot_product_attention(q, k, v, "causal", return_weights=True)
+    assert torch.equal(w > 0, causal_mask(3, 7, align="bottom_right").expand(2, 3, 7))
+    torch.testing.assert_close(
+        out, scaled_dot_product_attention(q, k, v, causal_mask(3, 7, align="bottom_right"))
+    )
+
+
+def test_kernel_and_mask_strings_are_checked():
+    q = torch.randn(2, 3, 4)
+    with pytest.raises(ValueError, match="kernel"):
+        scaled_dot_product_attention(q, q, q, kernel="fast")
+    with pytest.raises(ValueError, match="'causal'"):
+        scaled_dot_product_attention(q, q, q, "upper")
+    with pytest.raises(ValueError, match="kernel='flash'"):
+        scaled_dot_product_attention(q, q, q, torch.ones(3, 3, dtype=torch.bool), kernel="flash")
+    with pytest.raises(ValueError, match="kernel='flash'"):
+        scaled_dot_product_attention(q, q, q, kernel="flash", return_weights=True)

@@ -83,6 +83,13 @@ def require_number(
     return value
 
 
+def check_choice(value, name: str, choices: tuple[str, ...]) -> str:
+    """One of the strings ``choices`` (a kernel, a layout, a mode)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {describe(value)}")
+    return value
+
+
 def require_bool(value, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {describe(value)}")

@@ -1,7 +1,10 @@
 """Softmax and scaled dot-product attention, written out plainly (chapter 3).
 
-This is the book's reference implementation: every faster variant in
-``selfattn.efficient`` is tested against it and against torch's own
+This is the book's reference implementation and its one attention path: the layers and
+models of the library call :func:`scaled_dot_product_attention`, the one place where scores
+are scaled, masked and normalised. Its ``kernel="flash"`` runs
+:func:`selfattn.efficient.flash.flash_attention` behind the same signature; every faster
+variant in ``selfattn.efficient`` is tested against the reference and against torch's own
 ``torch.nn.functional.scaled_dot_product_attention``.
 """
 
@@ -12,6 +15,7 @@ import math
 import torch
 
 from ._checks import (
+    check_choice,
     check_mask,
     check_qkv,
     is_half,
@@ -20,8 +24,13 @@ from ._checks import (
     require_float,
     require_number,
 )
+from .masks import causal_mask
 
-__all__ = ["softmax", "scaled_dot_product_attention"]
+__all__ = ["softmax", "scaled_dot_product_attention", "KERNELS"]
+
+#: The kernels :func:`scaled_dot_product_attention` can run: ``"reference"`` (the formula,
+#: any mask, weights on request) and ``"flash"`` (tiled, the ``n x m`` scores never stored).
+KERNELS = ("reference", "flash")
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -66,10 +75,11 @@ def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    mask: torch.Tensor | None = None,
+    mask: torch.Tensor | str | None = None,
     *,
     scale: float | None = None,
     return_weights: bool = False,
+    kernel: str = "reference",
 ):
     r"""softmax(q k^T * scale + mask) v, with the weights on request.
 
@@ -80,8 +90,14 @@ def scaled_dot_product_attention(
         mask: optional, broadcastable to ``(..., n, m)``. Bool: ``True`` = may attend
             (torch SDPA's convention). Float: added to the scores (use ``-inf`` to forbid).
             A query whose keys are all masked gets zero weights and a zero output.
+            The string ``"causal"``: query ``i`` of the ``n`` sees keys ``0 .. i + m - n``
+            (aligned bottom-right, torch's ``causal_lower_right``: ordinary causal masking
+            when ``n = m``, and the right one for new queries against a cache).
         scale: multiplies the scores; defaults to ``1 / sqrt(d_k)``.
         return_weights: also return the attention weights.
+        kernel: one of :data:`KERNELS`. ``"flash"`` computes the same output tile by tile
+            with :func:`~selfattn.efficient.flash.flash_attention` (differentiable); it
+            takes ``mask=None`` or ``"causal"`` and no ``return_weights``.
 
     Returns:
         ``output`` of shape ``(..., n, d_v)``, or ``(output, weights)`` with
@@ -103,10 +119,25 @@ def scaled_dot_product_attention(
     batch = check_qkv(q, k, v)
     return_weights = require_bool(return_weights, "return_weights")
     scale = require_number(scale, "scale", allow_none=True)
+    kernel = check_choice(kernel, "kernel", KERNELS)
     n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     if scale is None:
         # With d_k = 0 every score is an empty sum, 0, whatever the scale (torch agrees).
         scale = 1.0 / math.sqrt(d_k) if d_k > 0 else 1.0
+    causal = isinstance(mask, str)
+    if causal and mask != "causal":
+        raise ValueError(f"mask must be a tensor, None or the string 'causal', got {mask!r}")
+    if kernel == "flash":
+        if not (mask is None or causal) or return_weights:
+            raise ValueError(
+                "kernel='flash' takes mask=None or 'causal' and return_weights=False; got "
+                f"mask {type(mask).__name__}, return_weights={return_weights}"
+            )
+        from .efficient.flash import flash_attention  # the reference needs nothing from it
+
+        return flash_attention(q, k, v, causal=causal, alignment="bottom_right", scale=scale)
+    if causal:
+        mask = causal_mask(n, m, align="bottom_right", device=q.device)
     if mask is not None:
         check_mask(mask, batch + (n, m), q.device)
     dtype = q.dtype

@@ -26,9 +26,11 @@ The pieces, and how they fit:
   size; decoding against a long cache reads it once per key/value head, not once per
   query head).
 * **One attention path.** The scores are scaled, masked and normalised by
-  :func:`selfattn.attention.scaled_dot_product_attention` (``kernel="reference"``, the default);
-  ``kernel="flash"`` runs :func:`selfattn.efficient.flash.flash_attention` instead, for
-  ``mask=None`` or ``"causal"``, with the causal diagonal aligned bottom-right.
+  :func:`selfattn.attention.scaled_dot_product_attention`, with the layer's ``kernel``:
+  ``"reference"`` (the default) or ``"flash"`` (tiled, for ``mask=None`` or ``"causal"``,
+  the causal diagonal aligned bottom-right). Positional information enters through two
+  hooks: a rotary module (``rope=``) turns queries and keys, a score bias
+  (``score_bias=``, ALiBi or T5's relative bias) is added to the scores.
 
 **Masks for heads.**
 Scores have shape ``(B, h, n, m)``: batch, head, query, key. A mask is bool
@@ -92,6 +94,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import (
+    check_choice,
     check_mask,
     is_half,
     require_bool,
@@ -102,12 +105,9 @@ from ._checks import (
     require_same_device,
     require_tensor,
 )
-from .attention import scaled_dot_product_attention
+from .attention import KERNELS, scaled_dot_product_attention
 from .costs import kv_cache_bytes, mha_flops, mha_param_count
 from .masks import causal_mask
-
-# The attention kernels a MultiHeadAttention can run (its ``kernel`` argument).
-_KERNELS = ("reference", "flash")
 
 __all__ = [
     "MultiHeadAttention",
@@ -324,8 +324,7 @@ class MultiHeadAttention(nn.Module):
         rope: nn.Module | None = None,
     ):
         super().__init__()
-        if kernel not in _KERNELS:
-            raise ValueError(f"kernel must be one of {_KERNELS}, got {kernel!r}")
+        kernel = check_choice(kernel, "kernel", KERNELS)
         d_model = require_int(d_model, "d_model", 1)
         num_heads = require_int(num_heads, "num_heads", 1)
         bias = require_bool(bias, "bias")
@@ -505,9 +504,6 @@ class MultiHeadAttention(nn.Module):
         return score_bias + mask
 
     def _flash(self, q, k, v, causal: bool) -> torch.Tensor:
-        # Imported when used: the reference kernel needs nothing from selfattn.efficient.
-        from .efficient import flash_attention
-
         batch, h, n, d_head = q.shape
         group = h // self.num_kv_heads
         scale = 1.0 / math.sqrt(self.d_head)
@@ -521,7 +517,9 @@ class MultiHeadAttention(nn.Module):
             # One new query sees every key (bottom-right), so no diagonal is needed and
             # the group's query heads can be rows of their key/value head, as above.
             q, causal = _stack_group(q, group, n), False
-        out = flash_attention(q, k, v, causal=causal, alignment="bottom_right", scale=scale)
+        out = scaled_dot_product_attention(
+            q, k, v, "causal" if causal else None, scale=scale, kernel="flash"
+        )
         return out.reshape(batch, h, n, d_head)
 
     def forward(
@@ -624,8 +622,7 @@ class MultiHeadAttention(nn.Module):
                     f"the cache holds {cache.k.dtype} on {cache.k.device}, "
                     f"x is {x.dtype} on {x.device}"
                 )
-        if self.kernel not in _KERNELS:  # the attribute may have been set after __init__
-            raise ValueError(f"kernel must be one of {_KERNELS}, got {self.kernel!r}")
+        check_choice(self.kernel, "kernel", KERNELS)  # it may have been set after __init__
         causal = isinstance(mask, str) and mask == "causal"
         if self.kernel == "flash" and (
             not (mask is None or causal)
