@@ -154,3 +154,85 @@ def test_devices_must_agree():
     state = LinearAttentionState.empty((), 4, 4, device="meta")
     with pytest.raises(ValueError, match="device"):
         linear_attention_step(state, q[0], q[0], q[0])
+
+
+# Decay and gating: the parallel (masked-matrix) form equals the recurrence.
+
+
+def decay_oracle(q, k, v, gamma, normalize=True, phi=elu_feature_map, eps=1e-6):
+    """The unrolled recurrence, one output at a time: weights prod_{t=j+1..i} gamma_t."""
+    n = q.shape[-2]
+    outs = []
+    for i in range(n):
+        num = torch.zeros(v.shape[-1], dtype=q.dtype)
+        den = torch.zeros((), dtype=q.dtype)
+        for j in range(i + 1):
+            w = torch.ones(q.shape[-1], dtype=q.dtype)
+            for t in range(j + 1, i + 1):
+                w = w * gamma[t]
+            a = (phi(q[i]) * phi(k[j]) * w).sum()
+            num, den = num + a * v[j], den + a
+        outs.append(num / (den + eps) if normalize else num)
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize("kind", ["constant", "scalar", "channel"])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_decayed_parallel_equals_recurrent_and_oracle(kind, normalize):
+    from selfattn.efficient import linear as lin
+
+    g = torch.Generator().manual_seed(11)
+    n, d, dv = 9, 4, 3
+    q, k = (
+        torch.randn(n, d, generator=g, dtype=torch.float64),
+        torch.randn(n, d, generator=g, dtype=torch.float64),
+    )
+    v = torch.randn(n, dv, generator=g, dtype=torch.float64)
+    if kind == "constant":
+        decay, gamma = 0.8, torch.full((n, d), 0.8, dtype=torch.float64)
+    elif kind == "scalar":
+        decay = torch.rand(n, 1, generator=g, dtype=torch.float64) * 0.6 + 0.3
+        gamma = decay.expand(n, d)
+    else:
+        decay = torch.rand(n, d, generator=g, dtype=torch.float64) * 0.9 + 0.05
+        gamma = decay
+    par = lin.decayed_linear_attention(q, k, v, decay, normalize=normalize)
+    rec = linear_attention_recurrent(q, k, v, decay=decay, normalize=normalize)
+    torch.testing.assert_close(par, decay_oracle(q, k, v, gamma, normalize))
+    torch.testing.assert_close(rec, par)
+
+
+def test_decay_one_is_plain_causal_linear_attention_and_forgets_otherwise():
+    from selfattn.efficient.linear import decayed_linear_attention
+
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(2, 3, 20, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    torch.testing.assert_close(
+        decayed_linear_attention(q, k, v, 1.0), linear_attention(q, k, v, causal=True)
+    )
+    # A tiny gate wipes the state: each output is (almost) its own token's value.
+    out = decayed_linear_attention(q, k, v, torch.full((2, 3, 20, 1), 1e-9, dtype=torch.float64))
+    torch.testing.assert_close(out, v, atol=1e-6, rtol=1e-6)
+
+
+def test_decayed_step_state_and_bad_decay():
+    from selfattn.efficient.linear import decayed_linear_attention
+
+    d, dv = 4, 2
+    state = LinearAttentionState.empty((), d, dv, dtype=torch.float64)
+    x = torch.ones(d, dtype=torch.float64)
+    _, state = linear_attention_step(state, x, x, torch.ones(dv, dtype=torch.float64), decay=0.5)
+    _, state2 = linear_attention_step(state, x, x, torch.ones(dv, dtype=torch.float64), decay=0.5)
+    torch.testing.assert_close(state2.z, 1.5 * elu_feature_map(x))  # 0.5 * z + phi(k)
+    q = torch.randn(5, d)
+    for bad, err in ((1.5, ValueError), (0.0, ValueError), ("x", TypeError), (True, TypeError)):
+        with pytest.raises(err, match="decay"):
+            decayed_linear_attention(q, q, q, bad)
+    with pytest.raises(ValueError, match="last dimension"):
+        decayed_linear_attention(q, q, q, torch.full((5, 3), 0.5))
+    with pytest.raises(ValueError, match="n=5"):
+        decayed_linear_attention(q, q, q, torch.full((4, 1), 0.5))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        linear_attention_recurrent(q, q, q, decay=torch.full((5, 1), 1.5))
+    with pytest.raises(ValueError, match="queries"):
+        decayed_linear_attention(q, torch.randn(6, d), torch.randn(6, d), 0.5)

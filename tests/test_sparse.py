@@ -293,3 +293,94 @@ def test_half_precision_gradients(dtype, tol):
         v,
         tol=tol,
     )
+
+
+# Patterns of real models, and the blocked implementation that computes only their tiles.
+
+
+def test_longformer_mask_is_window_plus_global_rows_and_columns():
+    from selfattn.efficient.sparse import longformer_mask
+
+    m = longformer_mask(12, 2, 1)
+    assert m[0].all() and m[:, 0].all()  # the global token sees and is seen by all
+    assert m[5, 4] and m[5, 6] and not m[5, 3] and not m[5, 7]
+    c = longformer_mask(12, 2, [0, 6], causal=True)
+    assert not c.triu(1).any()
+    assert c[11, 6] and c[6, 2] and not c[9, 3]
+    assert longformer_mask(5, 1, 0).equal(torch.eye(5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="global_tokens"):
+        longformer_mask(5, 1, [7])
+
+
+def test_bigbird_layout_window_global_and_random_blocks():
+    from selfattn.efficient.sparse import bigbird_layout, bigbird_mask
+
+    g = torch.Generator().manual_seed(0)
+    lay = bigbird_layout(8, window_blocks=3, global_blocks=1, random_blocks=2, generator=g)
+    assert lay[0].all() and lay[:, 0].all()
+    for a in range(1, 8):
+        band = {b for b in range(8) if abs(a - b) <= 1} | {0}
+        assert int(lay[a].sum()) == len(band) + 2  # exactly the random blocks on top
+        assert all(lay[a, b] for b in band)
+    m = bigbird_mask(30, 4, generator=torch.Generator().manual_seed(1))
+    assert m.shape == (30, 30) and m[:, :4].all()
+
+
+def test_sink_window_mask_keeps_the_first_tokens():
+    from selfattn.efficient.sparse import sink_window_mask
+
+    m = sink_window_mask(10, 3, 2)
+    assert m[9].nonzero().flatten().tolist() == [0, 1, 7, 8, 9]
+    assert sink_window_mask(10, 3, 0).equal(sliding_window_mask(10, 3))
+
+
+@pytest.mark.parametrize("block", [1, 4, 7, 16])
+def test_block_sparse_attention_equals_dense_masked(block):
+    from selfattn.efficient.sparse import (
+        bigbird_mask,
+        block_sparse_attention,
+        layout_from_mask,
+        longformer_mask,
+        sink_window_mask,
+    )
+
+    g = torch.Generator().manual_seed(block)
+    n = 37
+    q, k, v = (torch.randn(2, 3, n, 8, generator=g) for _ in range(3))
+    for mask in (
+        longformer_mask(n, 4, 2),
+        longformer_mask(n, 3, [5, 30], causal=True),
+        bigbird_mask(n, 5, generator=g),
+        sink_window_mask(n, 6, 4),
+        torch.zeros(n, n, dtype=torch.bool),
+    ):
+        layout = layout_from_mask(mask, block)
+        out = block_sparse_attention(q, k, v, layout, block, mask=mask)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        ref = torch.where(mask.any(-1, keepdim=True), ref, torch.zeros_like(ref))
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_block_sparse_attention_without_mask_uses_the_whole_tiles():
+    from selfattn.efficient.sparse import block_sparse_attention
+
+    g = torch.Generator().manual_seed(5)
+    n, block = 10, 4
+    q, k, v = (torch.randn(n, 6, generator=g) for _ in range(3))
+    layout = torch.tensor([[1, 0, 0], [1, 1, 0], [0, 1, 1]], dtype=torch.bool)
+    out = block_sparse_attention(q, k, v, layout, block)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=block_sparse_mask(n, block, layout))
+    torch.testing.assert_close(out, ref)
+    with pytest.raises(ValueError, match="layout"):
+        block_sparse_attention(q, k, v, layout[:2], block)
+    with pytest.raises(ValueError, match="mask"):
+        block_sparse_attention(q, k, v, layout, block, mask=torch.ones(3, 3, dtype=torch.bool))
+
+
+def test_layout_from_mask_marks_touched_tiles():
+    from selfattn.efficient.sparse import layout_from_mask
+
+    mask = torch.zeros(5, 5, dtype=torch.bool)
+    mask[4, 0] = True
+    lay = layout_from_mask(mask, 2)
+    assert lay.shape == (3, 3) and lay.nonzero().tolist() == [[2, 0]]

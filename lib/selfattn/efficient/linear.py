@@ -20,10 +20,19 @@ Three forms, equal up to rounding (the tests check it):
   fully parallel masked form);
 * recurrent (:func:`linear_attention_recurrent`): one token at a time, the RNN form;
 * one decoding step (:func:`linear_attention_step` on a :class:`LinearAttentionState`).
+
+Decay and gating (RetNet, gated linear attention, Mamba-2's state-space duality): the state
+forgets geometrically, ``S_t = gamma_t * S_{t-1} + phi(k_t) v_t^T`` (``z`` likewise), with a
+constant ``gamma`` (RetNet, Sun et al. 2023), a data-dependent scalar per step (Mamba-2, Dao
+and Gu 2024) or a data-dependent vector over the key features (gated linear attention, Yang
+et al. 2024). :func:`decayed_linear_attention` is its parallel form, the masked matrix
+``A_ij = sum_c phi(q_i)_c phi(k_j)_c prod_{t=j+1..i} gamma_{t,c}`` for ``j <= i``;
+:func:`linear_attention_recurrent` and :func:`linear_attention_step` take the same ``decay``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,6 +47,7 @@ __all__ = [
     "linear_attention_recurrent",
     "LinearAttentionState",
     "linear_attention_step",
+    "decayed_linear_attention",
 ]
 
 FeatureMap = Callable[[torch.Tensor], torch.Tensor]
@@ -176,12 +186,25 @@ def linear_attention_step(
     *,
     feature_map: FeatureMap | None = None,
     eps: float = 1e-6,
+    decay: float | torch.Tensor | None = None,
+    normalize: bool = True,
 ) -> tuple[torch.Tensor, LinearAttentionState]:
     """One causal decoding step: absorb token t into the state, then read its output.
+
+    ``S <- decay * S + phi(k_t) v_t^T`` and ``z <- decay * z + phi(k_t)``, then
+    ``out_t = phi(q_t)^T S / (phi(q_t)^T z + eps)`` (or ``phi(q_t)^T S`` without ``normalize``).
 
     Args:
         state: from :meth:`LinearAttentionState.empty` or a previous step.
         q_t, k_t: ``(..., d)``; v_t: ``(..., d_v)``: the new token's query, key, value.
+        feature_map: ``phi``; default ``elu(x) + 1``.
+        eps: added to the normaliser.
+        decay: ``None`` (no forgetting, ``gamma = 1``); a float in ``(0, 1]`` (RetNet's fixed
+            decay); or a tensor ``(..., 1)`` (one gate for the whole state, Mamba-2) or
+            ``(..., d)`` (one gate per key feature, gated linear attention), values in
+            ``[0, 1]``, multiplying the rows of ``S`` and the entries of ``z``.
+        normalize: divide by ``phi(q_t)^T z`` (Katharopoulos et al.); RetNet and gated linear
+            attention use ``False`` and normalise the outputs elsewhere.
 
     Returns:
         ``(out_t, new_state)`` with ``out_t`` of shape ``(..., d_v)``. Memory and time per
@@ -201,10 +224,41 @@ def linear_attention_step(
         )
     require_same_device(q_t=q_t, k_t=k_t, v_t=v_t, state=state.s)
     fq, fk = _features(q_t, k_t, feature_map)
-    s = state.s + fk.unsqueeze(-1) * v_t.unsqueeze(-2)  # + phi(k_t) v_t^T
-    z = state.z + fk
-    out = (fq.unsqueeze(-2) @ s).squeeze(-2) / ((fq * z).sum(-1, keepdim=True) + eps)
+    s, z = state.s, state.z
+    if decay is not None:
+        gamma = _check_decay(decay, q_t.shape[-1], "decay", q_t.shape[:-1])
+        rows = gamma.unsqueeze(-1) if isinstance(gamma, torch.Tensor) else gamma
+        s, z = rows * s, gamma * z  # forget first, then write
+    s = s + fk.unsqueeze(-1) * v_t.unsqueeze(-2)  # + phi(k_t) v_t^T
+    z = z + fk
+    out = (fq.unsqueeze(-2) @ s).squeeze(-2)
+    if normalize:
+        out = out / ((fq * z).sum(-1, keepdim=True) + eps)
     return out, LinearAttentionState(s, z, state.steps + 1)
+
+
+def _check_decay(decay, d: int, name: str, lead: tuple[int, ...]) -> float | torch.Tensor:
+    """A decay: a float in (0, 1], or gates in [0, 1] of shape ``(..., 1)`` or ``(..., d)``."""
+    if isinstance(decay, bool) or not isinstance(decay, (float, int, torch.Tensor)):
+        raise TypeError(
+            f"{name} must be a float in (0, 1] or a tensor of gates, got {type(decay).__name__}"
+        )
+    if not isinstance(decay, torch.Tensor):
+        if not 0.0 < float(decay) <= 1.0:
+            raise ValueError(f"{name} must be in (0, 1], got {decay}")
+        return float(decay)
+    if not decay.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {decay.dtype}")
+    if decay.dim() == 0 or decay.shape[-1] not in (1, d):
+        raise ValueError(
+            f"{name} must have last dimension 1 (one gate per step) or d={d} (one per key "
+            f"feature), got shape {tuple(decay.shape)} for steps of shape {(*lead, d)}"
+        )
+    if bool(((decay < 0) | (decay > 1)).any()):
+        raise ValueError(
+            f"{name} must lie in [0, 1], got values from {decay.min()} to {decay.max()}"
+        )
+    return decay
 
 
 def linear_attention_recurrent(
@@ -214,14 +268,20 @@ def linear_attention_recurrent(
     *,
     feature_map: FeatureMap | None = None,
     eps: float = 1e-6,
+    decay: float | torch.Tensor | None = None,
+    normalize: bool = True,
 ) -> torch.Tensor:
     """Causal linear attention as an RNN: a loop over tokens with :func:`linear_attention_step`.
 
     Args:
         q, k: ``(..., n, d)``; v: ``(..., n, d_v)``.
+        feature_map, eps, normalize: as :func:`linear_attention_step`.
+        decay: ``None``, a float in ``(0, 1]``, or gates ``(..., n, 1)`` / ``(..., n, d)``
+            (step t uses ``decay[..., t, :]``).
 
     Returns:
-        ``(..., n, d_v)``, equal to ``linear_attention(q, k, v, causal=True)`` up to rounding.
+        ``(..., n, d_v)``, equal to ``linear_attention(q, k, v, causal=True)`` (no decay) or
+        :func:`decayed_linear_attention` up to rounding.
     """
     batch = check_qkv(q, k, v)
     n = q.shape[-2]
@@ -232,10 +292,100 @@ def linear_attention_recurrent(
     state = LinearAttentionState.empty(
         batch, q.shape[-1], v.shape[-1], dtype=q.dtype, device=q.device
     )
+    if isinstance(decay, torch.Tensor):
+        decay = _check_decay(decay, q.shape[-1], "decay", q.shape[:-1])
+        if decay.dim() < 2 or decay.shape[-2] != n:
+            raise ValueError(
+                f"decay must have shape (..., n={n}, 1) or (..., n={n}, d), "
+                f"got {tuple(decay.shape)}"
+            )
     outs = []
     for t in range(n):
+        gate = decay[..., t, :] if isinstance(decay, torch.Tensor) else decay
         out, state = linear_attention_step(
-            state, q[..., t, :], k[..., t, :], v[..., t, :], feature_map=feature_map, eps=eps
+            state,
+            q[..., t, :],
+            k[..., t, :],
+            v[..., t, :],
+            feature_map=feature_map,
+            eps=eps,
+            decay=gate,
+            normalize=normalize,
         )
         outs.append(out.expand(*batch, v.shape[-1]))
     return torch.stack(outs, dim=-2)
+
+
+def decayed_linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    decay: float | torch.Tensor,
+    *,
+    feature_map: FeatureMap | None = None,
+    eps: float = 1e-6,
+    normalize: bool = True,
+) -> torch.Tensor:
+    r"""Causal linear attention with decay, parallel form (RetNet, gated linear attention).
+
+    With ``L_t = sum_{s <= t} log gamma_s`` (per channel ``c`` when the gates are per
+    feature), the recurrence ``S_t = gamma_t * S_{t-1} + phi(k_t) v_t^T`` unrolls to
+
+        A_ij = sum_c phi(q_i)_c phi(k_j)_c exp(L_ic - L_jc)   (j <= i, else 0)
+        out  = A V / (A 1 + eps)   (or A V without ``normalize``)
+
+    a masked ``n x n`` matrix like softmax attention's, with the decay in place of the
+    softmax. With one gate per step the decay factors out of the feature sum, and ``A`` is
+    ``(phi(Q) phi(K)^T) * D`` with ``D_ij = exp(L_i - L_j)``, Mamba-2's "semiseparable" mask;
+    per-channel gates need an ``(n, n, d)`` intermediate (this reference form is for checking
+    and short sequences; chunked kernels avoid it).
+
+    Args:
+        q, k: ``(..., n, d)``; v: ``(..., n, d_v)`` (self-attention: as many keys as queries).
+        decay: a float in ``(0, 1]`` (fixed, RetNet), or gates in ``(0, 1]`` of shape
+            ``(..., n, 1)`` (one per step, Mamba-2) or ``(..., n, d)`` (one per key feature,
+            gated linear attention); gate t multiplies the state before token t is written.
+        feature_map: ``phi``; default ``elu(x) + 1``. eps: added to the normaliser.
+        normalize: divide by ``A 1`` (the library's linear attention); RetNet and gated linear
+            attention use ``False``.
+
+    Returns:
+        ``(..., n, d_v)``, equal to ``linear_attention_recurrent(q, k, v, decay=decay)``.
+
+    Raises:
+        TypeError / ValueError: bad tensors or shapes, gates outside ``(0, 1]``.
+    """
+    batch = check_qkv(q, k, v)
+    n, d = q.shape[-2], q.shape[-1]
+    if k.shape[-2] != n:
+        raise ValueError(
+            f"decayed linear attention is causal self-attention: n={n} queries but "
+            f"m={k.shape[-2]} keys"
+        )
+    gamma = _check_decay(decay, d, "decay", (*batch, n))
+    fq, fk = _features(q, k, feature_map)
+    if isinstance(gamma, float):  # a constant: L_t = t log gamma
+        steps = torch.arange(1, n + 1, dtype=fq.dtype, device=fq.device)
+        log_cum = (steps * math.log(gamma)).unsqueeze(-1)
+    else:
+        if gamma.dim() < 2 or gamma.shape[-2] != n:
+            raise ValueError(
+                f"decay must have shape (..., n={n}, 1) or (..., n={n}, d), "
+                f"got {tuple(gamma.shape)}"
+            )
+        if bool((gamma <= 0).any()):
+            raise ValueError("the parallel form needs gates > 0 (it takes their logarithm)")
+        log_cum = torch.cumsum(torch.log(gamma.to(fq)), dim=-2)  # (..., n, 1 or d): L_t
+    causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    if log_cum.shape[-1] == 1:
+        diff = log_cum - log_cum.squeeze(-1).unsqueeze(-2)  # (..., n, n): L_i - L_j
+        decay_mask = torch.exp(diff.masked_fill(~causal, float("-inf")))
+        a = (fq @ fk.transpose(-2, -1)) * decay_mask
+    else:
+        diff = log_cum.unsqueeze(-2) - log_cum.unsqueeze(-3)  # (..., n, n, d): L_ic - L_jc
+        decay_mask = torch.exp(diff.masked_fill(~causal.unsqueeze(-1), float("-inf")))
+        a = (fq.unsqueeze(-2) * fk.unsqueeze(-3) * decay_mask).sum(-1)
+    out = a @ v
+    if normalize:
+        out = out / (a.sum(-1, keepdim=True) + eps)
+    return out

@@ -1,0 +1,47 @@
+"""MQAR: problems are well formed, the mixers run, a tiny softmax model learns to recall."""
+
+import pytest
+import torch
+from selfattn.data.mqar import MIXERS, RecallMixerModel, mqar_batch, train_mqar
+
+
+def test_batch_queries_each_stored_key_once_with_its_value():
+    b = mqar_batch(5, 6, n_keys=10, n_values=7, generator=torch.Generator().manual_seed(0))
+    assert b.keys.shape == b.values.shape == b.targets.shape == (5, 12)
+    assert (b.targets[:, :6] == -100).all() and (b.values[:, 6:] == 7).all()
+    for row in range(5):
+        stored = dict(zip(b.keys[row, :6].tolist(), b.values[row, :6].tolist()))
+        assert len(stored) == 6  # distinct keys
+        assert sorted(b.keys[row, 6:].tolist()) == sorted(stored)  # each queried once
+        for key, target in zip(b.keys[row, 6:].tolist(), b.targets[row, 6:].tolist()):
+            assert stored[key] == target
+    with pytest.raises(ValueError, match="n_pairs"):
+        mqar_batch(2, 11, n_keys=10)
+
+
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_mixers_are_causal(mixer):
+    torch.manual_seed(0)
+    model = RecallMixerModel(mixer, d_model=16, n_keys=20, n_values=9, window=3)
+    b = mqar_batch(2, 5, n_keys=20, n_values=9, generator=torch.Generator().manual_seed(1))
+    out = model(b.keys, b.values)
+    assert out.shape == (2, 10, 9)
+    keys = b.keys.clone()
+    keys[:, -1] = (keys[:, -1] + 1) % 20  # change the last token only
+    torch.testing.assert_close(model(keys, b.values)[:, :-1], out[:, :-1])
+
+
+def test_state_budgets():
+    soft = RecallMixerModel("softmax", d_model=32)
+    window = RecallMixerModel("sliding_window", d_model=32, window=16)
+    lin = RecallMixerModel("linear", d_model=32)
+    assert soft.state_numbers(128) == 2 * 128 * 32
+    assert window.state_numbers(128) == 2 * 16 * 32 == window.state_numbers(1000)
+    assert lin.state_numbers(128) == 32 * 32 + 32
+    with pytest.raises(ValueError, match="mixer"):
+        RecallMixerModel("rnn")
+
+
+def test_softmax_attention_learns_to_recall_a_few_pairs():
+    r = train_mqar("softmax", 4, steps=150, batch=32, lr=1e-2, d_model=32, eval_batch=128)
+    assert r["recall"] > 0.9 and r["n"] == 8
