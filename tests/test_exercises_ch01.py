@@ -18,20 +18,57 @@ def test_dilated_layers():
             layers += 1
         return layers
 
+    def span_n(n, k):  # k^L >= n: one layer short at exact powers
+        layers = 0
+        while k**layers < n:
+            layers += 1
+        return layers
+
     assert ch01.check_dilated_layers(solution).passed
     assert ch01.check_dilated_layers(ch01.dilated_layers_needed).passed
-    assert (
-        ch01.check_dilated_layers(lambda n, k: math.ceil(n / (k - 1))).status == "failed"
-    )  # no dilation
-    assert (
-        ch01.check_dilated_layers(lambda n, k: math.ceil(math.log(n, k)) if n > 1 else n).status
-        == "failed"
-    )  # k^L >= n
+    no_dilation = ch01.check_dilated_layers(lambda n, k: math.ceil(n / (k - 1)))
+    assert no_dilation.status == "failed" and "without dilation" in no_dilation.message
+    short = ch01.check_dilated_layers(span_n)
+    assert short.status == "failed" and "k^L >= n + 1, not k^L >= n" in short.message
     assert (
         ch01.check_dilated_layers(lambda n, k: int(math.log(n + 1, k)) if n else 0).status
         == "failed"
     )  # rounded down
     assert ch01.check_dilated_layers(stub).status == "not attempted"
+
+
+def test_attention_weights_fixed():
+    def fixed(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+
+    def dim1(q, k, v):  # right for one sequence, wrong for a batch
+        return torch.softmax(q @ k.transpose(-2, -1), dim=1) @ v
+
+    assert ch01.check_attention_weights_fixed(fixed).passed
+    assert ch01.check_attention_weights_fixed(ch01.attention).passed
+    bug = ch01.check_attention_weights_fixed(ch01.buggy_attention)
+    assert bug.status == "failed" and "still runs over dim=0" in bug.message
+    half = ch01.check_attention_weights_fixed(dim1)
+    assert half.status == "failed" and "use dim=-1" in half.message
+    assert "a batch of 2" in half.message
+    # the buggy weights: for one sequence each column sums to 1, not each row
+    q, k = torch.randn(3, 4), torch.randn(5, 4)
+    w = ch01.buggy_attention(q, k, torch.eye(5))
+    torch.testing.assert_close(w.sum(0), torch.ones(5))
+    assert not torch.allclose(w.sum(1), torch.ones(3))
+    assert ch01.check_attention_weights_fixed(stub).status == "not attempted"
+
+
+def test_predicted_layers():
+    assert ch01.check_predicted_layers(25).passed
+    assert ch01.check_predicted_layers(25.0).passed
+    assert ch01.check_predicted_layers(None).status == "not attempted"
+    assert "widens the receptive field by k - 1" in ch01.check_predicted_layers(20).message
+    assert "dilated stack" in ch01.check_predicted_layers(3).message
+    assert "recurrent network" in ch01.check_predicted_layers(100).message
+    other = ch01.check_predicted_layers(24)
+    assert other.status == "failed" and "expected 25" in other.message
+    assert ch01.conv_layers_needed(ch01.PREDICT_N, ch01.PREDICT_K) == 25
 
 
 def test_rnn_bound():
@@ -74,8 +111,10 @@ def test_reach_to_first():
 
     assert ch01.check_reach_to_first(solution).passed
     assert ch01.check_reach_to_first(lambda encoder, x: gradient_reach(encoder, x)[0]).passed
-    assert ch01.check_reach_to_first(summed).status == "failed"
-    assert ch01.check_reach_to_first(wrong_end).status == "failed"
+    result = ch01.check_reach_to_first(summed)
+    assert result.status == "failed" and "y[-1].sum()" in result.message
+    result = ch01.check_reach_to_first(wrong_end)
+    assert result.status == "failed" and "reach to the last input" in result.message
     assert ch01.check_reach_to_first(stub).status == "not attempted"
 
 
@@ -99,8 +138,10 @@ def test_accuracy_by_distance():
         }
 
     assert ch01.check_accuracy_by_distance(solution).passed
-    assert ch01.check_accuracy_by_distance(overall).status == "failed"
-    assert ch01.check_accuracy_by_distance(over_all_examples).status == "failed"
+    result = ch01.check_accuracy_by_distance(overall)
+    assert result.status == "failed" and "accuracy over all examples" in result.message
+    result = ch01.check_accuracy_by_distance(over_all_examples)
+    assert result.status == "failed" and "by all N examples" in result.message
     assert ch01.check_accuracy_by_distance(lambda p, t, d: [0.5]).status == "failed"
     assert ch01.check_accuracy_by_distance(stub).status == "not attempted"
 

@@ -99,3 +99,28 @@ def test_ch02_weights_figures_and_explorer():
     assert ch02.explorer(model, task, [example]).children
     with pytest.raises(ValueError, match="at least one example"):
         ch02.explorer(model, task, [])
+
+
+def test_ch01_forget_gates_match_a_step_by_step_lstm():
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(3, 4, batch_first=True)
+    x = torch.randn(2, 5, 3)
+    gates = ch01.lstm_forget_gates(lstm, x)
+    assert gates.shape == (2, 5, 4)
+    # step by step with LSTMCell sharing the weights: c_t = f_t c_{t-1} + i_t g_t
+    cell = torch.nn.LSTMCell(3, 4)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(cell, name).copy_(getattr(lstm, f"{name}_l0"))
+    h = c = torch.zeros(2, 4)
+    with torch.no_grad():
+        for t in range(5):
+            i, f, g, o = (
+                x[:, t] @ cell.weight_ih.T + cell.bias_ih + h @ cell.weight_hh.T + cell.bias_hh
+            ).chunk(4, dim=-1)
+            torch.testing.assert_close(gates[:, t], torch.sigmoid(f))
+            h, c = cell(x[:, t], (h, c))
+    with pytest.raises(ValueError, match="x must have shape"):
+        ch01.lstm_forget_gates(lstm, torch.randn(5, 3))
+    with pytest.raises(ValueError, match="one-layer batch_first"):
+        ch01.lstm_forget_gates(torch.nn.LSTM(3, 4), x)

@@ -1,10 +1,19 @@
 """Checkers for chapter 1, "Why self-attention".
 
-* 1.1 ``check_dilated_layers``: dilated width-``k`` convolution layers needed to connect
-  tokens ``n`` apart.
-* 1.2 ``check_rnn_bound``: the bound ``||W_ih|| ||W_hh||^t`` on an RNN's gradient reach.
-* 1.3 ``check_reach_to_first``: ``|| d y[-1] / d x[0] ||`` with autograd.
-* 1.4 ``check_accuracy_by_distance``: accuracy per distance from predictions.
+* 1.1 (build) ``check_dilated_layers``: dilated width-``k`` convolution layers needed to
+  connect tokens ``n`` apart.
+* 1.2 (find the bug) ``check_attention_weights_fixed``: attention with its softmax over the
+  wrong axis (:func:`buggy_attention`), fixed.
+* 1.3 (build) ``check_reach_to_first``: ``|| d y[-1] / d x[0] ||`` with autograd.
+* 1.4 (predict, then run) ``check_predicted_layers``: how many width-5 convolutions connect
+  tokens 100 apart.
+* 1.5 (build) ``check_accuracy_by_distance``: accuracy per distance from predictions.
+
+``check_rnn_bound`` (the bound ``||W_ih|| ||W_hh||^t`` on an RNN's gradient reach) is no
+longer one of the chapter's exercises; it stays for the checker robustness tests.
+
+Each checker names the most likely wrong answers ("no dilation", "softmax over the
+queries") instead of only reporting which case differs.
 """
 
 from __future__ import annotations
@@ -14,13 +23,27 @@ import math
 import torch
 
 from ..gradient_reach import gradient_reach
-from ._core import Mismatch, call_answer, checker, expect_close, expect_true
+from ._core import (
+    Mismatch,
+    call_answer,
+    checker,
+    expect_close,
+    expect_int,
+    expect_true,
+    name_mistake,
+)
 
 __all__ = [
     "check_dilated_layers",
-    "check_rnn_bound",
+    "check_attention_weights_fixed",
     "check_reach_to_first",
+    "check_predicted_layers",
     "check_accuracy_by_distance",
+    "check_rnn_bound",
+    "buggy_attention",
+    "attention",
+    "PREDICT_N",
+    "PREDICT_K",
     "conv_layers_needed",
     "dilated_layers_needed",
     "rnn_reach_bound",
@@ -77,6 +100,26 @@ def accuracy_by_distance(
     }
 
 
+def _dilated_no_dilation(n: int, k: int) -> int:
+    return conv_layers_needed(n, k)
+
+
+def _dilated_span_n(n: int, k: int) -> int:
+    # k**L >= n instead of k**L >= n + 1: forgets that the span counts position 0 too
+    layers, span = 0, 1
+    while span < n:
+        layers, span = layers + 1, span * k
+    return layers
+
+
+_DILATED_MISTAKES = {
+    "this is the count without dilation, ceil(n / (k - 1)); with dilations 1, k, k^2, ... "
+    "the receptive field spans k^L tokens after L layers": _dilated_no_dilation,
+    "one layer short at n = k^L: the receptive field must span n + 1 tokens (positions "
+    "0 to n), so the condition is k^L >= n + 1, not k^L >= n": _dilated_span_n,
+}
+
+
 @checker("1.1", "dilated convolution layers")
 def check_dilated_layers(answer):
     for n, k in (
@@ -95,10 +138,64 @@ def check_dilated_layers(answer):
         got = call_answer(answer, n, k)
         expected = dilated_layers_needed(n, k)
         if got != expected:
+            for diagnosis, mistake in _DILATED_MISTAKES.items():
+                if got == mistake(n, k):
+                    raise Mismatch(f"case n={n}, k={k}: {diagnosis}")
             raise Mismatch(f"case n={n}, k={k}: expected {expected} layers, got {got}")
 
 
-@checker("1.2", "the RNN gradient bound")
+def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``softmax(queries @ keys^T) @ values``, the weights summing to 1 over the keys.
+
+    Shapes: queries ``(..., n, d)``, keys ``(..., m, d)``, values ``(..., m, d_v)`` ->
+    ``(..., n, d_v)``. No scaling: chapter 1's soft lookup, before chapter 3's ``1/sqrt(d)``.
+    """
+    scores = queries @ keys.transpose(-2, -1)  # (..., n, m): one row per query
+    return torch.softmax(scores, dim=-1) @ values
+
+
+def buggy_attention(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+) -> torch.Tensor:
+    """Exercise 1.2's planted bug: :func:`attention` with the softmax over ``dim=0``.
+
+    Same shapes as :func:`attention`. For one sequence ``(n, d)`` axis 0 is the queries'
+    axis, so each *column* of weights sums to 1 instead of each row.
+    """
+    scores = queries @ keys.transpose(-2, -1)
+    return torch.softmax(scores, dim=0) @ values
+
+
+def _softmax_on(dim: int):
+    def wrong(queries, keys, values):
+        return torch.softmax(queries @ keys.transpose(-2, -1), dim=dim) @ values
+
+    return wrong
+
+
+@checker("1.2", "softmax over the keys")
+def check_attention_weights_fixed(answer):
+    generator = torch.Generator().manual_seed(4)
+    cases = {
+        "one sequence, n=3, m=5": ((3, 4), (5, 4), (5, 2)),
+        "a batch of 2 sequences, n=4, m=4": ((2, 4, 3), (2, 4, 3), (2, 4, 6)),
+    }
+    for case, shapes in cases.items():
+        q, k, v = (torch.randn(*s, generator=generator) for s in shapes)
+        got = call_answer(answer, q.clone(), k.clone(), v.clone())
+        mistakes = {
+            "the softmax still runs over dim=0: for one sequence that is the queries' "
+            "axis (each column of weights sums to 1), for a batch the batch axis; "
+            "normalise over the keys, the last axis": _softmax_on(0)(q, k, v),
+            "dim=1 is the keys' axis only without a batch dimension; with one it is "
+            "the queries' axis: use dim=-1, which is the keys in every case": _softmax_on(1)(
+                q, k, v
+            ),
+        }
+        expect_close(got, attention(q, k, v), case=case, mistakes=mistakes)
+
+
+@checker("extra", "the RNN gradient bound")
 def check_rnn_bound(answer):
     torch.manual_seed(3)
     for d_in, d_hidden in ((3, 4), (5, 2)):
@@ -125,6 +222,13 @@ def _encoders():
     return {"RNN": lambda x: rnn(x)[0], "LSTM": lambda x: lstm(x)[0], "attention": attention}
 
 
+def _summed_reach(encoder, x: torch.Tensor) -> torch.Tensor:
+    # the norm of the gradient of y[-1].sum(): the Jacobian's rows added up first
+    x = x.clone().requires_grad_(True)
+    encoder(x[None])[0, -1].sum().backward()
+    return x.grad[0].norm().double()
+
+
 @checker("1.3", "gradient reach by autograd")
 def check_reach_to_first(answer):
     generator = torch.Generator().manual_seed(1)
@@ -132,17 +236,47 @@ def check_reach_to_first(answer):
         for n in (1, 2, 6):
             x = torch.randn(n, 3, generator=generator)
             got = call_answer(answer, encoder, x.clone())
-            expected = gradient_reach(encoder, x)[0]
+            reach = gradient_reach(encoder, x)
+            mistakes = {
+                "this is the norm of the gradient of y[-1].sum(), the Jacobian's rows "
+                "added up (they can cancel); take the norm of the whole Jacobian": (
+                    _summed_reach(encoder, x)
+                ),
+            }
+            if n > 1:  # for one token the first input is the last
+                mistakes["this is the reach to the last input x[-1], not to the first, x[0]"] = (
+                    reach[-1]
+                )
             expect_close(
                 torch.as_tensor(got, dtype=torch.float64).reshape(()),
-                expected,
+                reach[0],
                 case=f"{name}, n={n}",
                 atol=1e-6,
                 rtol=1e-4,
+                mistakes=mistakes,
             )
 
 
-@checker("1.4", "accuracy by distance")
+#: Exercise 1.4: width-``PREDICT_K`` causal convolutions, tokens ``PREDICT_N`` apart.
+PREDICT_N, PREDICT_K = 100, 5
+
+
+@checker("1.4", "predict: layers for distance 100")
+def check_predicted_layers(answer):
+    n, k = PREDICT_N, PREDICT_K
+    mistakes = {
+        f"each layer widens the receptive field by k - 1 = {k - 1} tokens, not k = {k}: "
+        f"ceil(n / k) undercounts": -(-n // k),
+        f"that is the dilated stack of exercise 1.1 (about log_k n layers); without "
+        f"dilation each layer adds only k - 1 = {k - 1} tokens": dilated_layers_needed(n, k),
+        f"that is a recurrent network's path length, one step per token; a convolution "
+        f"layer covers k - 1 = {k - 1} new tokens at once": n,
+    }
+    name_mistake(answer, mistakes, case=f"n={n}, k={k}", atol=0, rtol=0)
+    expect_int(answer, conv_layers_needed(n, k), case=f"n={n}, k={k}")
+
+
+@checker("1.5", "accuracy by distance")
 def check_accuracy_by_distance(answer):
     generator = torch.Generator().manual_seed(2)
     distances = torch.tensor([5, 1, 5, 20, 1, 5, 20, 20, 20, 1])
@@ -159,8 +293,20 @@ def check_accuracy_by_distance(answer):
         sorted(keys) == list(expected),
         f"expected the distances {list(expected)} as keys, got {keys}",
     )
+    overall = float((predictions == targets).float().mean())
     for dist, acc in expected.items():
         value = got.get(dist, got.get(torch.tensor(dist)))
         value = float(value) if value is not None else float("nan")
         if not math.isclose(value, acc, abs_tol=1e-6):
+            in_group = (distances == dist).float().mean().item()
+            if math.isclose(value, overall, abs_tol=1e-6):
+                raise Mismatch(
+                    f"distance {dist}: {value:.4g} is the accuracy over all examples; "
+                    "keep only the examples at this distance"
+                )
+            if math.isclose(value, acc * in_group, abs_tol=1e-6):
+                raise Mismatch(
+                    f"distance {dist}: {value:.4g} divides the correct answers at this "
+                    "distance by all N examples; divide by the examples at this distance"
+                )
             raise Mismatch(f"distance {dist}: expected accuracy {acc:.4g}, got {value:.4g}")

@@ -25,6 +25,7 @@ __all__ = [
     "LENGTHS",
     "random_encoders",
     "reach_profiles",
+    "lstm_forget_gates",
     "plot_reach",
     "plot_reach_grid",
     "explorer",
@@ -72,6 +73,27 @@ def reach_profiles(
     x = torch.randn(LENGTHS[-1], d, generator=gen)[:n].to(dtype)
     encoders = random_encoders(d, seed=seed, dtype=dtype)
     return {name: gradient_reach(enc, x).numpy() for name, enc in encoders.items()}
+
+
+@torch.no_grad()
+def lstm_forget_gates(lstm: torch.nn.LSTM, x: torch.Tensor) -> torch.Tensor:
+    """The forget gates ``f_t`` of a one-layer ``batch_first`` LSTM reading ``x``.
+
+    ``f_t = sigmoid(W_if x_t + b_if + W_hf h_{t-1} + b_hf)`` with ``h_{-1} = 0``, the factor
+    that multiplies the cell state at every step: ``c_t = f_t * c_{t-1} + i_t * g_t``.
+    x ``(B, n, d_in)`` -> ``(B, n, hidden)``, in ``x``'s dtype.
+    """
+    if not isinstance(lstm, torch.nn.LSTM) or lstm.num_layers != 1 or not lstm.batch_first:
+        raise ValueError(f"lstm must be a one-layer batch_first torch.nn.LSTM, got {lstm!r}")
+    if x.dim() != 3 or x.shape[-1] != lstm.input_size:
+        raise ValueError(f"x must have shape (B, n, {lstm.input_size}), got {tuple(x.shape)}")
+    hidden = lstm.hidden_size
+    h, _ = lstm(x)
+    h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], dim=1)
+    f = slice(hidden, 2 * hidden)  # PyTorch stacks the gates as (i, f, g, o)
+    from_x = x @ lstm.weight_ih_l0[f].T + lstm.bias_ih_l0[f]
+    from_h = h_prev @ lstm.weight_hh_l0[f].T + lstm.bias_hh_l0[f]
+    return torch.sigmoid(from_x + from_h)
 
 
 def plot_reach(n: int, *, d: int = 16, seed: int = 0, ax=None):
