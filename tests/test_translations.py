@@ -82,6 +82,9 @@ def test_placeholders_are_found():
     )
 
 
+RAW_CELLS: set[str] = set()  # the glossary table's own cells, kept as they are
+
+
 def glossary() -> list[tuple[str, str]]:
     """(English term, Chinese term) pairs of chapter 10's glossary table.
 
@@ -95,6 +98,7 @@ def glossary() -> list[tuple[str, str]]:
     )
     pairs = []
     for row in re.findall(r"^\|([^|]+)\|([^|]+)\|[^|]*\|$", text, re.M):
+        RAW_CELLS.update(cell.strip() for cell in row)
         en, zh = (re.sub(r"\s*[(（][^)）]*[)）]", "", cell).strip() for cell in row)
         if en in ("English", "---") or not en or not zh:
             continue
@@ -115,7 +119,7 @@ def test_glossary_is_parsed():
 
 def test_one_chinese_term_for_each_glossary_term():
     pairs = glossary()
-    cells = {cell for e, z in pairs for cell in (e, z)}
+    cells = {cell for e, z in pairs for cell in (e, z)} | RAW_CELLS
     wrong = []
     for doc in DOCS:
         if not i18n.catalog(doc).exists():
@@ -132,3 +136,26 @@ def test_one_chinese_term_for_each_glossary_term():
                     if zh not in m.string:
                         wrong.append(f"{doc}: {en!r} not as {zh!r} in {m.string[:40]!r}")
     assert not wrong, f"{len(wrong)} messages: " + "; ".join(wrong[:6])
+
+
+def test_mask_and_unmask_keep_every_slot():
+    text = "At {glue:text}`ch03_x:.2f` the weight of $q \\cdot k$ in `torch.exp` is large."
+    masked, slots = i18n.mask(text)
+    assert masked == "At ⟦0⟧ the weight of ⟦1⟧ in ⟦2⟧ is large."
+    assert i18n.unmask("在 ⟦0⟧ 时，⟦2⟧ 中 ⟦1⟧ 的权重很大。", slots).count("$q \\cdot k$") == 1
+    with pytest.raises(ValueError):
+        i18n.unmask("在 ⟦0⟧ 时", slots)  # a slot lost
+    with pytest.raises(ValueError):
+        i18n.unmask("⟦0⟧ ⟦0⟧ ⟦1⟧ ⟦2⟧", slots)  # a slot repeated
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_display_math_is_not_translated(doc):
+    if not i18n.catalog(doc).exists():
+        pytest.skip("no catalog")
+    changed = [
+        m.id[:50]
+        for m in messages(doc)
+        if m.string and m.id.startswith("\n") and m.id.endswith("\n") and m.string != m.id
+    ]
+    assert not changed, f"{doc}: display math changed in translation: {changed[:3]}"

@@ -1,6 +1,6 @@
 """The Chinese edition: message catalogs from the English sources, and its configuration.
 
-    python tools/i18n.py update          # make translations: extract, then update the catalogs
+    python tools/i18n.py update [DOC...] # make translations: extract, then update the catalogs
     python tools/i18n.py stats           # translated / fuzzy / untranslated per catalog
     python tools/i18n.py check           # fail if the catalogs miss a message of the sources
     python tools/i18n.py config OUT.yml  # the zh_CN edition's Jupyter Book configuration
@@ -67,18 +67,29 @@ def extract() -> Path:
     return POT_BUILD / "_build" / "gettext"
 
 
-def update() -> None:
+def update(docs: list[str] | None = None) -> None:
+    """Extract the messages, then merge them into the catalogs of ``docs`` (default: all)."""
+    import tempfile
+
+    docs = docs or documents()
+    unknown = sorted(set(docs) - set(documents()))
+    if unknown:
+        sys.exit(f"not documents of the Chinese edition: {unknown}")
     pots = extract()
-    for doc in ENGLISH_ONLY:
-        (pots / f"{doc}.pot").unlink(missing_ok=True)
-    subprocess.run(
-        [BIN / "sphinx-intl", "update", "-p", pots, "-d", LOCALES, "-l", LANGUAGE, "-w", "0"],
-        check=True,
-    )
-    wanted = {catalog(d) for d in documents()}
-    for stale in set(CATALOGS.rglob("*.po")) - wanted:
-        stale.unlink()
-    for doc in documents():
+    with tempfile.TemporaryDirectory() as tmp:
+        for doc in docs:  # only these catalogs are touched: others may be in someone's hands
+            target = Path(tmp, f"{doc}.pot")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(pots / f"{doc}.pot", target)
+        subprocess.run(
+            [BIN / "sphinx-intl", "update", "-p", tmp, "-d", LOCALES, "-l", LANGUAGE, "-w", "0"],
+            check=True,
+        )
+    if set(docs) == set(documents()):
+        wanted = {catalog(d) for d in documents()}
+        for stale in set(CATALOGS.rglob("*.po")) - wanted:
+            stale.unlink()
+    for doc in docs:
         prefill(doc)
     stats()
 
@@ -90,6 +101,8 @@ _VERBATIM = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$|\{[a-z]+(?::[a-z]+)?\}`[^`]*`|`
 def needs_no_translation(text: str) -> bool:
     """True for a message with no English word outside math, roles and code (a formula, a
     glued number alone, a Chinese quotation): its translation is itself."""
+    if text.startswith("\n") and text.endswith("\n"):  # a display-math block ($$ ... $$)
+        return True
     return not re.search(r"[A-Za-z]{2,}", _VERBATIM.sub(" ", text))
 
 
@@ -150,32 +163,68 @@ def write(path: Path, cat) -> None:
         write_po(f, cat, width=0)  # no wrapping, as sphinx-intl update -w 0 writes
 
 
+def mask(text: str) -> tuple[str, list[str]]:
+    """``text`` with every math span, role and code span replaced by a slot ``⟦n⟧``."""
+    slots: list[str] = []
+
+    def keep(m: re.Match) -> str:
+        slots.append(m.group(0))
+        return f"⟦{len(slots) - 1}⟧"
+
+    return _VERBATIM.sub(keep, text), slots
+
+
+def unmask(text: str, slots: list[str]) -> str:
+    """Put the slots back; every slot must be used exactly once."""
+    used = [int(n) for n in re.findall(r"⟦(\d+)⟧", text)]
+    if sorted(used) != list(range(len(slots))):
+        raise ValueError(f"slots used {sorted(used)}, expected 0..{len(slots) - 1}: {text[:80]!r}")
+    return re.sub(r"⟦(\d+)⟧", lambda m: slots[int(m.group(1))], text)
+
+
 def todo(doc: str, out: Path) -> None:
-    """The messages of ``doc`` that are untranslated or fuzzy, as a JSON list to fill in:
-    ``[{"id": English, "str": "" or the fuzzy old translation, "fuzzy": bool}]``."""
-    items = [
-        {"id": m.id, "str": m.string if m.fuzzy else "", "fuzzy": m.fuzzy}
-        for m in read(catalog(doc))
-        if m.id and (m.fuzzy or not m.string)
-    ]
+    """The messages of ``doc`` that are untranslated or fuzzy, as a JSON list to fill in.
+
+    Each item: ``id`` (the English message), ``text`` (the same with math, roles and code
+    replaced by slots ``⟦0⟧``, ``⟦1⟧``, ... that the translation keeps), ``old`` (a fuzzy
+    message's previous translation, if any) and ``zh``, to fill in with the translation of
+    ``text``, slots included. :func:`apply` puts the slots back.
+    """
+    items = []
+    for m in read(catalog(doc)):
+        if m.id and (m.fuzzy or not m.string):
+            text, _ = mask(m.id)
+            items.append({"id": m.id, "text": text, "old": m.string if m.fuzzy else "", "zh": ""})
     out.write_text(json.dumps(items, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"{len(items)} messages to translate -> {out}")
 
 
 def apply(doc: str, source: Path) -> None:
-    """Set the translations listed in ``source`` (``[{"id", "str"}]``), clearing fuzzy flags."""
+    """Write the translations in ``source`` (:func:`todo`'s list with ``zh`` filled in, or
+    ``[{"id", "str"}]`` with the final text) into the catalog, clearing fuzzy flags.
+    Messages the catalog no longer has (the English changed since) are skipped and counted."""
     cat = read(catalog(doc))
-    done = 0
+    done, gone, bad = 0, 0, []
     for item in json.loads(source.read_text(encoding="utf-8")):
         message = cat.get(item["id"])
         if message is None:
-            sys.exit(f"{doc}: no message {item['id'][:60]!r} in the catalog")
-        if item["str"].strip():
-            message.string = item["str"]
+            gone += 1
+            continue
+        text = item.get("str", "")
+        if item.get("zh", "").strip():
+            try:
+                text = unmask(item["zh"], mask(item["id"])[1])
+            except ValueError as err:
+                bad.append(str(err))
+                continue
+        if text.strip():
+            message.string = text
             message.flags.discard("fuzzy")
             done += 1
     write(catalog(doc), cat)
-    print(f"{doc}: {done} translations written")
+    print(f"{doc}: {done} translations written, {gone} for messages no longer there")
+    if bad:
+        sys.exit(f"{len(bad)} translations lost or repeated a slot:\n  " + "\n  ".join(bad))
 
 
 def config() -> dict:
@@ -196,8 +245,8 @@ def config() -> dict:
 
 
 def main(argv: list[str]) -> None:
-    if argv == ["update"]:
-        update()
+    if argv[:1] == ["update"]:
+        update(argv[1:])
     elif argv == ["stats"]:
         stats()
     elif argv == ["check"]:
