@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import require_int
-from ..attention import scaled_dot_product_attention
 from ..data.order_tasks import IGNORE_INDEX, KeyValueRetrievalTask
 from ..positional import RopeScaling, RotaryEmbedding, sinusoidal_encoding
 from ..train import train_loop
+from .transformer import TransformerBlock
 
 __all__ = [
     "RETRIEVAL_ENCODINGS",
@@ -43,42 +43,18 @@ LENGTH_METHODS = ("rope", "pi", "ntk", "yarn", "none", "sinusoidal")
 _SCALING_METHOD = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
 
 
-class _Block(nn.Module):
-    """Pre-LayerNorm block with causal attention; ``rope`` is looked up on the model."""
-
-    def __init__(self, d_model: int, num_heads: int):
-        super().__init__()
-        self.h, self.d_head = num_heads, d_model // num_heads
-        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
-        )
-
-    def forward(self, x: torch.Tensor, rope: RotaryEmbedding | None) -> torch.Tensor:
-        B, n, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(B, n, 3, self.h, self.d_head).unbind(2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, h, n, d_head)
-        if rope is not None:
-            q, k = rope(q, k)
-        causal = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()
-        out = scaled_dot_product_attention(q, k, v, causal)
-        x = x + self.out(out.transpose(1, 2).reshape(B, n, d))
-        return x + self.mlp(self.ln2(x))
-
-
 class RetrievalModel(nn.Module):
     """``(keys, values)`` long ``(B, n)`` -> logits over the values ``(B, n, num_values)``.
 
     Each position embeds its key and its value (``num_values`` is the blank of a query) and
-    adds them; then ``num_layers`` causal pre-LayerNorm blocks and a linear read-out.
+    adds them; then ``num_layers`` causal
+    :class:`~selfattn.models.transformer.TransformerBlock` s and a linear read-out.
 
     Args:
         num_keys, num_values: vocabulary sizes of the task.
         encoding: one of :data:`RETRIEVAL_ENCODINGS`.
         d_model, num_heads, num_layers: sizes.
-        rope_base: RoPE's base. The rotary module is ``self.rope`` (shared by the layers);
+        rope_base: RoPE's base. Every layer's attention rotates with the module ``self.rope``;
             :meth:`set_rope_scaling` swaps in a scaled one.
     """
 
@@ -108,18 +84,22 @@ class RetrievalModel(nn.Module):
         self.encoding, self.num_values, self.d_model = encoding, num_values, d_model
         self.key_embed = nn.Embedding(num_keys, d_model)
         self.value_embed = nn.Embedding(num_values + 1, d_model)  # + the query's blank
-        self.blocks = nn.ModuleList(_Block(d_model, num_heads) for _ in range(num_layers))
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, num_values)
         self.rope = (
             RotaryEmbedding(d_model // num_heads, base=rope_base) if encoding == "rope" else None
         )
+        self.blocks = nn.ModuleList(
+            TransformerBlock(d_model, num_heads, rope=self.rope) for _ in range(num_layers)
+        )
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, num_values)
 
     def set_rope_scaling(self, scaling: RopeScaling | None) -> None:
         """Replace the rotary module by one with ``scaling`` (``None``: as trained)."""
         if self.rope is None:
             raise ValueError(f"set_rope_scaling needs encoding='rope', got {self.encoding!r}")
         self.rope = RotaryEmbedding(self.rope.d_head, base=self.rope.base, scaling=scaling)
+        for block in self.blocks:
+            block.attn.rope = self.rope
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """``keys``, ``values`` long ``(B, n)`` -> logits ``(B, n, num_values)``."""
@@ -135,7 +115,7 @@ class RetrievalModel(nn.Module):
         if self.encoding == "sinusoidal":
             x = x + sinusoidal_encoding(keys.shape[1], self.d_model, device=x.device)
         for block in self.blocks:
-            x = block(x, self.rope)
+            x = block(x, mask="causal")
         return self.head(self.ln_f(x))
 
 
