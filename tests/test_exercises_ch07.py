@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from selfattn.efficient import tiled_attention_io
@@ -75,6 +76,8 @@ def test_merge_states_names_each_mistake():
     doubled = check_merge_states(lambda *a: tuple(2 * x for x in right_merge(*a)))
     assert failed_with(doubled, "largest difference")
     assert failed_with(check_merge_states(lambda *a: a[:2]), "return a tuple")
+    summed = check_merge_states(lambda *a: (*right_merge(*a)[:2], right_merge(*a)[2].sum()))
+    assert failed_with(summed, "similar scores: o: expected shape (3,)")
 
 
 # -- 7.2 online softmax (find the bug) ----------------------------------------------------
@@ -154,6 +157,12 @@ def test_causal_tiles_prediction():
         assert failed_with(result, words), result.message
     assert failed_with(check_causal_tiles_prediction(70), "expected 72, got 70")
     assert failed_with(check_causal_tiles_prediction("72"), "write a number")
+    assert failed_with(check_causal_tiles_prediction(True), "write a number")
+    # a number of another type is read as the number it holds
+    for value in (np.int64(72), np.array(72.0), torch.tensor(72)):
+        assert check_causal_tiles_prediction(value).passed, value
+    assert not check_causal_tiles_prediction(72.5)
+    assert not check_causal_tiles_prediction(float("nan"))
 
 
 def test_bytes_read_prediction():

@@ -10,7 +10,9 @@ computes, its checker reports the exercise as not attempted yet.
 from __future__ import annotations
 
 import math
+import numbers
 
+import numpy as np
 import torch
 
 from ..efficient.io_model import tiled_attention_io
@@ -50,7 +52,11 @@ def _prediction(value, what: str) -> float:
     """The reader's predicted number, or NotAttempted for the stub's ``None``."""
     if value is None or value is Ellipsis:
         raise NotAttempted()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise Mismatch(f"{what}: write a number, got {type(value).__name__} {value!r:.60}")
     return value
 
@@ -141,10 +147,12 @@ def check_merge_states(answer) -> None:
             flat = _flat(got)
         except (TypeError, ValueError, RuntimeError):
             flat = None
-        if flat is not None:
+        right = _flat((em, el, eo))
+        if flat is not None and flat.shape == right.shape:
+            # a named mistake first; a wrong shape is reported part by part below
             expect_close(
                 flat,
-                _flat((em, el, eo)),
+                right,
                 case=name,
                 atol=1e-9,
                 rtol=1e-9,
