@@ -1,27 +1,54 @@
 """Checkers for chapter 4's exercises (masking).
 
 Each checker runs the reader's answer on several cases, edge cases included,
-and prints one line: passed, not attempted yet, or the first case that failed
-with expected vs got. None of them raises.
+and prints one line: passed, not attempted yet, or the first case that failed.
+When a wrong answer is one of the likely mistakes (a flipped convention, a
+mask aligned top-left, an off-by-one), the line names the mistake. None of
+them raises.
+
+The exercises are of three kinds: **build** (:func:`check_padding_mask`,
+:func:`check_sliding_window`), **find the bug** (:func:`check_mask_convention_bug`
+fixes :func:`buggy_masked_attention`, :func:`check_decoding_bug` fixes
+:func:`buggy_decoding_attention`) and **predict, then run**
+(:func:`check_allowed_pairs_prediction`).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+
+import numpy as np
 import torch
 
-from ..attention import softmax
+from ..attention import scaled_dot_product_attention, softmax
 from ..masks import causal_mask, padding_mask, sliding_window_mask
-from ._core import call_answer, checker, expect_close, expect_shape, expect_true
+from ._core import (
+    Mismatch,
+    NotAttempted,
+    call_answer,
+    checker,
+    expect_close,
+    expect_shape,
+    expect_true,
+)
 
 __all__ = [
     "check_padding_mask",
     "check_sliding_window",
-    "check_masked_softmax",
-    "check_decoding_mask",
+    "buggy_masked_attention",
+    "check_mask_convention_bug",
+    "buggy_decoding_attention",
+    "check_decoding_bug",
+    "PREDICTION_LENGTH",
+    "PREDICTION_MAX_LEN",
+    "check_allowed_pairs_prediction",
 ]
 
 
-def _expect_bool_mask(got, expected: torch.Tensor, *, case: str) -> None:
+def _expect_bool_mask(
+    got, expected: torch.Tensor, *, case: str, mistakes: dict | None = None
+) -> None:
     expect_true(
         isinstance(got, torch.Tensor),
         f"case {case}: return a torch.Tensor, got {type(got).__name__}",
@@ -38,6 +65,8 @@ def _expect_bool_mask(got, expected: torch.Tensor, *, case: str) -> None:
         f"case {case}: every entry is flipped: this book's masks use True = may attend "
         "(SDPA's convention)",
     )
+    for diagnosis, wrong in (mistakes or {}).items():
+        expect_true(not torch.equal(got, wrong), f"case {case}: {diagnosis}")
     idx = tuple((got != expected).nonzero()[0].tolist())
     expect_true(
         False,
@@ -49,75 +78,209 @@ def _expect_bool_mask(got, expected: torch.Tensor, *, case: str) -> None:
 @checker("4.1", "padding mask")
 def check_padding_mask(answer) -> None:
     """``answer(lengths, max_len)`` for a list of ``B`` lengths must return a bool ``(B, max_len)``
-    mask, ``True`` at the real tokens (positions ``< length``)."""
-    cases = [([3, 1, 4], 4), ([2], 5), ([0, 2], 3), ([1], 1), ([5, 5], 5)]
+    mask, ``True`` at the real tokens (positions ``< length``).
+
+    Named mistakes: every entry flipped (``True`` at the padding, the convention of
+    ``nn.MultiheadAttention``'s ``key_padding_mask``) and ``<=`` instead of ``<``."""
+    cases = [([3, 1, 4], 5), ([2], 5), ([0, 2], 3), ([1], 1), ([5, 5], 5)]
     for lengths, max_len in cases:
         expected = padding_mask(lengths, max_len)[:, 0]
+        positions, lens = torch.arange(max_len)[None, :], torch.tensor(lengths)[:, None]
+        mistakes = {
+            "one position too many per sequence: position `length` is the first pad, "
+            "use < length, not <= length": positions <= lens,
+        }
         got = call_answer(answer, list(lengths), max_len)
-        _expect_bool_mask(got, expected, case=f"lengths={lengths}, max_len={max_len}")
+        _expect_bool_mask(
+            got, expected, case=f"lengths={lengths}, max_len={max_len}", mistakes=mistakes
+        )
 
 
 @checker("4.2", "sliding-window mask")
 def check_sliding_window(answer) -> None:
     """``answer(n, window)`` must return the causal sliding-window mask ``(n, n)``: query ``i``
-    sees keys ``i - window + 1 .. i`` (``window`` keys, itself included)."""
+    sees keys ``i - window + 1 .. i`` (``window`` keys, itself included).
+
+    Named mistakes: ``window + 1`` keys (``i - j <= window``) and a band that is not causal
+    (``|i - j| < window``)."""
     for n, window in ((6, 3), (5, 1), (4, 4), (3, 10), (1, 1), (8, 2)):
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        mistakes = {
+            "each query sees window + 1 keys; with itself included, the window covers "
+            "i - window + 1 .. i (use i - j < window)": (j <= i) & (i - j <= window),
+            "the band is not causal: it also lets a query see the next window - 1 keys "
+            "(require j <= i as well)": (i - j).abs() < window,
+        }
         _expect_bool_mask(
             call_answer(answer, n, window),
             sliding_window_mask(n, window),
             case=f"n={n}, window={window}",
+            mistakes=mistakes,
         )
 
 
-@checker("4.3", "masked softmax without NaN")
-def check_masked_softmax(answer) -> None:
-    """``answer(scores, mask)`` for float ``scores (..., m)`` and bool ``mask`` of the same shape
-    (``True`` = may attend) must return softmax weights that are exactly 0 where the mask is
-    ``False``, and all zeros (not NaN, not uniform) for a row with no allowed key."""
-    g = torch.Generator().manual_seed(4)
-    s = torch.randn(4, 5, generator=g, dtype=torch.float64)
-    mixed = torch.tensor(
-        [[1, 1, 0, 0, 1], [0, 0, 0, 0, 1], [1, 1, 1, 1, 1], [0, 1, 0, 1, 0]], dtype=torch.bool
-    )
-    empty_row = mixed.clone()
-    empty_row[1] = False
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def buggy_masked_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Masked attention with one planted bug, for exercise 4.3 (find the bug).
+
+    ``q (..., n, d_k)``, ``k (..., m, d_k)``, ``v (..., m, d_v)``, bool ``mask`` broadcastable
+    to ``(..., n, m)`` in this book's convention (``True`` = may attend); returns
+    ``(..., n, d_v)``. The bug: it fills the scores where the mask is ``True``, reading the mask
+    the way ``nn.MultiheadAttention`` reads its ``attn_mask`` (``True`` = blocked).
+    """
+    scores = _scores(q, k)  # (..., n, m)
+    scores = scores.masked_fill(mask, float("-inf"))
+    # selfattn.softmax: a row with nothing to attend to gets zero weights, not NaN
+    return softmax(scores) @ v
+
+
+@checker("4.3", "find the bug: the mask convention")
+def check_mask_convention_bug(answer) -> None:
+    """``answer(q, k, v, mask)`` must be :func:`buggy_masked_attention` fixed: the scores filled
+    with ``-inf`` where ``mask`` is ``False``, and zero output for a query with no allowed key.
+
+    Named mistakes: the bug left in, the mask applied to the weights after the softmax
+    (rows no longer sum to 1), and ``torch.softmax`` (NaN for a fully masked row)."""
+    g = torch.Generator().manual_seed(43)
+
+    def qkv(*batch, n, m, d=8):
+        return (
+            torch.randn(*batch, n, d, generator=g, dtype=torch.float64),
+            torch.randn(*batch, m, d, generator=g, dtype=torch.float64),
+            torch.randn(*batch, m, 3, generator=g, dtype=torch.float64),
+        )
+
+    no_keys = causal_mask(4).clone()
+    no_keys[2] = False  # query 2 may attend to nothing
     cases = [
-        (
-            "causal mask (5, 5)",
-            torch.randn(5, 5, generator=g, dtype=torch.float64),
-            causal_mask(5),
-        ),
-        ("a mixed mask", s, mixed),
-        ("a fully masked row (row 1)", s, empty_row),
-        ("every row masked", s, torch.zeros(4, 5, dtype=torch.bool)),
-        ("large scores around 1e4", s * 1e4, mixed),
-        (
-            "batched (2, 3, 4)",
-            torch.randn(2, 3, 4, generator=g, dtype=torch.float64),
-            torch.rand(2, 3, 4, generator=g) > 0.4,
-        ),
+        ("a causal mask (5, 5)", qkv(n=5, m=5), causal_mask(5)),
+        ("a padding mask (2, 1, 6), lengths 4 and 6", qkv(2, n=6, m=6), padding_mask([4, 6], 6)),
+        ("query 2 may attend to no key", qkv(n=4, m=4), no_keys),
     ]
-    for name, scores, mask in cases:
-        expected = softmax(scores.masked_fill(~mask, float("-inf")))
-        got = call_answer(answer, scores.clone(), mask.clone())
+    for name, (q, k, v), mask in cases:
+        expected = scaled_dot_product_attention(q, k, v, mask)
+        got = call_answer(answer, q.clone(), k.clone(), v.clone(), mask.clone())
         expect_true(
             isinstance(got, torch.Tensor),
             f"case {name}: return a torch.Tensor, got {type(got).__name__}",
         )
+        s = _scores(q, k)
+        mistakes = {
+            "still masks where the mask is True: in this book (and SDPA) True means "
+            "'may attend'; fill where it is False (~mask)": buggy_masked_attention(q, k, v, mask),
+            "you mask the weights after the softmax: the forbidden keys took part in "
+            "the normalisation, so each row no longer sums to 1; fill the scores with "
+            "-inf before it": (torch.softmax(s, dim=-1) * mask) @ v,
+            "torch.softmax of a row that is all -inf is NaN; keep selfattn.softmax, "
+            "which gives such a row zero weights": torch.softmax(
+                s.masked_fill(~mask, float("-inf")), dim=-1
+            )
+            @ v,
+        }
+        expect_close(got, expected, case=name, atol=1e-9, rtol=1e-7, mistakes=mistakes)
+
+
+def buggy_decoding_attention(
+    q_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> torch.Tensor:
+    """Causal attention for decoding with a cache, with one planted bug, for exercise 4.4.
+
+    ``q_new (..., n, d_k)`` are the queries of the **last** ``n`` positions, ``k (..., m, d_k)``
+    and ``v (..., m, d_v)`` the keys and values of all ``m`` positions (``m - n`` of them kept
+    from earlier steps); returns ``(..., n, d_v)``. The bug: the causal triangle is aligned
+    top-left, so new query ``i`` sees keys ``0 .. i`` as if it were position ``i``.
+    """
+    n, m = q_new.shape[-2], k.shape[-2]
+    allowed = torch.ones(n, m, dtype=torch.bool, device=q_new.device).tril()  # (n, m)
+    return scaled_dot_product_attention(q_new, k, v, allowed)
+
+
+@checker("4.4", "find the bug: decoding with a cache")
+def check_decoding_bug(answer) -> None:
+    """``answer(q_new, k, v)`` must be :func:`buggy_decoding_attention` fixed: new query ``i``
+    is position ``i + m - n`` and sees keys ``0 .. i + m - n`` (bottom-right alignment); the
+    result equals the last ``n`` rows of a full causal pass.
+
+    Named mistakes: the bug left in (top-left), the offset with the wrong sign
+    (``tril(n - m)``), and no mask at all."""
+    g = torch.Generator().manual_seed(44)
+    for n, m in ((1, 5), (2, 6), (3, 7), (4, 4)):
+        q_all, k, v = (torch.randn(2, m, 8, generator=g, dtype=torch.float64) for _ in range(3))
+        q_new = q_all[:, m - n :]
+        expected = scaled_dot_product_attention(q_all, k, v, causal_mask(m))[:, m - n :]
+        got = call_answer(answer, q_new.clone(), k.clone(), v.clone())
         expect_true(
-            not torch.isnan(got).any(),
-            f"case {name}: your weights contain NaN; a fully masked row must give zeros",
+            isinstance(got, torch.Tensor),
+            f"case n={n}, m={m}: return a torch.Tensor, got {type(got).__name__}",
         )
-        expect_close(got, expected, case=name, atol=1e-9, rtol=1e-7)
+        ones = torch.ones(n, m, dtype=torch.bool)
+        mistakes = {
+            "the triangle is still aligned top-left (is_causal=True's alignment): new query "
+            "i is position i + m - n, so it must see keys 0 .. i + m - n": (
+                buggy_decoding_attention(q_new, k, v)
+            ),
+            "the offset has the wrong sign: tril(diagonal=m - n) shifts the triangle right "
+            "so that the last query sees every key": scaled_dot_product_attention(
+                q_new, k, v, ones.tril(n - m)
+            ),
+            "no mask: the earlier new queries now see the newer positions": (
+                scaled_dot_product_attention(q_new, k, v)
+            ),
+        }
+        expect_close(
+            got,
+            expected,
+            case=f"n={n} new queries, m={m} keys",
+            atol=1e-9,
+            rtol=1e-7,
+            mistakes=mistakes,
+        )
 
 
-@checker("4.4", "the causal mask for decoding with a cache")
-def check_decoding_mask(answer) -> None:
-    """``answer(n, m)`` must return the causal mask ``(n, m)`` for ``n`` new queries that are the
-    **last** ``n`` positions of a sequence of ``m`` keys (bottom-right alignment): query ``i``
-    sees keys ``0 .. i + m - n``."""
-    for n, m in ((1, 5), (2, 4), (3, 3), (1, 1), (4, 9)):
-        expected = causal_mask(n, m, align="bottom_right")
-        _expect_bool_mask(
-            call_answer(answer, n, m), expected, case=f"n={n} new queries, m={m} keys"
-        )
+#: Exercise 4.5 (predict, then run): the real length of the sequence.
+PREDICTION_LENGTH: int = 7
+#: Exercise 4.5: the length it is padded to.
+PREDICTION_MAX_LEN: int = 10
+
+
+@checker("4.5", "predict the allowed pairs")
+def check_allowed_pairs_prediction(prediction) -> None:
+    """``prediction`` (a number written before the cell that counts) must be the number of
+    ``True`` entries of ``padding_mask([7], 10) & causal_mask(10)``: the (query, key) pairs that
+    may attend in a sequence of :data:`PREDICTION_LENGTH` real tokens padded to
+    :data:`PREDICTION_MAX_LEN`.
+
+    ``prediction`` may also be a function returning the number. Named mistakes: the padded
+    queries left out (they still attend to the real keys), the padding ignored (causal
+    only), causality ignored (padding only), and the diagonal left out."""
+    value = call_answer(prediction) if callable(prediction) else prediction
+    if value is None or value is ...:
+        raise NotAttempted()
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise Mismatch(f"write one number, got {type(value).__name__} {value!r:.60}")
+    L, M = PREDICTION_LENGTH, PREDICTION_MAX_LEN
+    expected = sum(min(i + 1, L) for i in range(M))
+    mistakes = {
+        L * (L + 1) // 2: "you counted only the real queries; the padding mask removes "
+        "padded keys (columns), so the padded queries (rows) still attend to the real keys",
+        M * (M + 1) // 2: "that is the causal mask alone; the padding mask also removes "
+        "the padded keys",
+        M * L: "that is the padding mask alone; the causal mask also removes every key "
+        "after the query",
+        sum(min(i, L) for i in range(M)): "you left out the diagonal: a query may "
+        "attend to its own position",
+    }
+    if value == expected:
+        return
+    if value in mistakes:
+        raise Mismatch(f"{value:g}: {mistakes[value]}")
+    raise Mismatch(f"your prediction {value:g} is not the count; draw the mask row by row")
