@@ -39,6 +39,8 @@ __all__ = [
     "check_ds_tile",
     "ds_tile_mistakes",
     "PLANTED",
+    "CAUSAL_TILES_CASE",
+    "BYTES_READ_CASE",
 ]
 
 #: The mistake planted in each "find the bug" exercise (its checker's key for it).
