@@ -26,7 +26,7 @@ def test_inputs_and_every_method_runs():
     for method in bench.METHODS:
         n = 3 if "decode" in method else 40
         x = bench.make_inputs(method, n)
-        out = bench._methods()[method](x)
+        out = bench._CASES[method].run(x)
         assert torch.isfinite(out).all()
     with pytest.raises(ValueError, match="unknown method"):
         bench.make_inputs("nope", 4)
@@ -96,7 +96,7 @@ def test_linear_decode_is_causal_linear_attention_and_its_memory_does_not_grow()
     from selfattn.efficient import linear_attention
 
     x = bench.make_inputs("linear_decode", 30)
-    last = bench._methods()["linear_decode"](x)
+    last = bench._CASES["linear_decode"].run(x)
     full = linear_attention(x["q"], x["k"], x["v"], causal=True)
     torch.testing.assert_close(last, full[..., -1, :])
     # The recurrent form keeps the state only: no n x d arrays, so the extra peak is tiny
@@ -182,11 +182,11 @@ def test_training_cases_compute_the_gradients_of_attention():
     q, k, v = (x[n].detach().clone().requires_grad_(True) for n in ("q", "k", "v"))
     (F.scaled_dot_product_attention(q, k, v) * x["grad_out"]).sum().backward()
     for method in ("flash_attention_train", "sdpa_train", "plain_train"):
-        dq = bench._methods()[method](bench.make_inputs(method, 37))
+        dq = bench._CASES[method].run(bench.make_inputs(method, 37))
         torch.testing.assert_close(dq, q.grad, atol=1e-5, rtol=1e-5)
     # The harness measures under no_grad: the training step must still build its graph.
     with torch.no_grad():
-        dq = bench._methods()["flash_attention_train"](bench.make_inputs("plain_train", 37))
+        dq = bench._CASES["flash_attention_train"].run(bench.make_inputs("plain_train", 37))
     torch.testing.assert_close(dq, q.grad, atol=1e-5, rtol=1e-5)
 
 
@@ -196,7 +196,7 @@ def test_decoding_cases_attend_one_query_at_a_time_to_the_whole_cache():
     assert x["queries"][-1].shape == (1, bench.HEADS, 1, bench.D_HEAD)
     expected = F.scaled_dot_product_attention(x["queries"][-1], x["k"], x["v"])
     for method in ("flash_decoding", "sdpa_decode", "plain_decode"):
-        out = bench._methods()[method](bench.make_inputs(method, 300))
+        out = bench._CASES[method].run(bench.make_inputs(method, 300))
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     r = bench.time_case("flash_decoding", 300, repeats=3)
     assert r["per_token_s"] == pytest.approx(r["median_s"] / bench.DECODE_TOKENS)
@@ -210,7 +210,7 @@ def test_gqa_layer_decodes_against_a_cache_of_n_every_call_and_holds_a_quarter()
     assert gqa["cache"].nbytes == bench._facts("gqa_decode", 40)["cache_bytes"]
     assert mha["cache"].nbytes == bench._facts("mha_decode", 40)["cache_bytes"]
     assert gqa["cache"].nbytes * 4 == mha["cache"].nbytes
-    run = bench._methods()["gqa_decode"]
+    run = bench._CASES["gqa_decode"].run
     first = run(gqa)
     assert len(gqa["cache"]) == 40 + bench.DECODE_TOKENS
     torch.testing.assert_close(run(gqa), first)  # the cache went back to n, not n + tokens

@@ -31,7 +31,7 @@ How it measures:
   fixed), or a whole :class:`~selfattn.multihead.MultiHeadAttention` layer (d_model 512,
   8 query heads) appending to its :class:`~selfattn.multihead.KVCache` (``mha_decode``:
   8 key/value heads; ``gqa_decode``: 2), with the cache's bytes from
-  :func:`~selfattn.multihead.kv_cache_bytes`.
+  :func:`~selfattn.costs.kv_cache_bytes`.
 
 The results file holds the machine (CPU model, cores), the date, the torch version, the
 thread count, every case and the performance targets that chapters 7 and 8 quote, each
@@ -51,16 +51,32 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as benchmark
+from torch import nn
+
+from ._checks import require_float, require_int
+from .costs import kv_cache_bytes
+from .efficient import (
+    LinearAttentionState,
+    flash_attention,
+    linear_attention,
+    linear_attention_step,
+    sliding_window_attention,
+)
+from .efficient.decoding import flash_decoding
+from .multihead import KVCache, MultiHeadAttention
 
 __all__ = [
     "plain_attention",
+    "attention_stack",
+    "generate",
     "METHODS",
     "make_inputs",
     "timeit",
@@ -112,89 +128,6 @@ def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
     return s @ v
 
 
-def _methods() -> dict[str, Callable]:
-    from .efficient import flash_attention, linear_attention, sliding_window_attention
-    from .efficient.decoding import flash_decoding
-
-    return {
-        "plain": lambda x: plain_attention(x["q"], x["k"], x["v"]),
-        "sdpa": lambda x: F.scaled_dot_product_attention(x["q"], x["k"], x["v"]),
-        "flash_attention": lambda x: flash_attention(x["q"], x["k"], x["v"]),
-        "dense_masked_sdpa": lambda x: F.scaled_dot_product_attention(
-            x["q"], x["k"], x["v"], attn_mask=x["mask"]
-        ),
-        "sliding_window": lambda x: sliding_window_attention(
-            x["q"], x["k"], x["v"], WINDOW, causal=True
-        ),
-        "linear_attention": lambda x: linear_attention(x["q"], x["k"], x["v"]),
-        "linear_decode": _linear_decode,
-        "kv_cache_decode": lambda x: _generate(x, use_cache=True),
-        "no_cache_decode": lambda x: _generate(x, use_cache=False),
-        "flash_attention_train": lambda x: _train_step(flash_attention, x),
-        "sdpa_train": lambda x: _train_step(F.scaled_dot_product_attention, x),
-        "plain_train": lambda x: _train_step(_plain_differentiable, x),
-        "flash_decoding": lambda x: _decode_queries(flash_decoding, x),
-        "sdpa_decode": lambda x: _decode_queries(F.scaled_dot_product_attention, x),
-        "plain_decode": lambda x: _decode_queries(plain_attention, x),
-        "mha_decode": _layer_decode,
-        "gqa_decode": _layer_decode,
-    }
-
-
-#: The cases the harness knows, by name (see ``DESCRIPTIONS``).
-METHODS = (
-    "plain",
-    "sdpa",
-    "flash_attention",
-    "dense_masked_sdpa",
-    "sliding_window",
-    "linear_attention",
-    "linear_decode",
-    "kv_cache_decode",
-    "no_cache_decode",
-    "flash_attention_train",
-    "sdpa_train",
-    "plain_train",
-    "flash_decoding",
-    "sdpa_decode",
-    "plain_decode",
-    "mha_decode",
-    "gqa_decode",
-)
-_TRAIN = ("flash_attention_train", "sdpa_train", "plain_train")
-_DECODE_QUERIES = ("flash_decoding", "sdpa_decode", "plain_decode")
-_LAYER_DECODE = ("mha_decode", "gqa_decode")
-DESCRIPTIONS = {
-    "plain": "plain attention, n x n matrix materialised (bench.plain_attention)",
-    "sdpa": "torch SDPA (CPU: its fused flash kernel)",
-    "flash_attention": "selfattn.efficient.flash_attention (block_q=256, block_k=512)",
-    "dense_masked_sdpa": f"torch SDPA with a dense bool band mask (causal window {WINDOW})",
-    "sliding_window": "selfattn.efficient.sliding_window_attention "
-    f"(causal window {WINDOW}, band only)",
-    "linear_attention": "selfattn.efficient.linear_attention (non-causal, elu+1)",
-    "linear_decode": "causal linear attention decoded token by token with "
-    "linear_attention_step, keeping only the state (S, z) and the last output",
-    "kv_cache_decode": "selfattn.multihead.generate with KV cache "
-    "(4 layers, d_model 256, 4 heads)",
-    "no_cache_decode": "selfattn.multihead.generate recomputing the prefix each step",
-    "flash_attention_train": "selfattn.efficient.flash_attention forward + backward "
-    "(block_q=256, block_k=512; saves only the output and the row log-sum-exp)",
-    "sdpa_train": "torch SDPA forward + backward (CPU: its fused flash kernel)",
-    "plain_train": "plain attention forward + backward with autograd "
-    "(softmax(q k^T / sqrt(d)) v; keeps the n x n probabilities for the backward)",
-    "flash_decoding": f"{DECODE_TOKENS} tokens, each one query against a cache of n: "
-    "selfattn.efficient.decoding.flash_decoding (chunk_size=1024)",
-    "sdpa_decode": f"{DECODE_TOKENS} tokens, each one query against a cache of n: torch SDPA",
-    "plain_decode": f"{DECODE_TOKENS} tokens, each one query against a cache of n: "
-    "bench.plain_attention",
-    "mha_decode": f"{DECODE_TOKENS} tokens through MultiHeadAttention(d_model={GQA_D_MODEL}, "
-    f"num_heads={GQA_HEADS}) appending to a KVCache of n positions (MHA, {GQA_HEADS} KV heads)",
-    "gqa_decode": f"{DECODE_TOKENS} tokens through MultiHeadAttention(d_model={GQA_D_MODEL}, "
-    f"num_heads={GQA_HEADS}, num_kv_heads={GQA_KV_HEADS}) appending to a KVCache of n "
-    f"positions (GQA, {GQA_KV_HEADS} KV heads)",
-}
-
-
 def _plain_differentiable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """plain_attention without in-place steps (autograd needs the scores it would overwrite)."""
     return torch.softmax((q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1), dim=-1) @ v
@@ -231,8 +164,6 @@ def _layer_decode(x: dict) -> torch.Tensor:
 
 def _linear_decode(x) -> torch.Tensor:
     """The recurrent (decoding) form: n steps that keep the state only, not the n outputs."""
-    from .efficient import LinearAttentionState, linear_attention_step
-
     q, k, v = x["q"], x["k"], x["v"]
     state = LinearAttentionState.empty(q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype)
     out = None
@@ -241,10 +172,210 @@ def _linear_decode(x) -> torch.Tensor:
     return out
 
 
-def _generate(x, *, use_cache: bool):
-    from .multihead import generate
+# -- a stack of layers and autoregressive decoding (the KV-cache cases) ---------------
 
-    return generate(x["layers"], x["prompt"], x["steps"], use_cache=use_cache)
+
+def attention_stack(
+    num_layers: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    seed: int = 0,
+    num_kv_heads: int | None = None,
+) -> nn.ModuleList:
+    """``num_layers`` :class:`~selfattn.multihead.MultiHeadAttention` layers, seeded, in eval mode.
+
+    :func:`generate` runs them as a residual stack ``x <- x + layer(x, mask="causal")``.
+    ``num_kv_heads`` makes every layer grouped-query attention.
+    """
+    num_layers = require_int(num_layers, "num_layers", 1)
+    seed = require_int(seed, "seed", None)
+    g = torch.Generator().manual_seed(seed)
+    layers = nn.ModuleList(
+        MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads)
+        for _ in range(num_layers)
+    )
+    with torch.no_grad():
+        for p in layers.parameters():
+            # nn.Linear's default init, drawn from our own generator so the stack does not
+            # depend on (or disturb) the global RNG.
+            bound = 1.0 / math.sqrt(d_model)
+            p.copy_(torch.empty_like(p).uniform_(-bound, bound, generator=g))
+    return layers.eval()
+
+
+def _next_input(y_last: torch.Tensor) -> torch.Tensor:
+    # The "token" fed back: the last output, rescaled to unit RMS so that 256 steps
+    # neither explode nor vanish (a stand-in for sampling a token and embedding it).
+    return y_last / y_last.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
+
+
+@torch.no_grad()
+def generate(
+    layers: Sequence[MultiHeadAttention],
+    prompt: torch.Tensor,
+    steps: int,
+    *,
+    use_cache: bool = True,
+) -> torch.Tensor:
+    """Decode ``steps`` vectors autoregressively through a residual stack of attention layers.
+
+    Each layer computes ``x + layer(x, mask="causal")``; the output at the last position,
+    rescaled to unit RMS, is the next input. With ``use_cache`` the prompt is run once
+    (prefill) and every later step feeds one position through the layers and their
+    :class:`~selfattn.multihead.KVCache`; without it every step re-runs the whole prefix.
+    The results agree to float rounding (tested), so timing both measures the cache's
+    speed-up::
+
+        layers = attention_stack(num_layers=4, d_model=256, num_heads=8, seed=0)
+        prompt = torch.randn(1, 16, 256)
+        fast = generate(layers, prompt, 256, use_cache=True)  # (1, 256, 256)
+        slow = generate(layers, prompt, 256, use_cache=False)  # same values, O(T^2) work
+
+    Args:
+        layers: e.g. :func:`attention_stack`'s output.
+        prompt: ``(B, p, d_model)`` with ``p >= 1``.
+        steps: number of vectors to generate (>= 1).
+        use_cache: decode with one KV cache per layer, or recompute.
+
+    Returns:
+        ``(B, steps, d_model)``, the generated inputs in order.
+    """
+    require_float(prompt, "prompt")
+    if prompt.dim() != 3 or prompt.shape[1] < 1:
+        raise ValueError(f"prompt must have shape (B, p >= 1, d_model), got {tuple(prompt.shape)}")
+    steps = require_int(steps, "steps", 1)
+    out = []
+    if use_cache:
+        caches = [KVCache() for _ in layers]
+        x = prompt
+        for _ in range(steps):
+            h = x
+            for layer, cache in zip(layers, caches):
+                h = h + layer(h, mask="causal", cache=cache)
+            x = _next_input(h[:, -1:])  # (B, 1, d): only the new position goes in next time
+            out.append(x)
+    else:
+        seq = prompt
+        for _ in range(steps):
+            h = seq
+            for layer in layers:
+                h = h + layer(h, mask="causal")
+            x = _next_input(h[:, -1:])
+            out.append(x)
+            seq = torch.cat([seq, x], dim=1)
+    return torch.cat(out, dim=1)
+
+
+# -- the cases ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One benchmark case: what it runs on :func:`make_inputs`' dict, and what it is."""
+
+    run: Callable[[dict], torch.Tensor]
+    description: str
+    kind: str = "attention"  # or "train", "decode_queries", "layer_decode", "generate"
+
+
+def _layer_case(num_kv_heads: int, label: str) -> _Case:
+    kv = "" if num_kv_heads == GQA_HEADS else f", num_kv_heads={num_kv_heads}"
+    return _Case(
+        _layer_decode,
+        f"{DECODE_TOKENS} tokens through MultiHeadAttention(d_model={GQA_D_MODEL}, "
+        f"num_heads={GQA_HEADS}{kv}) appending to a KVCache of n positions "
+        f"({label}, {num_kv_heads} KV heads)",
+        "layer_decode",
+    )
+
+
+_QUERIES = f"{DECODE_TOKENS} tokens, each one query against a cache of n"
+# The one registry of cases: name -> what runs and its description.
+_CASES: dict[str, _Case] = {
+    "plain": _Case(
+        lambda x: plain_attention(x["q"], x["k"], x["v"]),
+        "plain attention, n x n matrix materialised (bench.plain_attention)",
+    ),
+    "sdpa": _Case(
+        lambda x: F.scaled_dot_product_attention(x["q"], x["k"], x["v"]),
+        "torch SDPA (CPU: its fused flash kernel)",
+    ),
+    "flash_attention": _Case(
+        lambda x: flash_attention(x["q"], x["k"], x["v"]),
+        "selfattn.efficient.flash_attention (block_q=256, block_k=512)",
+    ),
+    "dense_masked_sdpa": _Case(
+        lambda x: F.scaled_dot_product_attention(x["q"], x["k"], x["v"], attn_mask=x["mask"]),
+        f"torch SDPA with a dense bool band mask (causal window {WINDOW})",
+    ),
+    "sliding_window": _Case(
+        lambda x: sliding_window_attention(x["q"], x["k"], x["v"], WINDOW, causal=True),
+        f"selfattn.efficient.sliding_window_attention (causal window {WINDOW}, band only)",
+    ),
+    "linear_attention": _Case(
+        lambda x: linear_attention(x["q"], x["k"], x["v"]),
+        "selfattn.efficient.linear_attention (non-causal, elu+1)",
+    ),
+    "linear_decode": _Case(
+        _linear_decode,
+        "causal linear attention decoded token by token with "
+        "linear_attention_step, keeping only the state (S, z) and the last output",
+    ),
+    "kv_cache_decode": _Case(
+        lambda x: generate(x["layers"], x["prompt"], x["steps"], use_cache=True),
+        "selfattn.bench.generate with KV cache (4 layers, d_model 256, 4 heads)",
+        "generate",
+    ),
+    "no_cache_decode": _Case(
+        lambda x: generate(x["layers"], x["prompt"], x["steps"], use_cache=False),
+        "selfattn.bench.generate recomputing the prefix each step",
+        "generate",
+    ),
+    "flash_attention_train": _Case(
+        lambda x: _train_step(flash_attention, x),
+        "selfattn.efficient.flash_attention forward + backward "
+        "(block_q=256, block_k=512; saves only the output and the row log-sum-exp)",
+        "train",
+    ),
+    "sdpa_train": _Case(
+        lambda x: _train_step(F.scaled_dot_product_attention, x),
+        "torch SDPA forward + backward (CPU: its fused flash kernel)",
+        "train",
+    ),
+    "plain_train": _Case(
+        lambda x: _train_step(_plain_differentiable, x),
+        "plain attention forward + backward with autograd "
+        "(softmax(q k^T / sqrt(d)) v; keeps the n x n probabilities for the backward)",
+        "train",
+    ),
+    "flash_decoding": _Case(
+        lambda x: _decode_queries(flash_decoding, x),
+        f"{_QUERIES}: selfattn.efficient.decoding.flash_decoding (chunk_size=1024)",
+        "decode_queries",
+    ),
+    "sdpa_decode": _Case(
+        lambda x: _decode_queries(F.scaled_dot_product_attention, x),
+        f"{_QUERIES}: torch SDPA",
+        "decode_queries",
+    ),
+    "plain_decode": _Case(
+        lambda x: _decode_queries(plain_attention, x),
+        f"{_QUERIES}: bench.plain_attention",
+        "decode_queries",
+    ),
+    "mha_decode": _layer_case(GQA_HEADS, "MHA"),
+    "gqa_decode": _layer_case(GQA_KV_HEADS, "GQA"),
+}
+#: The cases the harness knows, by name.
+METHODS = tuple(_CASES)
+
+
+def _of_kind(kind: str) -> tuple[str, ...]:
+    return tuple(name for name, case in _CASES.items() if case.kind == kind)
+
+
+_TRAIN, _DECODE_QUERIES, _LAYER_DECODE = map(_of_kind, ("train", "decode_queries", "layer_decode"))
 
 
 def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
@@ -259,8 +390,6 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     g = torch.Generator().manual_seed(seed)
     if method in ("kv_cache_decode", "no_cache_decode"):
-        from .multihead import attention_stack
-
         return {
             "layers": attention_stack(
                 num_layers=4, d_model=HEADS * D_HEAD, num_heads=HEADS, seed=seed
@@ -269,8 +398,6 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
             "steps": n,
         }
     if method in _LAYER_DECODE:
-        from .multihead import KVCache, attention_stack
-
         kv_heads = GQA_KV_HEADS if method == "gqa_decode" else GQA_HEADS
         layer = attention_stack(
             num_layers=1,
@@ -374,7 +501,7 @@ def time_case(
         that decode several tokens per call add ``"per_token_s"`` and
         ``"cpu_per_token_s"`` (the medians divided by the number of tokens).
     """
-    fn = _methods()[method]
+    fn = _CASES[method].run
     x = make_inputs(method, n)
     with torch.no_grad():
         for _ in range(warmup):
@@ -406,8 +533,6 @@ def _facts(method: str, n: int) -> dict:
     if method in _DECODE_QUERIES + _LAYER_DECODE:
         facts["tokens"] = DECODE_TOKENS
     if method in _LAYER_DECODE:
-        from .multihead import kv_cache_bytes
-
         facts["cache_bytes"] = kv_cache_bytes(
             1,
             GQA_HEADS,
@@ -442,7 +567,7 @@ def _memory_child(method: str, n: int, threads: int) -> dict:
     import resource
 
     torch.set_num_threads(threads)
-    fn = _methods()[method]
+    fn = _CASES[method].run
     x = make_inputs(method, n)
     with torch.no_grad():
         fn(x)  # warm-up: one-off allocations (thread pools, kernels) are not the method's cost
@@ -525,22 +650,12 @@ def _plan(quick: bool) -> list[tuple[str, int]]:
         ("linear_attention", big),
         ("linear_decode", big),
     ]
-    if _have_multihead():
-        plan += [("kv_cache_decode", steps), ("no_cache_decode", steps)]
+    plan += [("kv_cache_decode", steps), ("no_cache_decode", steps)]
     for n in size["train"]:
         plan += [(m, n) for m in _TRAIN]
     plan += [(m, size["cache"]) for m in _DECODE_QUERIES]
-    if _have_multihead():
-        plan += [(m, size["gqa_cache"]) for m in _LAYER_DECODE]
+    plan += [(m, size["gqa_cache"]) for m in _LAYER_DECODE]
     return plan
-
-
-def _have_multihead() -> bool:
-    try:
-        from .multihead import attention_stack, generate  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def machine_info() -> dict:
@@ -788,7 +903,12 @@ def run_cpu(
     for method, n in _plan(quick):
         if only is not None and method not in only:
             continue
-        row = {"method": method, "n": n, "description": DESCRIPTIONS[method], **_facts(method, n)}
+        row = {
+            "method": method,
+            "n": n,
+            "description": _CASES[method].description,
+            **_facts(method, n),
+        }
         if timing:
             row.update(time_case(method, n, repeats=repeats))
         if memory:
@@ -816,9 +936,6 @@ def run_cpu(
         "quick": quick,
         "method": "median of repeats after 1 warm-up (wall and process CPU time); extra peak "
         "RSS over the inputs in a fresh subprocess (VmHWM after /proc/self/clear_refs)",
-        "kv_cache_case": "included"
-        if _have_multihead()
-        else "left out: selfattn.multihead not available",
         "cases": results,
     }
     if memory and timing and only is None:

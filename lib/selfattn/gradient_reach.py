@@ -6,11 +6,12 @@ A recurrent model reaches ``x_0`` through ``n - 1`` multiplications by its recur
 Jacobian, so the norm typically shrinks with distance; one attention layer reaches every
 input in one step (chapter 1).
 
-The norm is accumulated in float64 whatever the input's dtype: a float32 gradient of
-``1e-30`` is perfectly representable, but its square (``1e-60``) is not, and summing
-squares in float32 would report a false 0 (a "cliff" in a log plot) long before the
-gradient itself underflows. To follow gradients below float32's range at all, run the
-encoder itself in float64 (float64 weights and ``x``).
+It is the last row of :func:`selfattn.masks.dependency_matrix` (which differentiates any
+layer), for an encoder that takes a batch. The norm is accumulated in float64 whatever the
+input's dtype: a float32 gradient of ``1e-30`` is perfectly representable, but its square
+(``1e-60``) is not, and summing squares in float32 would report a false 0 (a "cliff" in a
+log plot) long before the gradient itself underflows. To follow gradients below float32's
+range at all, run the encoder itself in float64 (float64 weights and ``x``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from .masks import dependency_matrix
 
 __all__ = ["gradient_reach"]
 
@@ -35,21 +38,19 @@ def gradient_reach(
     Returns:
         ``(n,)`` tensor in the dtype of ``x``: entry ``t`` is the norm of the Jacobian of the
         last output ``y[-1]`` (``d_out`` numbers) with respect to ``x[t]`` (``d_in``
-        numbers). The squares are summed in float64, so the result is 0 only where the
-        gradient itself is 0 (or the norm is below the smallest number of ``x``'s dtype).
+        numbers), the last row of :func:`~selfattn.masks.dependency_matrix`. The squares are
+        summed in float64, so the result is 0 only where the gradient itself is 0 (or the
+        norm is below the smallest number of ``x``'s dtype).
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2:
         got = f"{type(x).__name__} {getattr(x, 'dtype', '')} {tuple(getattr(x, 'shape', ()))}"
         raise ValueError(f"x must be a float tensor of shape (n, d_in), got {got}")
-    x = x.detach().clone().requires_grad_(True)
-    y_last = encoder(x[None])[0, -1]  # (d_out,)
-    if y_last.dim() != 1:
-        raise ValueError(
-            f"encoder must return (1, n, d_out), got last output of shape {tuple(y_last.shape)}"
-        )
-    # float64 even for float32 gradients: squaring a float32 number below ~1e-23 gives 0
-    squared = torch.zeros(x.shape[0], dtype=torch.float64)
-    for j in range(y_last.shape[0]):  # one backward pass per output coordinate: exact
-        (grad,) = torch.autograd.grad(y_last[j], x, retain_graph=True)
-        squared += grad.detach().to(torch.float64).pow(2).sum(dim=-1)
-    return squared.sqrt().to(x.dtype)
+
+    def last_output(t: torch.Tensor) -> torch.Tensor:  # (n, d_in) -> (1, d_out)
+        y = encoder(t[None])
+        if not isinstance(y, torch.Tensor) or y.dim() != 3 or y.shape[0] != 1:
+            got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+            raise ValueError(f"encoder must return (1, n, d_out), got {got}")
+        return y[0, -1:]
+
+    return dependency_matrix(last_output, x)[0]

@@ -173,9 +173,10 @@ def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tenso
         x: the input ``(n, d)`` at which to differentiate.
 
     Returns:
-        ``(n', n)`` tensor, entry ``[i, j] = || d fn(x)[i] / d x[j] ||_F``. A causal layer
-        gives exact zeros above the diagonal: output ``i`` does not move when a later
-        input ``j > i`` changes.
+        ``(n', n)`` tensor in the dtype of ``x``, entry ``[i, j] = || d fn(x)[i] / d x[j] ||_F``.
+        A causal layer gives exact zeros above the diagonal: output ``i`` does not move
+        when a later input ``j > i`` changes. The squares are summed in float64: squaring
+        a float32 gradient below about ``1e-23`` would give a false 0.
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -189,4 +190,4 @@ def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tenso
         raise ValueError(
             f"fn must map (n, d) to (n', d'), its Jacobian has shape {tuple(jac.shape)}"
         )
-    return jac.pow(2).sum(dim=(1, 3)).sqrt()
+    return jac.to(torch.float64).pow(2).sum(dim=(1, 3)).sqrt().to(x.dtype)

@@ -69,16 +69,10 @@ An explicit mask passed with a cache must cover every key, old and new: shape
 the full causal mask: ``causal_mask(n, m, align="bottom_right")``). For cross-attention
 the cache stores the context's keys and values on the first call and reuses them after.
 
-**Benchmark helper.**
-:func:`attention_stack` builds a stack of layers and :func:`generate` decodes
-``steps`` vectors through it autoregressively, with the cache or by recomputing the
-whole prefix every step; both give the same vectors (tested), so timing the two is a
-fair measure of the cache's speed-up::
-
-    layers = attention_stack(num_layers=4, d_model=256, num_heads=8, seed=0)
-    prompt = torch.randn(1, 16, 256)
-    fast = generate(layers, prompt, 256, use_cache=True)    # (1, 256, 256)
-    slow = generate(layers, prompt, 256, use_cache=False)   # same values, O(T^2) projections
+**Decoding benchmark.**
+:func:`selfattn.bench.attention_stack` and :func:`selfattn.bench.generate` (re-exported here
+and by ``selfattn``) decode through a stack of these layers with the cache or by recomputing
+the prefix, the cache's speed-up measured in chapter 5 and by ``make bench``.
 
 :func:`mha_param_count`, :func:`mha_flops` and :func:`kv_cache_bytes`, the layer's cost
 formulas, live in :mod:`selfattn.costs` (re-exported here and by ``selfattn``).
@@ -87,7 +81,7 @@ formulas, live in :mod:`selfattn.costs` (re-exported here and by ``selfattn``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -115,8 +109,8 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "heads_mask",
-    "attention_stack",
-    "generate",
+    "attention_stack",  # noqa: F822 - selfattn.bench's, found by __getattr__ below
+    "generate",  # noqa: F822 - likewise
     "mha_param_count",
     "mha_flops",
     "kv_cache_bytes",
@@ -694,90 +688,11 @@ class MultiHeadAttention(nn.Module):
         return (y, weights) if return_weights else y
 
 
-# -- a stack of layers and autoregressive decoding (the KV-cache benchmark) -----------
+def __getattr__(name: str):
+    # The benchmark's decoder lives in selfattn.bench; chapter 5 imports it from selfattn,
+    # which re-exports this module's names, so they are found here too (imported on first use).
+    if name in ("attention_stack", "generate"):
+        from . import bench
 
-
-def attention_stack(
-    num_layers: int,
-    d_model: int,
-    num_heads: int,
-    *,
-    seed: int = 0,
-    num_kv_heads: int | None = None,
-) -> nn.ModuleList:
-    """``num_layers`` :class:`MultiHeadAttention` layers with seeded weights, in eval mode.
-
-    :func:`generate` runs them as a residual stack ``x <- x + layer(x, mask="causal")``.
-    ``num_kv_heads`` makes every layer grouped-query attention.
-    """
-    num_layers = require_int(num_layers, "num_layers", 1)
-    seed = require_int(seed, "seed", None)
-    g = torch.Generator().manual_seed(seed)
-    layers = nn.ModuleList(
-        MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads)
-        for _ in range(num_layers)
-    )
-    with torch.no_grad():
-        for p in layers.parameters():
-            # nn.Linear's default init, drawn from our own generator so the stack does not
-            # depend on (or disturb) the global RNG.
-            bound = 1.0 / math.sqrt(d_model)
-            p.copy_(torch.empty_like(p).uniform_(-bound, bound, generator=g))
-    return layers.eval()
-
-
-def _next_input(y_last: torch.Tensor) -> torch.Tensor:
-    # The "token" fed back: the last output, rescaled to unit RMS so that 256 steps
-    # neither explode nor vanish (a stand-in for sampling a token and embedding it).
-    return y_last / y_last.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
-
-
-@torch.no_grad()
-def generate(
-    layers: Sequence[MultiHeadAttention],
-    prompt: torch.Tensor,
-    steps: int,
-    *,
-    use_cache: bool = True,
-) -> torch.Tensor:
-    """Decode ``steps`` vectors autoregressively through a residual stack of attention layers.
-
-    Each layer computes ``x + layer(x, mask="causal")``; the output at the last position,
-    rescaled to unit RMS, is the next input. With ``use_cache`` the prompt is run once
-    (prefill) and every later step feeds one position through the layers and their
-    :class:`KVCache`; without it every step re-runs the whole prefix. The results agree
-    to float rounding (tested), so timing both measures the cache's speed-up.
-
-    Args:
-        layers: e.g. :func:`attention_stack`'s output.
-        prompt: ``(B, p, d_model)`` with ``p >= 1``.
-        steps: number of vectors to generate (>= 1).
-        use_cache: decode with one :class:`KVCache` per layer, or recompute.
-
-    Returns:
-        ``(B, steps, d_model)``, the generated inputs in order.
-    """
-    require_float(prompt, "prompt")
-    if prompt.dim() != 3 or prompt.shape[1] < 1:
-        raise ValueError(f"prompt must have shape (B, p >= 1, d_model), got {tuple(prompt.shape)}")
-    steps = require_int(steps, "steps", 1)
-    out = []
-    if use_cache:
-        caches = [KVCache() for _ in layers]
-        x = prompt
-        for _ in range(steps):
-            h = x
-            for layer, cache in zip(layers, caches):
-                h = h + layer(h, mask="causal", cache=cache)
-            x = _next_input(h[:, -1:])  # (B, 1, d): only the new position goes in next time
-            out.append(x)
-    else:
-        seq = prompt
-        for _ in range(steps):
-            h = seq
-            for layer in layers:
-                h = h + layer(h, mask="causal")
-            x = _next_input(h[:, -1:])
-            out.append(x)
-            seq = torch.cat([seq, x], dim=1)
-    return torch.cat(out, dim=1)
+        return getattr(bench, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
