@@ -129,7 +129,7 @@ def test_one_chinese_term_for_each_glossary_term():
         if not i18n.catalog(doc).exists():
             continue
         for m in messages(doc):
-            if not m.string or m.id.strip() in cells or is_display_math(m.id):
+            if not m.string or m.fuzzy or m.id.strip() in cells or is_display_math(m.id):
                 continue
             prose = CODE.sub(" ", MATH.sub(" ", ROLE.sub(" ", m.id)))
             for en, zh in pairs:
