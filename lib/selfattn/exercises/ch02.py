@@ -1,20 +1,38 @@
 """Checkers for chapter 2, "Queries, keys and values".
 
-* 2.1 ``check_hard_lookup``: a dictionary lookup by the best-matching key.
-* 2.2 ``check_soft_lookup``: softmax-weighted sum of values, with a temperature.
-* 2.3 ``check_cross_attention``: queries from one sequence, keys and values from another.
-* 2.4 ``check_antecedent_share``: the share of attention from ``it`` on the right noun.
+* 2.1 (predict, then run) ``check_predicted_score``: one step of the worked example by
+  hand, the scaled score of "it" against a fourth token, "tired".
+* 2.2 (build) ``check_soft_lookup``: softmax-weighted sum of values, with a temperature.
+* 2.3 (find the bug) ``check_cross_attention``: cross-attention scaled by the wrong width
+  (:func:`buggy_cross_attention`), fixed.
+* 2.4 (build) ``check_antecedent_share``: the share of attention from ``it`` on the right noun.
+
+``check_hard_lookup`` (the argmax lookup) is no longer one of the chapter's exercises (its
+answer is printed in the chapter); it stays for compatibility. Each checker names the most
+likely wrong answers instead of only reporting which case differs.
+
+The worked example (:data:`WORKED_X`, :data:`WORKED_W_Q`, :data:`WORKED_W_K`,
+:data:`WORKED_W_V`) is defined here once, so the chapter and the checker use the same numbers.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
-from ._core import call_answer, checker, expect_close, expect_shape
+from ._core import Mismatch, call_answer, checker, expect_close, expect_shape, name_mistake
 
 __all__ = [
+    "WORKED_TOKENS",
+    "WORKED_X",
+    "WORKED_W_Q",
+    "WORKED_W_K",
+    "WORKED_W_V",
+    "TIRED_X",
+    "check_predicted_score",
+    "buggy_cross_attention",
     "check_hard_lookup",
     "check_soft_lookup",
     "check_cross_attention",
@@ -24,6 +42,50 @@ __all__ = [
     "cross_attention",
     "antecedent_share",
 ]
+
+
+#: The worked example's three tokens, in order.
+WORKED_TOKENS: tuple[str, ...] = ("animal", "street", "it")
+#: Their 2-D embeddings, one row per token ``(3, 2)``.
+WORKED_X = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+#: Hand-chosen projections ``(2, 2)``: ``Q = X W^Q``, ``K = X W^K``, ``V = X W^V``.
+WORKED_W_Q = torch.tensor([[1.0, 0.0], [1.0, -1.0]])
+WORKED_W_K = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+WORKED_W_V = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+#: Exercise 2.1's fourth token, "tired", as a 2-D embedding ``(2,)``.
+TIRED_X = torch.tensor([2.0, 1.0])
+
+
+def _worked_score(query_x: torch.Tensor, key_x: torch.Tensor, *, scaled: bool = True) -> float:
+    q, k = query_x @ WORKED_W_Q, key_x @ WORKED_W_K
+    score = float(q @ k)
+    return score / math.sqrt(WORKED_W_K.shape[1]) if scaled else score
+
+
+@checker("2.1", "predict: a score by hand")
+def check_predicted_score(answer):
+    x_it = WORKED_X[WORKED_TOKENS.index("it")]
+    case = "'it' (query) against 'tired' (key)"
+    mistakes = {
+        "this is the raw score q . k; divide it by sqrt(d_k) = sqrt(2)": _worked_score(
+            x_it, TIRED_X, scaled=False
+        ),
+        "this is the dot product of the embeddings x_it . x_tired; project first: "
+        "q = x_it W^Q, k = x_tired W^K": float(x_it @ TIRED_X) / math.sqrt(2),
+        "query and key swapped: this is the query of 'tired' against the key of 'it'": (
+            _worked_score(TIRED_X, x_it)
+        ),
+        "this divides by d_k = 2; the scale is sqrt(d_k)": _worked_score(
+            x_it, TIRED_X, scaled=False
+        )
+        / 2,
+    }
+    expected = _worked_score(x_it, TIRED_X)
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
+        raise Mismatch(f"case {case}: expected a number, got {type(answer).__name__}")
+    if abs(float(answer) - expected) > 0.01:
+        name_mistake(float(answer), mistakes, case=case, atol=0.01, rtol=0)
+    expect_close(float(answer), expected, case=case, atol=0.01, rtol=0)
 
 
 def hard_lookup(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -39,6 +101,19 @@ def soft_lookup(
     Shapes: query ``(d,)``, keys ``(m, d)``, values ``(m, d_v)`` -> ``(d_v,)``.
     """
     return torch.softmax(keys @ query / temperature, dim=-1) @ values
+
+
+def buggy_cross_attention(
+    x: torch.Tensor, context: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
+) -> torch.Tensor:
+    """Exercise 2.3's planted bug: :func:`cross_attention` scaled by ``sqrt(d)``.
+
+    The scale should be ``sqrt(d_k)``.
+
+    Same shapes as :func:`cross_attention`; ``d`` is the token width, ``d_k`` the key width.
+    """
+    q, k, v = x @ w_q, context @ w_k, context @ w_v
+    return torch.softmax(q @ k.T / math.sqrt(x.shape[-1]), dim=-1) @ v
 
 
 def cross_attention(
@@ -73,7 +148,7 @@ def _library(generator):
     return keys, values
 
 
-@checker("2.1", "hard lookup")
+@checker("extra", "hard lookup")
 def check_hard_lookup(answer):
     generator = torch.Generator().manual_seed(0)
     keys, values = _library(generator)
@@ -90,6 +165,22 @@ def check_hard_lookup(answer):
     )
 
 
+def _soft_times(query, keys, values, temperature):
+    return torch.softmax(keys @ query * temperature, dim=-1) @ values
+
+
+def _soft_naive(query, keys, values, temperature):
+    e = torch.exp(keys @ query / temperature)
+    return (e / e.sum()) @ values
+
+
+_SOFT_MISTAKES = {
+    "the scores are multiplied by the temperature; divide them by it": _soft_times,
+    "exp(s) / exp(s).sum() overflows to inf / inf = nan for large scores; subtract the "
+    "largest score first (torch.softmax does)": _soft_naive,
+}
+
+
 @checker("2.2", "soft lookup with a temperature")
 def check_soft_lookup(answer):
     generator = torch.Generator().manual_seed(1)
@@ -97,22 +188,27 @@ def check_soft_lookup(answer):
     for temperature in (1.0, 0.25, 4.0, 1e-3):
         query = torch.randn(4, generator=generator)
         got = call_answer(answer, query.clone(), keys.clone(), values.clone(), temperature)
-        expect_shape(got, (3,), case=f"temperature={temperature}")
+        case = f"temperature={temperature}"
+        expect_shape(got, (3,), case=case)
         expect_close(
-            got, soft_lookup(query, keys, values, temperature), case=f"temperature={temperature}"
+            got,
+            soft_lookup(query, keys, values, temperature),
+            case=case,
+            mistakes={d: f(query, keys, values, temperature) for d, f in _SOFT_MISTAKES.items()},
         )
     big = torch.full((4,), 300.0)  # scores near 1e5 at temperature 0.01: a naive exp overflows
     expect_close(
         call_answer(answer, big, keys.clone(), values.clone(), 0.01),
         soft_lookup(big, keys, values, 0.01),
         case="large scores (use a stable softmax)",
+        mistakes={d: f(big, keys, values, 0.01) for d, f in _SOFT_MISTAKES.items()},
     )
 
 
 @checker("2.3", "cross-attention")
 def check_cross_attention(answer):
     generator = torch.Generator().manual_seed(2)
-    for n, m, d, d_k, d_v in ((3, 5, 4, 2, 3), (1, 1, 4, 4, 2), (4, 2, 6, 8, 5)):
+    for n, m, d, d_k, d_v in ((3, 5, 6, 2, 3), (1, 1, 4, 4, 2), (4, 2, 6, 8, 5)):
         x, context = torch.randn(n, d, generator=generator), torch.randn(m, d, generator=generator)
         w_q, w_k = (
             torch.randn(d, d_k, generator=generator),
@@ -124,7 +220,20 @@ def check_cross_attention(answer):
         )
         case = f"n={n}, m={m}, d_k={d_k}, d_v={d_v}"
         expect_shape(got, (n, d_v), case=case)
-        expect_close(got, cross_attention(x, context, w_q, w_k, w_v), case=case)
+        q, k, v = x @ w_q, context @ w_k, context @ w_v
+        mistakes = {
+            "still scaled by sqrt(d), the token width; the scale is sqrt(d_k), the width "
+            "of the queries and keys": buggy_cross_attention(x, context, w_q, w_k, w_v),
+            "the scale is gone: divide the scores by sqrt(d_k), do not drop it": torch.softmax(
+                q @ k.T, dim=-1
+            )
+            @ v,
+            "divided by d_k; the scale is its square root, sqrt(d_k)": torch.softmax(
+                q @ k.T / k.shape[-1], dim=-1
+            )
+            @ v,
+        }
+        expect_close(got, cross_attention(x, context, w_q, w_k, w_v), case=case, mistakes=mistakes)
 
 
 @checker("2.4", "share of attention on the antecedent")
@@ -135,9 +244,18 @@ def check_antecedent_share(answer):
     antecedent_position = torch.tensor([1, 2, 0, 1, 5])
     got = call_answer(answer, weights.clone(), it_position.clone(), antecedent_position.clone())
     expected = antecedent_share(weights, it_position, antecedent_position)
+    b = torch.arange(5)
+    mistakes = {
+        "rows and columns swapped: this is the weight from the noun to 'it'; row = query "
+        "('it'), column = key (the noun)": weights[b, antecedent_position, it_position].mean(),
+        "this averages the weight on the noun over every query, not only from 'it'": weights[
+            b, :, antecedent_position
+        ].mean(),
+    }
     expect_close(
         torch.as_tensor(got, dtype=torch.float64).reshape(()),
         torch.tensor(expected),
         case="5 sentences of 7 tokens",
         atol=1e-6,
+        mistakes={d: torch.as_tensor(float(v), dtype=torch.float64) for d, v in mistakes.items()},
     )
