@@ -51,17 +51,6 @@ def test_sinusoidal_offset_and_first_row():
     assert torch.equal(full[0], torch.tensor([0.0, 1.0] * 4))
 
 
-def test_chapter_one_signal_is_the_same_encoding():
-    # chapter 1's AttentionClassifier uses its own float32 copy; it must stay the same formula
-    # (skipped once the library core replaces that copy by sinusoidal_encoding itself)
-    tiny = pytest.importorskip("selfattn.models.tiny_attention")
-    sinusoidal_positions = getattr(tiny, "sinusoidal_positions", None)
-    if sinusoidal_positions is None:
-        pytest.skip("models.tiny_attention has no copy of its own any more")
-
-    assert torch.equal(sinusoidal_positions(200, 32), sinusoidal_encoding(200, 32))
-
-
 @pytest.mark.parametrize("k", [-5, 0, 1, 3, 40])
 def test_sinusoidal_shift_is_a_fixed_block_rotation(k):
     d = 16
