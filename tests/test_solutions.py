@@ -203,7 +203,7 @@ def test_solution_cells_are_tagged_and_hold_nothing_else(path: Path):
             problems.append(f"cell {i} is tagged 'solution' outside a solution")
         if tags:
             inside = tags[-1] == "solution-start"
-        if cell["cell_type"] == "markdown" and tagged and FENCED.sub("", source).strip():
+        if tags and tagged and FENCED.sub("", source).strip():
             problems.append(f"cell {i}: prose beside {{solution-start/end}}: its own cell")
     assert not problems, "; ".join(problems)
 
