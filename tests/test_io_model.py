@@ -85,7 +85,7 @@ def test_overflow_and_bad_sizes():
         tiled_attention_io(0, 4, 100)
     with pytest.raises(ValueError, match="fast-memory"):
         standard_attention_io(4, 4, -1)
-    with pytest.raises(ValueError, match="fast-memory"):
+    with pytest.raises(TypeError, match="fast-memory"):
         tiled_attention_io(4, 4, True)
 
 
@@ -106,7 +106,8 @@ def test_overflow_and_bad_sizes():
         ),
         (lambda: tiled_attention_io(256, 16, 4096, blocks=4), "blocks must be a pair"),
         (lambda: standard_attention_io(256, 16, 4096, block=-3), "block must be >= 1"),
-        (lambda: tiled_attention_io(-1, 16, 4096), "n must be a positive int"),
+        (lambda: tiled_attention_io(-1, 16, 4096), "n must be >= 1, got -1"),
+        (lambda: tiled_attention_io(8, 2.0, 4096), "d must be an int"),
     ],
 )
 def test_bad_block_sizes_are_refused(call, message):

@@ -100,7 +100,8 @@ def test_model_bad_input():
     with pytest.raises(ValueError, match="heads of even size"):
         OrderModel(10, d_model=12, num_heads=4)
     with pytest.raises(
-        TypeError, match=r"tokens must be a torch.long tensor \(B, n\), got \(4,\)"
+        TypeError,
+        match=r"tokens must be a torch.long tensor of shape \(B, n\), got a tensor of shape \(4,\)",
     ):
         OrderModel(10)(torch.arange(4))
     with pytest.raises(ValueError, match="do not fit the table of max_len=8"):

@@ -118,7 +118,7 @@ def test_errors():
         )
     with pytest.raises(ValueError, match="query_position must be"):
         AttentionClassifier(5, 2)(torch.ones(2, 3, dtype=torch.long), torch.tensor([0, 3]))
-    with pytest.raises(TypeError, match="ids must be a long tensor"):
+    with pytest.raises(TypeError, match="ids must be a torch.long tensor of shape"):
         AttentionClassifier(5, 2)(torch.ones(2, 3))
     with pytest.raises(ValueError, match="even"):
         AttentionClassifier(5, 2, d_model=3)(torch.ones(2, 3, dtype=torch.long))

@@ -83,6 +83,52 @@ def require_number(
     return value
 
 
+def require_bool_mask(mask, name: str = "mask") -> torch.Tensor:
+    """A bool tensor in the book's convention (``True`` = may attend)."""
+    require_tensor(mask, name)
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}"
+        )
+    return mask
+
+
+def check_scale(scale, d_k: int) -> float:
+    """The scores' scale: a real number, or ``None`` for ``1 / sqrt(d_k)``.
+
+    With ``d_k = 0`` every score is an empty sum, 0, whatever the scale (torch agrees).
+    """
+    scale = require_number(scale, "scale", allow_none=True)
+    if scale is None:
+        return 1.0 / math.sqrt(d_k) if d_k > 0 else 1.0
+    return scale
+
+
+def require_token_batch(ids, name: str = "ids") -> torch.Tensor:
+    """A batch of token ids: a ``torch.long`` tensor of shape ``(B, n)``."""
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 2:
+        raise TypeError(f"{name} must be a torch.long tensor of shape (B, n), got {describe(ids)}")
+    return ids
+
+
+def require_device(device) -> torch.device:
+    """``device`` (a ``torch.device``, a string such as ``"cpu"`` or ``"cuda:0"``, or ``None``
+    for the CPU) as a ``torch.device`` that this machine has."""
+    if device is None:
+        return torch.device("cpu")
+    if not isinstance(device, (torch.device, str)):
+        raise TypeError(
+            f"device must be a torch.device, a string or None, got {type(device).__name__}"
+        )
+    try:
+        device = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device must name a torch device such as 'cpu', got {device!r}") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device is {str(device)!r}, but this machine has no CUDA GPU")
+    return device
+
+
 def check_choice(value, name: str, choices: tuple[str, ...]) -> str:
     """One of the strings ``choices`` (a kernel, a layout, a mode)."""
     if not isinstance(value, str) or value not in choices:

@@ -10,19 +10,17 @@ variant in ``selfattn.efficient`` is tested against the reference and against to
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ._checks import (
     check_choice,
     check_mask,
     check_qkv,
+    check_scale,
     is_half,
     require_bool,
     require_dim_arg,
     require_float,
-    require_number,
 )
 from .masks import causal_mask
 
@@ -118,12 +116,9 @@ def scaled_dot_product_attention(
     """
     batch = check_qkv(q, k, v)
     return_weights = require_bool(return_weights, "return_weights")
-    scale = require_number(scale, "scale", allow_none=True)
     kernel = check_choice(kernel, "kernel", KERNELS)
-    n, m, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
-    if scale is None:
-        # With d_k = 0 every score is an empty sum, 0, whatever the scale (torch agrees).
-        scale = 1.0 / math.sqrt(d_k) if d_k > 0 else 1.0
+    n, m = q.shape[-2], k.shape[-2]
+    scale = check_scale(scale, q.shape[-1])
     causal = isinstance(mask, str)
     if causal and mask != "causal":
         raise ValueError(f"mask must be a tensor, None or the string 'causal', got {mask!r}")

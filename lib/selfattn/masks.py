@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._checks import require_bool, require_int, require_tensor
+from ._checks import require_bool, require_bool_mask, require_int, require_number, require_tensor
 
 __all__ = [
     "causal_mask",
@@ -110,15 +110,6 @@ def sliding_window_mask(n: int, window: int, *, causal: bool = True, device=None
     return near & (j <= i) if causal else near
 
 
-def _require_bool(mask, name: str = "mask") -> torch.Tensor:
-    require_tensor(mask, name)
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}"
-        )
-    return mask
-
-
 def to_ignore_mask(mask: torch.Tensor) -> torch.Tensor:
     """Flip a "may attend" mask into ``nn.MultiheadAttention``'s convention (``True`` = ignore).
 
@@ -133,7 +124,7 @@ def to_ignore_mask(mask: torch.Tensor) -> torch.Tensor:
     Returns:
         ``~mask`` (same shape), ``True`` = ignore.
     """
-    return ~_require_bool(mask)
+    return ~require_bool_mask(mask)
 
 
 def to_additive_mask(
@@ -152,12 +143,11 @@ def to_additive_mask(
     Returns:
         Float tensor of ``mask``'s shape and ``dtype``.
     """
-    _require_bool(mask)
+    require_bool_mask(mask)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
-    if fill is not None and (isinstance(fill, bool) or not isinstance(fill, (int, float))):
-        raise TypeError(f"fill must be a number or None, got {type(fill).__name__} {fill!r}")
-    fill = float("-inf") if fill is None else float(fill)
+    fill = require_number(fill, "fill", finite=False, allow_none=True)
+    fill = float("-inf") if fill is None else fill
     # Fill in float32 and round once to ``dtype``: that is what happens to a mask built in
     # float32 and added to half-precision scores (``masked_fill`` on a float16 tensor would
     # refuse -1e9 with "value cannot be converted ... without overflow" instead).

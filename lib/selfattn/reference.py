@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._checks import require_dim_arg
+
 __all__ = ["AttentionSteps", "attention_steps", "softmax_np"]
 
 
@@ -28,8 +30,7 @@ class AttentionSteps(NamedTuple):
 
 def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Stable softmax; a row of all ``-inf`` gives zeros."""
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"axis must be an int naming one axis, got {axis!r}")
+    require_dim_arg(axis, "axis")
     x = np.asarray(x)
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise TypeError(f"x must be a numeric array, got dtype {x.dtype}")

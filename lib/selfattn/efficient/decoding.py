@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_qkv, require_int, require_same_device
-from .flash import _check_scale, _work_dtype
+from .._checks import check_qkv, check_scale, require_int, require_same_device
+from .flash import _work_dtype
 
 __all__ = ["partial_attention", "merge_attention_states", "flash_decoding"]
 
@@ -56,7 +56,7 @@ def partial_attention(
         so it weighs nothing in a merge.
     """
     check_qkv(q, k, v)
-    scale = _check_scale(scale, q.shape[-1])
+    scale = check_scale(scale, q.shape[-1])
     work = _work_dtype(q.dtype)
     s = q.to(work) @ k.to(work).transpose(-2, -1) * scale
     if mask is not None:
@@ -138,7 +138,7 @@ def flash_decoding(
     """
     batch = check_qkv(q, k, v)
     chunk_size = require_int(chunk_size, "chunk_size", 1)
-    scale = _check_scale(scale, q.shape[-1])
+    scale = check_scale(scale, q.shape[-1])
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     work = _work_dtype(q.dtype)
     # The empty state: no keys seen, output 0, log-sum-exp -inf.

@@ -33,11 +33,10 @@ book (and as torch SDPA gives).
 from __future__ import annotations
 
 import math
-from numbers import Real
 
 import torch
 
-from .._checks import check_qkv, require_float, require_int
+from .._checks import check_choice, check_qkv, check_scale, require_float, require_int
 
 __all__ = ["flash_attention", "flash_attention_reference", "online_softmax_steps"]
 
@@ -54,18 +53,8 @@ _RESCALE_LIMIT = 2.0**64
 
 
 def _check_alignment(alignment) -> str:
-    if alignment not in ALIGNMENTS:
-        raise ValueError(f"alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
-    return alignment
-
-
-def _check_scale(scale, d_k: int) -> float:
-    """The default 1/sqrt(d_k); with d_k = 0 every score is 0 whatever the scale."""
-    if scale is None:
-        return 1.0 / math.sqrt(d_k) if d_k > 0 else 1.0
-    if isinstance(scale, bool) or not isinstance(scale, Real):
-        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
-    return float(scale)
+    # kept for efficient.linear, which imports it
+    return check_choice(alignment, "alignment", ALIGNMENTS)
 
 
 def _offset(n: int, m: int, alignment: str) -> int:
@@ -77,7 +66,7 @@ def _check_attention_args(q, k, v, alignment, scale) -> tuple[tuple[int, ...], i
     """The checks every tiled kernel starts with: ``(batch shape, diagonal offset, scale)``."""
     batch = check_qkv(q, k, v)  # also: one device for q, k and v
     offset = _offset(q.shape[-2], k.shape[-2], _check_alignment(alignment))
-    return batch, offset, _check_scale(scale, q.shape[-1])
+    return batch, offset, check_scale(scale, q.shape[-1])
 
 
 def _flatten_batch(batch: tuple[int, ...], *tensors: torch.Tensor) -> list[torch.Tensor]:

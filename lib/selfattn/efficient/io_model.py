@@ -15,9 +15,9 @@ the running maximum is ``mu``, so the three never share a letter.)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .._checks import require_int
+from .._checks import require_int, require_number
 
 __all__ = [
     "TwoLevelMemory",
@@ -45,7 +45,6 @@ class TwoLevelMemory:
     writes: int = 0
     held: int = 0
     peak: int = 0
-    log: list = field(default_factory=list, repr=False)
 
     def load(self, elements: int, what: str = "") -> None:
         """Bring ``elements`` into fast memory (counted as reads)."""
@@ -343,8 +342,6 @@ def _check_blocks(blocks) -> None:
 
 
 def _check(n, d, M) -> None:
-    for name, x in (("n", n), ("d", d)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name} must be a positive int, got {x!r}")
-    if isinstance(M, bool) or not (isinstance(M, (int, float)) and M > 0):
-        raise ValueError(f"M (fast-memory elements) must be a positive number, got {M!r}")
+    require_int(n, "n", 1)
+    require_int(d, "d", 1)
+    require_number(M, "M (fast-memory elements)", positive=True, finite=False)

@@ -25,7 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_token_ids, require_int, require_module
+from .._checks import (
+    check_token_ids,
+    require_device,
+    require_int,
+    require_module,
+    require_token_batch,
+)
 from ..data.order_tasks import IGNORE_INDEX, ShiftedCopyTask
 from ..positional import (
     LearnedPositionalEmbedding,
@@ -129,13 +135,7 @@ class OrderModel(nn.Module):
 
         With ``return_weights``, also each layer's attention weights ``(B, h, n, n)``.
         """
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
-            got = (
-                f"{tuple(tokens.shape)} {tokens.dtype}"
-                if isinstance(tokens, torch.Tensor)
-                else type(tokens).__name__
-            )
-            raise TypeError(f"tokens must be a torch.long tensor (B, n), got {got}")
+        require_token_batch(tokens, "tokens")
         check_token_ids(tokens, "tokens", self.cfg.vocab_size)
         n = tokens.shape[1]
         x = self.embed(tokens)
@@ -151,24 +151,6 @@ class OrderModel(nn.Module):
             weights.append(w["self"])
         logits = self.head(self.ln_f(x))
         return (logits, weights) if return_weights else logits
-
-
-def _as_device(device) -> torch.device:
-    """``device`` (a ``torch.device``, a string such as ``"cpu"`` or ``"cuda:0"``, or ``None``
-    for the CPU) as a ``torch.device`` that this machine has."""
-    if device is None:
-        return torch.device("cpu")
-    if not isinstance(device, (torch.device, str)):
-        raise TypeError(
-            f"device must be a torch.device, a string or None, got {type(device).__name__}"
-        )
-    try:
-        device = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"device must name a torch device such as 'cpu', got {device!r}") from err
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device is {str(device)!r}, but this machine has no CUDA GPU")
-    return device
 
 
 @torch.no_grad()
@@ -218,7 +200,7 @@ def train_order_model(
     Returns:
         ``(model, losses)``; the model is in eval mode, on ``device``.
     """
-    device = _as_device(device)
+    device = require_device(device)
     torch.manual_seed(seed)
     model = OrderModel(task.vocab_size, encoding=encoding, **model_kwargs).to(device)
 
@@ -296,7 +278,7 @@ def extrapolation_run(
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if n_test <= n_train:
         raise ValueError(f"n_test must exceed n_train={n_train}, got {n_test}")
-    device = _as_device(device)
+    device = require_device(device)
     task = ShiftedCopyTask(shift=shift, vocab_size=vocab_size, seed=seed)
     model, losses = train_order_model(
         encoding,
@@ -340,7 +322,7 @@ def extrapolation_study(
         A JSON-ready dict with keys ``"settings"``, ``"seeds"`` and ``"runs"``; ``runs`` maps
         each encoding to ``{str(seed): metrics}`` (the metrics without ``per_position``).
     """
-    device = _as_device(device)
+    device = require_device(device)
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must name at least one seed, got none")

@@ -17,7 +17,13 @@ import math
 import torch
 from torch import nn
 
-from .._checks import check_token_ids, require_int, require_number, require_tensor
+from .._checks import (
+    check_token_ids,
+    require_int,
+    require_number,
+    require_tensor,
+    require_token_batch,
+)
 from ..attention import scaled_dot_product_attention
 from ..multihead import heads_mask, merge_heads, split_heads
 from ..positional import sinusoidal_encoding
@@ -208,12 +214,7 @@ class AttentionClassifier(nn.Module):
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Token plus position vectors ``(B, n, d_model)`` for ids ``(B, n)``."""
-        if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 2:
-            got = (
-                f"{type(ids).__name__} {getattr(ids, 'dtype', '')} "
-                f"{tuple(getattr(ids, 'shape', ()))}"
-            )
-            raise TypeError(f"ids must be a long tensor of shape (B, n), got {got}")
+        require_token_batch(ids)
         check_token_ids(ids, "ids", self.embed.num_embeddings)
         n = ids.shape[1]
         x = self.embed(ids)

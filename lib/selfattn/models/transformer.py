@@ -34,6 +34,7 @@ from .._checks import (
     require_module,
     require_number,
     require_tensor,
+    require_token_batch,
 )
 from ..data.images import patchify
 from ..multihead import KVCache, MultiHeadAttention
@@ -68,16 +69,6 @@ def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     require_module(model)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def _check_ids(ids, name: str = "ids") -> None:
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dtype != torch.long or ids.dim() != 2:
-        raise TypeError(
-            f"{name} must be a (B, n) torch.long tensor, "
-            f"got shape {tuple(ids.shape)} dtype {ids.dtype}"
-        )
 
 
 class MLP(nn.Module):
@@ -317,7 +308,7 @@ class _TokenEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         """ids ``(B, n)`` at positions ``start .. start + n - 1`` -> ``(B, n, d)``."""
-        _check_ids(ids)
+        require_token_batch(ids)
         start = require_int(start, "start", 0)
         n = ids.shape[1]
         if start + n > self.max_len:
@@ -452,7 +443,7 @@ class MiniGPT(nn.Module):
         Returns:
             ``(B, p + max_new_tokens)`` ids (and the logits on request).
         """
-        _check_ids(ids)
+        require_token_batch(ids)
         max_new_tokens = require_int(max_new_tokens, "max_new_tokens", 1)
         if ids.shape[1] + max_new_tokens > self.max_len:
             raise ValueError(
@@ -650,7 +641,7 @@ class MiniCLIP(nn.Module):
     def text_tokens(self, ids: torch.Tensor):
         """The text encoder's output ``(B, L, d)`` and the real-token mask ``(B, L)`` (False at
         padding)."""
-        _check_ids(ids)
+        require_token_batch(ids)
         real = ids != self.pad_id
         if not real.any(dim=1).all():
             raise ValueError("every caption needs at least one non-padding token")
