@@ -101,7 +101,7 @@ def test_model_bad_input():
         OrderModel(10, d_model=12, num_heads=4)
     with pytest.raises(
         TypeError,
-        match=r"tokens must be a torch.long tensor of shape \(B, n\), got a tensor of shape \(4,\)",
+        match=r"tokens must be a torch.long tensor of shape \(B, n\), got a tensor of shape \(4,",
     ):
         OrderModel(10)(torch.arange(4))
     with pytest.raises(ValueError, match="do not fit the table of max_len=8"):
