@@ -73,7 +73,7 @@ def test_translations_keep_roles_math_code_and_links(doc):
         pytest.skip("no catalog")
     broken = []
     for m in messages(doc):
-        if m.string and placeholders(m.id) != placeholders(m.string):
+        if m.string and not m.fuzzy and placeholders(m.id) != placeholders(m.string):
             lost = placeholders(m.id) - placeholders(m.string)
             added = placeholders(m.string) - placeholders(m.id)
             broken.append(f"{m.id[:50]!r}: lost {list(lost)[:3]}, added {list(added)[:3]}")
