@@ -696,9 +696,7 @@ def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
 
     def add(name, value, target, met, detail, value_cpu=None):
         row = {"target": name, "value": value, "goal": target, "met": bool(met), "detail": detail}
-        if (
-            value_cpu is not None
-        ):  # the same ratio from process CPU times (less disturbed by other load)
+        if value_cpu is not None:  # from process CPU times (less disturbed by other load)
             row["value_cpu_time"] = value_cpu
         targets.append(row)
 
@@ -707,41 +705,33 @@ def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
             return a["cpu_median_s"] / b["cpu_median_s"]
         return None
 
+    def ratio(name, a, b, goal=None, *, key="median_s"):
+        """The target ``a[key] / b[key]``; goal ``("<=" or ">=", bound)``, None: reported."""
+        r = a[key] / b[key]
+        if key == "median_s":
+            detail, cpu = f"{a[key]:.3f} s vs {b[key]:.3f} s", cpu_ratio(a, b)
+        else:
+            detail, cpu = f"{a[key]:.1f} MiB vs {b[key]:.1f} MiB", None
+        if goal is None:
+            add(name, r, "(reported, no target)", True, detail, cpu)
+        else:
+            op, bound = goal
+            met = r <= bound if op == "<=" else r >= bound
+            add(name, r, f"{op} {bound:g}", met, detail, cpu)
+
     flash, sdpa, plain = (
         _case(results, "flash_attention", mid),
         _case(results, "sdpa", mid),
         _case(results, "plain", mid),
     )
     if flash and sdpa:
-        r = flash["median_s"] / sdpa["median_s"]
-        add(
-            f"flash_attention time / SDPA time, n={mid}",
-            r,
-            "<= 1.25",
-            r <= 1.25,
-            f"{flash['median_s']:.3f} s vs {sdpa['median_s']:.3f} s",
-            cpu_ratio(flash, sdpa),
-        )
+        ratio(f"flash_attention time / SDPA time, n={mid}", flash, sdpa, ("<=", 1.25))
     if flash and plain and plain.get("extra_peak_mib", 0) > 0:
-        r = flash["extra_peak_mib"] / plain["extra_peak_mib"]
-        add(
-            f"flash_attention extra peak / plain's, n={mid}",
-            r,
-            "<= 0.05",
-            r <= 0.05,
-            f"{flash['extra_peak_mib']:.1f} MiB vs {plain['extra_peak_mib']:.1f} MiB",
-        )
+        name = f"flash_attention extra peak / plain's, n={mid}"
+        ratio(name, flash, plain, ("<=", 0.05), key="extra_peak_mib")
     win, dense = _case(results, "sliding_window", big), _case(results, "dense_masked_sdpa", big)
     if win and dense:
-        r = dense["median_s"] / win["median_s"]
-        add(
-            f"dense masked time / sliding_window time, n={big}",
-            r,
-            ">= 5",
-            r >= 5,
-            f"{dense['median_s']:.3f} s vs {win['median_s']:.3f} s",
-            cpu_ratio(dense, win),
-        )
+        ratio(f"dense masked time / sliding_window time, n={big}", dense, win, (">=", 5))
     wins = sorted(
         (r["n"], r["extra_peak_mib"])
         for r in results
@@ -759,49 +749,19 @@ def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
         )
     lin, plain_big = _case(results, "linear_attention", big), _case(results, "plain", big)
     if lin and plain_big:
-        r = plain_big["median_s"] / lin["median_s"]
-        add(
-            f"plain time / linear_attention time, n={big}",
-            r,
-            ">= 10",
-            r >= 10,
-            f"{plain_big['median_s']:.3f} s vs {lin['median_s']:.3f} s",
-            cpu_ratio(plain_big, lin),
-        )
+        ratio(f"plain time / linear_attention time, n={big}", plain_big, lin, (">=", 10))
     fast, slow = _case(results, "kv_cache_decode", steps), _case(results, "no_cache_decode", steps)
     if fast and slow:
-        r = slow["median_s"] / fast["median_s"]
-        add(
-            f"KV-cache decoding speed-up, {steps} tokens",
-            r,
-            "(reported, no target)",
-            True,
-            f"{slow['median_s']:.3f} s vs {fast['median_s']:.3f} s",
-            cpu_ratio(slow, fast),
-        )
+        ratio(f"KV-cache decoding speed-up, {steps} tokens", slow, fast)
     train = size["train"][-1]
     flash, sdpa, plain = (
         _case(results, m, train) for m in ("flash_attention_train", "sdpa_train", "plain_train")
     )
     if flash and sdpa:
-        r = flash["median_s"] / sdpa["median_s"]
-        add(
-            f"flash_attention fwd+bwd time / SDPA fwd+bwd, n={train}",
-            r,
-            "<= 2",
-            r <= 2,
-            f"{flash['median_s']:.3f} s vs {sdpa['median_s']:.3f} s",
-            cpu_ratio(flash, sdpa),
-        )
+        ratio(f"flash_attention fwd+bwd time / SDPA fwd+bwd, n={train}", flash, sdpa, ("<=", 2))
     if flash and plain and plain["extra_peak_mib"] > 0:
-        r = flash["extra_peak_mib"] / plain["extra_peak_mib"]
-        add(
-            f"flash_attention fwd+bwd extra peak / plain's, n={train}",
-            r,
-            "<= 0.1",
-            r <= 0.1,
-            f"{flash['extra_peak_mib']:.1f} MiB vs {plain['extra_peak_mib']:.1f} MiB",
-        )
+        name = f"flash_attention fwd+bwd extra peak / plain's, n={train}"
+        ratio(name, flash, plain, ("<=", 0.1), key="extra_peak_mib")
     grows = {
         m: sorted((r["n"], r["extra_peak_mib"]) for r in results if r["method"] == m)
         for m in ("flash_attention_train", "plain_train")

@@ -254,14 +254,7 @@ def flash_backward_block_sizes(d: int, M: float, n: int) -> tuple[int, int]:
     (``2 B_r``) and the tiles P_ij and dP_ij (``2 B_r B_c``):
     ``B_c (4 d + 2 B_r) + 3 B_r d + 2 B_r <= M``.
 
-    Args:
-        d: head size; M: fast-memory size in elements; n: sequence length (caps both).
-
-    Returns:
-        ``(B_r, B_c)``: query rows and key rows per block.
-
-    Raises:
-        MemoryError: M is too small to hold one query row and one key row.
+    Arguments, result ``(B_r, B_c)`` and ``MemoryError`` as for :func:`flash_block_sizes`.
     """
     _check(n, d, M)
     br = min(d, n) if math.isinf(M) else max(1, min(d, n, int(M // (16 * d))))
