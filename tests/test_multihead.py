@@ -785,3 +785,15 @@ def test_positional_hooks_reject_what_they_cannot_do():
     layer.kernel = "flash"
     with pytest.raises(ValueError, match="score_bias"):
         layer(x, score_bias=torch.zeros(4, 5, 5))
+
+
+def test_heads_mask_inserts_the_head_axis_for_one_mask_per_sequence():
+    from selfattn import heads_mask
+
+    assert heads_mask(torch.ones(2, 1, 5, dtype=torch.bool)).shape == (2, 1, 1, 5)
+    assert heads_mask(torch.ones(4, 5)).shape == (4, 5)
+    assert heads_mask(torch.ones(2, 3, 4, 5)).shape == (2, 3, 4, 5)
+    with pytest.raises(ValueError, match="2-D"):
+        heads_mask(torch.ones(1, 1, 1, 4, 5))
+    with pytest.raises(TypeError, match="mask"):
+        heads_mask([[True]])
