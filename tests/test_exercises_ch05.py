@@ -342,3 +342,20 @@ def test_cache_prediction():
         result = check_cache_prediction(wrong)
         assert not result and words in result.message, (wrong, result.message)
     assert check_cache_prediction(None).status == "not attempted"
+
+
+def test_block_prediction():
+    from selfattn.exercises.ch05 import check_block_prediction
+
+    assert check_block_prediction(7 + 1 + 2).passed
+    assert check_block_prediction(10.0).passed
+    for wrong, words in (
+        (6 + 1 + 1, "you rounded down"),
+        (9, "you pooled the sequences"),  # ceil(133 / 16)
+        (7 + 2 + 2, "one block too many"),
+        (12, "is not it"),
+        ("10", "write a number of blocks"),
+    ):
+        result = check_block_prediction(wrong)
+        assert not result and words in result.message, (wrong, result.message)
+    assert check_block_prediction(None).status == "not attempted"

@@ -13,14 +13,9 @@ import numbers
 
 import torch
 
+from ..costs import kv_cache_bytes, mha_param_count
 from ..efficient.decoding import partial_attention
-from ..multihead import (
-    MultiHeadAttention,
-    kv_cache_bytes,
-    merge_heads,
-    mha_param_count,
-    split_heads,
-)
+from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from ._core import Mismatch, call_answer, checker, expect_close, expect_int, expect_true
 
 __all__ = [
@@ -34,6 +29,7 @@ __all__ = [
     "check_fixed_scaling",
     "check_decode_loop",
     "check_cache_prediction",
+    "check_block_prediction",
     "lm_cache_bytes",
 ]
 
@@ -559,4 +555,41 @@ def check_cache_prediction(
     raise Mismatch(
         f"case {case}: your prediction {prediction!r} is {ratio:.3g} times the size the "
         "caches hold; count 2 (keys, values) x layers x d_model x cached positions x bytes"
+    )
+
+
+# -- 5.9 predict, then run: the blocks of a paged cache --------------------------------
+
+
+@checker("5.9", "the blocks of a paged cache")
+def check_block_prediction(
+    prediction, *, lengths: tuple[int, ...] = (100, 16, 17), block_size: int = 16
+) -> None:
+    """``prediction`` (a number) must equal the blocks a paged KV cache with blocks of
+    ``block_size`` positions takes for sequences of the given ``lengths``: the sum of
+    ``ceil(length / block_size)``. Named mistakes: the sequences pooled into shared blocks,
+    partly filled blocks not counted, one block too many for a sequence that fills its
+    blocks exactly."""
+    expected = sum(-(-n // block_size) for n in lengths)
+    case = f"sequences of {', '.join(map(str, lengths))} positions, blocks of {block_size}"
+    if isinstance(prediction, torch.Tensor) and prediction.numel() == 1:
+        prediction = prediction.item()
+    if isinstance(prediction, bool) or not isinstance(prediction, numbers.Real):
+        raise Mismatch(f"case {case}: write a number of blocks, got {prediction!r:.60}")
+    if prediction == expected:
+        return
+    mistakes = {
+        sum(n // block_size for n in lengths): "you rounded down: a partly filled block is "
+        "still a whole block, taken by its sequence alone",
+        -(-sum(lengths) // block_size): "you pooled the sequences: blocks are never shared, "
+        "each sequence takes whole blocks of its own",
+        sum(n // block_size + 1 for n in lengths): "one block too many for a sequence that "
+        f"fills its blocks exactly: {block_size} positions fit in one block of {block_size}",
+    }
+    for value, diagnosis in mistakes.items():
+        if prediction == value and value != expected:
+            raise Mismatch(f"case {case}: {diagnosis}")
+    raise Mismatch(
+        f"case {case}: {prediction!r} blocks is not it; each sequence takes "
+        "ceil(length / block_size) blocks of its own"
     )
