@@ -15,11 +15,12 @@ from selfattn.exercises import (
     expect_int,
     set_time_limit,
 )
-from selfattn.exercises.ch01 import check_rnn_bound, rnn_reach_bound
+from selfattn.exercises.ch01 import check_reach_to_first
 from selfattn.exercises.ch02 import check_soft_lookup, soft_lookup
 from selfattn.exercises.ch05 import check_cache_bytes, check_param_count
 from selfattn.exercises.ch08 import check_linear_step
 from selfattn.exercises.ch09 import check_block_forward
+from selfattn.gradient_reach import gradient_reach
 from selfattn.multihead import kv_cache_bytes, mha_param_count
 
 
@@ -72,16 +73,20 @@ def test_expect_int_messages():
 # -- mutation cannot fool a checker -------------------------------------------------------
 
 
-def test_rnn_bound_cannot_be_fooled_by_zeroing_the_model():
-    assert check_rnn_bound(rnn_reach_bound).passed
+def test_gradient_reach_cannot_be_fooled_by_zeroing_the_encoder():
+    assert check_reach_to_first(lambda encoder, x: gradient_reach(encoder, x)[0]).passed
 
-    def zero_then_answer(rnn, distance):
-        with torch.no_grad():
-            for p in rnn.parameters():
-                p.zero_()
-        return 0.0  # the right bound for the zeroed model
+    def zero_then_answer(encoder, x):
+        # the encoders are closures over their modules: reach them and zero the weights
+        for cell in encoder.__closure__ or ():
+            value = cell.cell_contents
+            if isinstance(value, torch.nn.Module):
+                with torch.no_grad():
+                    for p in value.parameters():
+                        p.zero_()
+        return gradient_reach(encoder, x)[0]  # the right reach for the zeroed model
 
-    assert not check_rnn_bound(zero_then_answer).passed
+    assert not check_reach_to_first(zero_then_answer).passed
 
 
 def test_block_forward_cannot_be_fooled_by_zeroing_the_block():

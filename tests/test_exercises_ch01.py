@@ -71,26 +71,6 @@ def test_predicted_layers():
     assert ch01.conv_layers_needed(ch01.PREDICT_N, ch01.PREDICT_K) == 25
 
 
-def test_rnn_bound():
-    def solution(rnn, distance):
-        spectral = lambda w: torch.linalg.matrix_norm(w.detach(), ord=2)  # noqa: E731
-        return spectral(rnn.weight_ih_l0) * spectral(rnn.weight_hh_l0) ** distance
-
-    def frobenius(rnn, distance):
-        return rnn.weight_ih_l0.detach().norm() * rnn.weight_hh_l0.detach().norm() ** distance
-
-    def one_more_step(rnn, distance):
-        return solution(rnn, distance + 1)
-
-    assert ch01.check_rnn_bound(solution).passed
-    assert ch01.check_rnn_bound(frobenius).status == "failed"
-    assert ch01.check_rnn_bound(one_more_step).status == "failed"
-    assert (
-        ch01.check_rnn_bound(lambda rnn, distance: solution(rnn, 1) ** distance).status == "failed"
-    )
-    assert ch01.check_rnn_bound(stub).status == "not attempted"
-
-
 def test_reach_to_first():
     def solution(encoder, x):
         x = x.clone().requires_grad_(True)
@@ -144,19 +124,3 @@ def test_accuracy_by_distance():
     assert result.status == "failed" and "by all N examples" in result.message
     assert ch01.check_accuracy_by_distance(lambda p, t, d: [0.5]).status == "failed"
     assert ch01.check_accuracy_by_distance(stub).status == "not attempted"
-
-
-def test_reference_helpers_and_errors():
-    import pytest
-
-    assert ch01.conv_layers_needed(0, 3) == 0 and ch01.conv_layers_needed(10, 3) == 5
-    assert [ch01.dilated_layers_needed(n, 3) for n in (0, 1, 2, 3, 8, 9)] == [0, 1, 1, 2, 2, 3]
-    rnn = torch.nn.RNN(2, 2)
-    with torch.no_grad():
-        rnn.weight_ih_l0.copy_(torch.eye(2) * 2)
-        rnn.weight_hh_l0.copy_(torch.diag(torch.tensor([0.5, -3.0])))
-    assert math.isclose(ch01.rnn_reach_bound(rnn, 2), 2 * 9)
-    with pytest.raises(ValueError, match="need n >= 0 and k >= 2, got n=4, k=1"):
-        ch01.conv_layers_needed(4, 1)
-    with pytest.raises(ValueError, match="need n >= 0 and k >= 2, got n=-1, k=3"):
-        ch01.dilated_layers_needed(-1, 3)

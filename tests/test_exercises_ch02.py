@@ -10,19 +10,6 @@ def stub(*args):
     raise NotImplementedError
 
 
-def test_hard_lookup():
-    assert ch02.check_hard_lookup(lambda q, k, v: v[(k @ q).argmax()]).passed
-    assert ch02.check_hard_lookup(lambda q, k, v: v[(k @ q).argmin()]).status == "failed"
-    assert (
-        ch02.check_hard_lookup(lambda q, k, v: k[(k @ q).argmax()]).status == "failed"
-    )  # returned the key
-    # nearest key by distance is not the largest dot product when key norms differ
-    assert (
-        ch02.check_hard_lookup(lambda q, k, v: v[(k - q).norm(dim=-1).argmin()]).status == "failed"
-    )
-    assert ch02.check_hard_lookup(stub).status == "not attempted"
-
-
 def test_predicted_score():
     assert ch02.check_predicted_score(4.95).passed
     assert ch02.check_predicted_score(7 / math.sqrt(2)).passed

@@ -107,7 +107,10 @@ def reader_stubs(nb: dict) -> tuple[dict[str, str], dict[str, str]]:
         tree = ast.parse(source)
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
-                functions[node.name] = ast.get_source_segment(source, node)
+                # Whole lines, decorators and trailing comments included, as inspect.getsource
+                # returns them.
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                functions[node.name] = "\n".join(source.splitlines()[first - 1 : node.end_lineno])
             elif isinstance(node, ast.Assign) and len(node.targets) == 1:
                 target = node.targets[0]
                 try:

@@ -7,9 +7,8 @@
   (:func:`buggy_cross_attention`), fixed.
 * 2.4 (build) ``check_antecedent_share``: the share of attention from ``it`` on the right noun.
 
-``check_hard_lookup`` (the argmax lookup) is no longer one of the chapter's exercises (its
-answer is printed in the chapter); it stays for compatibility. Each checker names the most
-likely wrong answers instead of only reporting which case differs.
+Each checker names the most likely wrong answers instead of only reporting which case
+differs.
 
 The worked example (:data:`WORKED_X`, :data:`WORKED_W_Q`, :data:`WORKED_W_K`,
 :data:`WORKED_W_V`) is defined here once, so the chapter and the checker use the same numbers.
@@ -33,11 +32,9 @@ __all__ = [
     "TIRED_X",
     "check_predicted_score",
     "buggy_cross_attention",
-    "check_hard_lookup",
     "check_soft_lookup",
     "check_cross_attention",
     "check_antecedent_share",
-    "hard_lookup",
     "soft_lookup",
     "cross_attention",
     "antecedent_share",
@@ -86,11 +83,6 @@ def check_predicted_score(answer):
     if abs(float(answer) - expected) > 0.01:
         name_mistake(float(answer), mistakes, case=case, atol=0.01, rtol=0)
     expect_close(float(answer), expected, case=case, atol=0.01, rtol=0)
-
-
-def hard_lookup(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """The value ``(d_v,)`` whose key (of ``(m, d)``) has the largest dot product with ``(d,)``."""
-    return values[torch.argmax(keys @ query)]
 
 
 def soft_lookup(
@@ -146,23 +138,6 @@ def _library(generator):
     )
     values = torch.randn(6, 3, generator=generator)
     return keys, values
-
-
-@checker("extra", "hard lookup")
-def check_hard_lookup(answer):
-    generator = torch.Generator().manual_seed(0)
-    keys, values = _library(generator)
-    for i in range(5):
-        query = torch.randn(4, generator=generator)
-        got = call_answer(answer, query.clone(), keys.clone(), values.clone())
-        expect_shape(got, (3,), case=f"query {i}")
-        expect_close(got, hard_lookup(query, keys, values), case=f"query {i}")
-    # one key only: the lookup must return its value whatever the query
-    expect_close(
-        call_answer(answer, torch.ones(4), keys[:1].clone(), values[:1].clone()),
-        values[0],
-        case="m=1",
-    )
 
 
 def _soft_times(query, keys, values, temperature):
