@@ -73,3 +73,18 @@ def test_deeper_parts_are_marked_and_collapsed(path: Path):
             assert "hide-cell" in _tags(cell), f"{path.name} cell {i}: deeper without hide-cell"
             widgets = [o for o in cell.get("outputs", []) if WIDGET in o.get("data", {})]
             assert not widgets, f"{path.name} cell {i}: an explorer inside a deeper part"
+
+
+@pytest.mark.parametrize("path", toc_chapters(), ids=[p.stem for p in toc_chapters()])
+def test_backtick_fences_have_no_backtick_in_their_title(path: Path):
+    """CommonMark ends a backtick fence's info string at a backtick: a directive written
+    ```{admonition} Deeper: `x` is not a directive at all, and the page shows its source.
+    Such titles need a colon fence (:::{admonition} ...)."""
+    broken = [
+        line
+        for c in _cells(path)
+        if c["cell_type"] == "markdown"
+        for line in "".join(c["source"]).splitlines()
+        if re.match(r"^\s*`{3,}\{[^}]+\}.*`", line)
+    ]
+    assert not broken, f"{path.name}: {broken}"
