@@ -129,6 +129,14 @@ def require_device(device) -> torch.device:
     return device
 
 
+def require_power_of_two(value, name: str, minimum: int = 1) -> int:
+    """An int that is a power of two, ``>= minimum`` (a kernel's block size)."""
+    value = require_int(value, name, minimum)
+    if value & (value - 1):
+        raise ValueError(f"{name} must be a power of two >= {minimum}, got {value}")
+    return value
+
+
 def check_choice(value, name: str, choices: tuple[str, ...]) -> str:
     """One of the strings ``choices`` (a kernel, a layout, a mode)."""
     if not isinstance(value, str) or value not in choices:

@@ -24,6 +24,8 @@ from typing import Literal
 
 import torch
 
+from .._checks import require_int
+
 __all__ = [
     "LaunchConfig",
     "SHARED_MEMORY_BUDGET",
@@ -103,7 +105,8 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _bucket(head_dim: int) -> int:
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not 1 <= head_dim <= 256:
+    require_int(head_dim, "head_dim", 1)
+    if head_dim > 256:
         raise ValueError(f"head_dim must be an int in 1..256, got {head_dim!r}")
     return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
 

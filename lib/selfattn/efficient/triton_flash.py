@@ -19,13 +19,12 @@ torch SDPA without a GPU.
 from __future__ import annotations
 
 import functools
-import math
 import os
 from dataclasses import replace
 
 import torch
 
-from .._checks import check_qkv
+from .._checks import check_qkv, check_scale, require_power_of_two
 from .triton_configs import (
     SHARED_MEMORY_BUDGET,
     LaunchConfig,
@@ -673,12 +672,9 @@ def triton_flash_attention(
     if not triton_available():
         raise ImportError("triton_flash_attention needs Triton: pip install triton")
     for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if b is not None and (
-            isinstance(b, bool) or not isinstance(b, int) or b < 16 or b & (b - 1)
-        ):
-            raise ValueError(f"{name} must be a power of two >= 16, got {b!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(d_k)
+        if b is not None:
+            require_power_of_two(b, name, 16)
+    scale = check_scale(scale, d_k)
     causal = bool(causal)
     fwd_cfg, bwd_cfg = _launch_configs(q.device, d_k, d_v, q.dtype, causal, block_m, block_n)
 
