@@ -242,3 +242,18 @@ def test_kernel_and_mask_strings_are_checked():
         scaled_dot_product_attention(q, q, q, torch.ones(3, 3, dtype=torch.bool), kernel="flash")
     with pytest.raises(ValueError, match="kernel='flash'"):
         scaled_dot_product_attention(q, q, q, kernel="flash", return_weights=True)
+
+
+def test_dropout_drops_weights_before_the_weighted_sum():
+    q, k, v = torch.randn(2, 5, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 3)
+    torch.manual_seed(7)
+    out, w = scaled_dot_product_attention(q, k, v, dropout=0.4, return_weights=True)
+    torch.manual_seed(7)
+    expected_w = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1)
+    torch.testing.assert_close(w, expected_w)  # the weights returned are before dropout
+    torch.testing.assert_close(out, F.dropout(expected_w, 0.4) @ v)
+    assert not torch.allclose(out, expected_w @ v)
+    with pytest.raises(ValueError, match="dropout"):
+        scaled_dot_product_attention(q, k, v, dropout=1.0)
+    with pytest.raises(ValueError, match="dropout"):
+        scaled_dot_product_attention(q, k, v, dropout=0.1, kernel="flash")

@@ -797,3 +797,17 @@ def test_heads_mask_inserts_the_head_axis_for_one_mask_per_sequence():
         heads_mask(torch.ones(1, 1, 1, 4, 5))
     with pytest.raises(TypeError, match="mask"):
         heads_mask([[True]])
+
+
+def test_dropout_in_training_is_the_attention_function_s():
+    from selfattn import scaled_dot_product_attention
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, dropout=0.3).train()
+    x = torch.randn(2, 5, 16)
+    torch.manual_seed(1)
+    got = layer(x, mask="causal")
+    torch.manual_seed(1)
+    q, k, v = (split_heads(t, 4) for t in layer.qkv(x).split(16, -1))
+    attended = scaled_dot_product_attention(q, k, v, causal_mask(5), dropout=0.3)
+    torch.testing.assert_close(got, layer.out(merge_heads(attended)))

@@ -11,6 +11,7 @@ variant in ``selfattn.efficient`` is tested against the reference and against to
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ._checks import (
     check_choice,
@@ -21,6 +22,7 @@ from ._checks import (
     require_bool,
     require_dim_arg,
     require_float,
+    require_number,
 )
 from .masks import causal_mask
 
@@ -78,6 +80,7 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     return_weights: bool = False,
     kernel: str = "reference",
+    dropout: float = 0.0,
 ):
     r"""softmax(q k^T * scale + mask) v, with the weights on request.
 
@@ -95,7 +98,10 @@ def scaled_dot_product_attention(
         return_weights: also return the attention weights.
         kernel: one of :data:`KERNELS`. ``"flash"`` computes the same output tile by tile
             with :func:`~selfattn.efficient.flash.flash_attention` (differentiable); it
-            takes ``mask=None`` or ``"causal"`` and no ``return_weights``.
+            takes ``mask=None`` or ``"causal"``, no ``return_weights`` and no ``dropout``.
+        dropout: probability of zeroing each weight before the weighted sum (the survivors
+            scaled by ``1 / (1 - dropout)``, as ``torch.nn.functional.dropout``); the
+            returned weights are those before dropout. Pass 0 outside training.
 
     Returns:
         ``output`` of shape ``(..., n, d_v)``, or ``(output, weights)`` with
@@ -117,16 +123,20 @@ def scaled_dot_product_attention(
     batch = check_qkv(q, k, v)
     return_weights = require_bool(return_weights, "return_weights")
     kernel = check_choice(kernel, "kernel", KERNELS)
+    dropout = require_number(dropout, "dropout")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
     n, m = q.shape[-2], k.shape[-2]
     scale = check_scale(scale, q.shape[-1])
     causal = isinstance(mask, str)
     if causal and mask != "causal":
         raise ValueError(f"mask must be a tensor, None or the string 'causal', got {mask!r}")
     if kernel == "flash":
-        if not (mask is None or causal) or return_weights:
+        if not (mask is None or causal) or return_weights or dropout:
             raise ValueError(
-                "kernel='flash' takes mask=None or 'causal' and return_weights=False; got "
-                f"mask {type(mask).__name__}, return_weights={return_weights}"
+                "kernel='flash' takes mask=None or 'causal', return_weights=False and no "
+                f"dropout; got mask {type(mask).__name__}, return_weights={return_weights}, "
+                f"dropout={dropout}"
             )
         from .efficient.flash import flash_attention  # the reference needs nothing from it
 
@@ -147,7 +157,8 @@ def scaled_dot_product_attention(
         else:
             scores = scores + mask.to(scores.dtype)
     weights = softmax(scores, dim=-1)
-    output = weights @ v  # (..., n, d_v)
+    kept = F.dropout(weights, dropout) if dropout else weights
+    output = kept @ v  # (..., n, d_v)
     if return_weights:
         return output.to(dtype), weights.to(dtype)
     return output.to(dtype)

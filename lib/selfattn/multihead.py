@@ -90,7 +90,6 @@ from torch import nn
 from ._checks import (
     check_choice,
     check_mask,
-    is_half,
     require_bool,
     require_float,
     require_int,
@@ -672,13 +671,14 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             mask = _stack_group(mask, group, n)
         attended, weights = scaled_dot_product_attention(
-            q, k, v, mask, scale=1.0 / math.sqrt(self.d_head), return_weights=True
+            q,
+            k,
+            v,
+            mask,
+            scale=1.0 / math.sqrt(self.d_head),
+            return_weights=True,
+            dropout=self.dropout if self.training else 0.0,
         )  # (B, h_kv, group * n, d_head), (B, h_kv, group * n, m)
-        if self.training and self.dropout > 0:
-            # Dropout acts on the weights, so the weighted sum is redone with the dropped
-            # ones (in training only; the function above has no dropout).
-            work = torch.float32 if is_half(v) else v.dtype  # as the function computes
-            attended = (F.dropout(weights.to(work), self.dropout) @ v.to(work)).to(v.dtype)
         # (B, h_kv, group * n, .) -> (B, h, n, .): rows j * n + i are head j of the group
         attended = attended.reshape(batch, self.num_heads, n, self.d_head)
         weights = weights.reshape(batch, self.num_heads, n, m)
