@@ -70,7 +70,7 @@ the full causal mask: ``causal_mask(n, m, align="bottom_right")``). For cross-at
 the cache stores the context's keys and values on the first call and reuses them after.
 
 **Decoding benchmark.**
-:func:`selfattn.bench.attention_stack` and :func:`selfattn.bench.generate` (re-exported here
+:func:`selfattn.bench.attention_stack` and :func:`selfattn.bench.generate` (forwarded from here
 and by ``selfattn``) decode through a stack of these layers with the cache or by recomputing
 the prefix, the cache's speed-up measured in chapter 5 and by ``make bench``.
 
@@ -108,8 +108,8 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "heads_mask",
-    "attention_stack",  # noqa: F822 - selfattn.bench's, found by __getattr__ below
-    "generate",  # noqa: F822 - likewise
+    "attention_stack",
+    "generate",
     "mha_param_count",
     "mha_flops",
     "kv_cache_bytes",
@@ -688,11 +688,20 @@ class MultiHeadAttention(nn.Module):
         return (y, weights) if return_weights else y
 
 
-def __getattr__(name: str):
-    # The benchmark's decoder lives in selfattn.bench; chapter 5 imports it from selfattn,
-    # which re-exports this module's names, so they are found here too (imported on first use).
-    if name in ("attention_stack", "generate"):
-        from . import bench
+# -- forwarding to the decoding benchmark, which lives in selfattn.bench ---------------
+# Chapter 5 imports these two from selfattn; they are imported on use, so that importing
+# selfattn does not import the benchmark harness (``python -m selfattn.bench`` runs it).
 
-        return getattr(bench, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def attention_stack(*args, **kwargs) -> nn.ModuleList:
+    """:func:`selfattn.bench.attention_stack`, the same arguments (it lives there)."""
+    from .bench import attention_stack as in_bench
+
+    return in_bench(*args, **kwargs)
+
+
+def generate(*args, **kwargs) -> torch.Tensor:
+    """:func:`selfattn.bench.generate`, the same arguments (it lives there)."""
+    from .bench import generate as in_bench
+
+    return in_bench(*args, **kwargs)
