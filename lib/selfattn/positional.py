@@ -597,7 +597,7 @@ class RopeScaling:
 
     @property
     def attention_factor(self) -> float:
-        """What queries and keys are multiplied by: ``0.1 ln s + 1`` for YaRN, else 1."""
+        """The factor queries and keys are multiplied by, ``0.1 ln s + 1`` for YaRN, else 1."""
         return 0.1 * math.log(self.factor) + 1.0 if self.method == "yarn" else 1.0
 
 

@@ -110,6 +110,10 @@ class Recorder:
     The chapter's identity is written once, here; every figure it records is glued and
     stored under ``<chapter>_<name>`` in ``results/<chapter>.json``, so the prose quotes
     ``{glue:text}`ch07_speedup```, and no ``record`` call repeats the prefix.
+
+    Args:
+        chapter: the chapter's file stem, such as ``"ch07"``.
+        results_dir: folder to write to (default ``results/`` next to the notebook).
     """
 
     def __init__(self, chapter: str, *, results_dir: Path | str | None = None):
@@ -138,7 +142,12 @@ class Recorder:
 
 
 def recorder(chapter: str, *, results_dir: Path | str | None = None) -> Recorder:
-    """A :class:`Recorder` for one chapter (its file stem, e.g. ``"ch07"``)."""
+    """A :class:`Recorder` for one chapter.
+
+    Args:
+        chapter: the chapter's file stem, such as ``"ch07"``.
+        results_dir: folder to write to (default ``results/`` next to the notebook).
+    """
     return Recorder(chapter, results_dir=results_dir)
 
 

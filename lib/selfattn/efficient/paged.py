@@ -63,7 +63,8 @@ class PagedKVCache:
     one per layer with the same sequence ids.
 
     Raises:
-        TypeError / ValueError: arguments that are not positive integers, a bad dtype.
+        TypeError: an argument of the wrong type (a size that is not an int, a bad dtype).
+        ValueError: a size below 1.
     """
 
     def __init__(
@@ -297,10 +298,10 @@ def allocation_slots(lengths: Sequence[int], *, max_len: int, block_size: int) -
     """Cache slots (positions) for sequences of the given lengths, three ways.
 
     Returns:
-        ``{"used": sum of lengths, "contiguous": len(lengths) * max_len,
-        "paged": sum of ceil(length / block_size) * block_size}``: what the tokens fill,
-        what a cache reserving ``max_len`` per sequence holds, and what whole blocks hold.
-        Multiply by ``2 x h_kv x d_head x bytes`` (and layers) for bytes.
+        A dict of slot counts. ``used`` is the sum of the lengths (what the tokens fill),
+        ``contiguous`` is ``len(lengths) * max_len`` (a cache reserving ``max_len`` per
+        sequence), and ``paged`` is the sum of ``ceil(length / block_size) * block_size``
+        (whole blocks). Multiply by ``2 x h_kv x d_head x bytes`` (and layers) for bytes.
 
     Raises:
         ValueError: a length below 0 or above ``max_len``, ``block_size`` or ``max_len``

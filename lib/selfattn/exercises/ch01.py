@@ -224,7 +224,7 @@ def check_reach_to_first(answer):
             )
 
 
-#: Exercise 1.4: width-``PREDICT_K`` causal convolutions, tokens ``PREDICT_N`` apart.
+#: For exercise 1.4, width-``PREDICT_K`` causal convolutions, tokens ``PREDICT_N`` apart.
 PREDICT_N, PREDICT_K = 100, 5
 
 

@@ -45,11 +45,13 @@ __all__ = [
 WORKED_TOKENS: tuple[str, ...] = ("animal", "street", "it")
 #: Their 2-D embeddings, one row per token ``(3, 2)``.
 WORKED_X = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-#: Hand-chosen projections ``(2, 2)``: ``Q = X W^Q``, ``K = X W^K``, ``V = X W^V``.
+#: The hand-chosen query projection ``(2, 2)``, ``Q = X W^Q``.
 WORKED_W_Q = torch.tensor([[1.0, 0.0], [1.0, -1.0]])
+#: The hand-chosen key projection ``(2, 2)``, ``K = X W^K``.
 WORKED_W_K = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+#: The hand-chosen value projection ``(2, 2)``, ``V = X W^V``.
 WORKED_W_V = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
-#: Exercise 2.1's fourth token, "tired", as a 2-D embedding ``(2,)``.
+#: The fourth token of exercise 2.1, "tired", as a 2-D embedding ``(2,)``.
 TIRED_X = torch.tensor([2.0, 1.0])
 
 

@@ -198,9 +198,9 @@ def check_scale_bug(answer) -> None:
         expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6, mistakes=mistakes)
 
 
-#: Exercise 3.4 (predict, then run): the standard deviation of every component of q and k.
+#: For exercise 3.4 (predict, then run), the standard deviation of every component of q, k.
 PREDICTION_SIGMA: float = 2.0
-#: Exercise 3.4: the length of the query and key vectors.
+#: For exercise 3.4, the length of the query and key vectors.
 PREDICTION_D_K: int = 64
 
 

@@ -242,9 +242,9 @@ def check_decoding_bug(answer) -> None:
         )
 
 
-#: Exercise 4.5 (predict, then run): the real length of the sequence.
+#: For exercise 4.5 (predict, then run), the real length of the sequence.
 PREDICTION_LENGTH: int = 7
-#: Exercise 4.5: the length it is padded to.
+#: For exercise 4.5, the length it is padded to.
 PREDICTION_MAX_LEN: int = 10
 
 

@@ -248,7 +248,7 @@ def check_online_attention(answer) -> None:
 
 # -- 7.3 Predict, then run: causal tiles --------------------------------------------------
 
-#: The sizes of the causal-tiles prediction: n, block_q, block_k.
+#: The sizes of the causal-tiles prediction (n, block_q, block_k).
 CAUSAL_TILES_CASE = (1000, 128, 64)
 
 
@@ -296,7 +296,7 @@ def check_causal_tiles_prediction(prediction) -> None:
 
 # -- 7.4 Predict, then run: bytes read by tiled attention ---------------------------------
 
-#: The sizes of the bytes-read prediction: n, d, block_q, block_k, M, bytes per element.
+#: The sizes of the bytes-read prediction (n, d, block_q, block_k, M, bytes per element).
 BYTES_READ_CASE = (4096, 64, 96, 64, 65536, 2)
 
 

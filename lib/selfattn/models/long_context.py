@@ -209,8 +209,9 @@ def rope_scaling_study(seeds, **run_kwargs) -> dict:
     """:func:`rope_scaling_run` for each seed: the table chapter 6 records.
 
     Returns:
-        A JSON-ready dict: ``"settings"`` (the run's keyword arguments with their defaults),
-        ``"seeds"`` and ``"runs"``, ``{method: {str(seed): {str(length): accuracy}}}``.
+        A JSON-ready dict with ``"settings"`` (the run's keyword arguments with their
+        defaults), ``"seeds"`` and ``"runs"`` (accuracy by method, then seed, then length;
+        the keys are strings).
     """
     seeds = [require_int(s, "seed", None) for s in seeds]
     if not seeds:
