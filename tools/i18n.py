@@ -112,7 +112,7 @@ def prefill(doc: str) -> None:
     changed = 0
     for m in cat:
         if m.id and not m.string and needs_no_translation(m.id):
-            m.string = m.id
+            m.string = escape_numbered(m.id)
             changed += 1
     if changed:
         write(catalog(doc), cat)
@@ -161,6 +161,13 @@ def check() -> None:
 def write(path: Path, cat) -> None:
     with path.open("wb") as f:
         write_po(f, cat, width=0)  # no wrapping, as sphinx-intl update -w 0 writes
+
+
+def escape_numbered(text: str) -> str:
+    """``"3. 标题"`` -> ``"3\\. 标题"``: Sphinx re-parses a translation with MyST, which reads
+    a leading ``3. `` as an ordered list and drops the translation of a numbered heading
+    (MyST-Parser issue 852); the escaped period renders the same."""
+    return re.sub(r"^(\d+)\. ", r"\1\\. ", text)
 
 
 def mask(text: str) -> tuple[str, list[str]]:
@@ -218,7 +225,7 @@ def apply(doc: str, source: Path) -> None:
                 bad.append(str(err))
                 continue
         if text.strip():
-            message.string = text
+            message.string = escape_numbered(text)
             message.flags.discard("fuzzy")
             done += 1
     write(catalog(doc), cat)
