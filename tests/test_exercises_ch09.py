@@ -3,16 +3,71 @@
 import torch
 import torch.nn.functional as F
 from selfattn.exercises.ch09 import (
+    bert_mask_mistakes,
+    buggy_attention_mask,
+    check_bert_mask,
     check_block_forward,
     check_clip_loss,
     check_greedy_cached,
     check_masked_accuracy,
     check_patchify,
+    check_vit_tokens,
+    clip_loss_mistakes,
+    greedy_mistakes,
+    masked_accuracy_mistakes,
+    patchify_mistakes,
+    vit_tokens_mistakes,
 )
 
 
 def stub(*args):
     raise NotImplementedError
+
+
+def failed_with(result, text):
+    return result.status == "failed" and text in result.message
+
+
+def test_vit_tokens_prediction():
+    assert check_vit_tokens(37).passed
+    assert check_vit_tokens(37.0).passed
+    assert check_vit_tokens(torch.tensor(37)).passed
+    assert check_vit_tokens(None).status == "not attempted"
+    wrong = {36: 0, 7: 1, 6: 2, 289: 3, 49: 4}
+    names = vit_tokens_mistakes()
+    assert len(names) == len(wrong)
+    for value, k in wrong.items():
+        assert failed_with(check_vit_tokens(value), names[k]), value
+    assert failed_with(check_vit_tokens(38), "expected 37, got 38")
+    assert failed_with(check_vit_tokens("37"), "write a number")
+
+
+def test_bert_mask_find_the_bug():
+    def right(ids, pad_id):
+        B, n = ids.shape
+        return (ids != pad_id).unsqueeze(1).expand(B, n, n)
+
+    def key_mask_only(ids, pad_id):  # (B, 1, n) broadcasts to the same mask
+        return (ids != pad_id).unsqueeze(1)
+
+    def flipped(ids, pad_id):
+        return ~right(ids, pad_id)
+
+    def rows(ids, pad_id):
+        B, n = ids.shape
+        return (ids != pad_id).unsqueeze(2).expand(B, n, n)
+
+    def triu(ids, pad_id):
+        n = ids.shape[1]
+        return right(ids, pad_id) & torch.ones(n, n, dtype=torch.bool).triu()
+
+    assert check_bert_mask(right).passed
+    assert check_bert_mask(key_mask_only).passed
+    names = bert_mask_mistakes()
+    for answer, name in zip((buggy_attention_mask, flipped, rows, triu), names):
+        assert failed_with(check_bert_mask(answer), name), name
+    assert "still causal" in names[0]  # the planted bug is diagnosed first
+    assert check_bert_mask(stub).status == "not attempted"
 
 
 def test_block_forward():
@@ -57,10 +112,16 @@ def test_patchify():
         x = images.reshape(N, C, H // p, p, W // p, p).permute(0, 2, 4, 3, 5, 1)
         return x.reshape(N, (H // p) * (W // p), C * p * p)
 
+    def column_order(images, p):
+        N, C, H, W = images.shape
+        x = images.reshape(N, C, H // p, p, W // p, p).permute(0, 4, 2, 1, 3, 5)
+        return x.reshape(N, (H // p) * (W // p), C * p * p)
+
     assert check_patchify(right).passed
     assert check_patchify(unfold).passed  # the same layout, another route
-    assert not check_patchify(plain_reshape)
-    assert not check_patchify(channel_last)
+    names = patchify_mistakes()
+    for answer, name in zip((plain_reshape, column_order, channel_last), names):
+        assert failed_with(check_patchify(answer), name), answer.__name__
     assert check_patchify(stub).status == "not attempted"
 
 
@@ -79,9 +140,14 @@ def test_clip_loss():
     def softmax_whole_matrix(logits):
         return -torch.log_softmax(logits.flatten(), 0).reshape(logits.shape).diagonal().mean()
 
+    def columns_only(logits):
+        return F.cross_entropy(logits.T, torch.arange(len(logits)))
+
     assert check_clip_loss(right).passed
-    for wrong in (one_direction, sum_not_mean, softmax_whole_matrix):
-        assert not check_clip_loss(wrong), wrong.__name__
+    names = clip_loss_mistakes()
+    answers = (one_direction, columns_only, sum_not_mean, softmax_whole_matrix)
+    for wrong, name in zip(answers, names):
+        assert failed_with(check_clip_loss(wrong), name), wrong.__name__
     assert check_clip_loss(stub).status == "not attempted"
 
 
@@ -101,6 +167,14 @@ def test_masked_accuracy():
         picked = targets > 0
         return (logits.argmax(-1)[picked] == targets[picked]).float().mean().item()
 
+    def fraction_wrong(logits, targets):
+        return 1 - right(logits, targets)
+
+    names = masked_accuracy_mistakes()
+    for wrong, name in zip(
+        (counts_everything, fraction_wrong, drops_ignore_but_keeps_zero_targets), names
+    ):
+        assert failed_with(check_masked_accuracy(wrong), name), wrong.__name__
     assert check_masked_accuracy(right).passed
     assert not check_masked_accuracy(counts_everything)
     assert not check_masked_accuracy(count_not_fraction)
@@ -141,8 +215,9 @@ def test_greedy_cached():
     def returns_only_new(model, ids, steps):
         return right(model, ids, steps)[:, ids.shape[1] :]
 
+    only_new, regrown = greedy_mistakes()
     assert check_greedy_cached(right).passed
-    assert not check_greedy_cached(no_cache)
+    assert failed_with(check_greedy_cached(no_cache), regrown)
     assert not check_greedy_cached(feeds_whole_sequence_into_cache)
-    assert not check_greedy_cached(returns_only_new)
+    assert failed_with(check_greedy_cached(returns_only_new), only_new)
     assert check_greedy_cached(stub).status == "not attempted"

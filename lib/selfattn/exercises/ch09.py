@@ -1,6 +1,8 @@
 """Checkers for chapter 9's exercises.
 
-The pre-LN block, patches, CLIP's loss, masked accuracy, and cached decoding.
+9.1 predict the tokens of a ViT; 9.2 find the bug in BERT's attention mask; 9.3 build
+patches; 9.4 build CLIP's loss; 9.5 build the masked-word accuracy; 9.6 build cached greedy
+decoding (and, not in the chapter, a pre-LN block). Each checker names the likely mistakes.
 
 Each checker runs the reader's answer on several cases, edge cases included,
 and prints one line: passed, not attempted yet, or the first case that failed
@@ -10,17 +12,28 @@ with expected vs got. None of them raises.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..data.images import patchify
 from ..models.transformer import MiniGPT, TransformerBlock, clip_loss
-from ._core import call_answer, checker, expect_close, expect_true
+from ._core import Mismatch, call_answer, checker, expect_close, expect_true, name_mistake
 
 __all__ = [
-    "check_block_forward",
+    "VIT_TOKENS_CASE",
+    "vit_tokens_mistakes",
+    "check_vit_tokens",
+    "buggy_attention_mask",
+    "bert_mask_mistakes",
+    "check_bert_mask",
+    "patchify_mistakes",
     "check_patchify",
+    "clip_loss_mistakes",
     "check_clip_loss",
+    "masked_accuracy_mistakes",
     "check_masked_accuracy",
+    "greedy_mistakes",
     "check_greedy_cached",
+    "check_block_forward",
 ]
 
 
@@ -28,7 +41,114 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-@checker("9.1", "a pre-LayerNorm block")
+# -- 9.1 Predict, then run: the tokens of a ViT --------------------------------------------
+
+#: The ViT of the prediction: image side and patch side, in pixels.
+VIT_TOKENS_CASE = (48, 8)
+
+
+def _vit_tokens_variants() -> dict[str, int]:
+    size, p = VIT_TOKENS_CASE
+    g = size // p
+    return {
+        "right": g * g + 1,
+        "that counts the patches alone: the class token is one more token": g * g,
+        f"that counts the patches along one side: there are ({size} / {p})\u00b2 patches, "
+        "plus the class token": g + 1,
+        f"that counts the patches along one side only; a {size} x {size} image has "
+        f"({size} / {p})\u00b2 patches": g,
+        f"that divides the pixels by the patch's side, not by its area ({p} x {p} pixels)": (
+            size * size // p + 1
+        ),
+        "the class token is one token, not an extra row and column of patches": (g + 1) ** 2,
+    }
+
+
+def vit_tokens_mistakes() -> list[str]:
+    """The mistakes :func:`check_vit_tokens` names."""
+    return [k for k in _vit_tokens_variants() if k != "right"]
+
+
+def _prediction(value, name: str):
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Mismatch(f"{name}: write a number, got {type(value).__name__} {value!r:.40}")
+    return value
+
+
+@checker("9.1", "the tokens of a ViT")
+def check_vit_tokens(prediction) -> None:
+    """``prediction``: how many tokens the encoder of a MiniViT reads per image, for 48 x 48
+    images cut into 8 x 8 patches (patch tokens plus the class token)."""
+    size, p = VIT_TOKENS_CASE
+    value = _prediction(prediction, "your prediction")
+    variants = _vit_tokens_variants()
+    right = variants.pop("right")
+    case = f"image {size} x {size}, patch {p}"
+    if value != right:
+        name_mistake(value, variants, case=case, atol=0, rtol=0)
+    expect_true(value == right, f"case {case}: expected {right}, got {value!r}")
+
+
+# -- 9.2 Find the bug: BERT's attention mask ----------------------------------------------
+
+
+def buggy_attention_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """BERT's attention mask with one planted bug (exercise 9.2): ``(B, n, n)`` bool, ``True``
+    where query ``i`` may attend to key ``j``."""
+    n = ids.shape[1]
+    real = (ids != pad_id).unsqueeze(1)  # (B, 1, n): the keys that are words
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()
+    return real & allowed
+
+
+def _bert_mask_variants(ids: torch.Tensor, pad_id: int) -> dict[str, torch.Tensor]:
+    B, n = ids.shape
+    real = ids != pad_id
+    right = real.unsqueeze(1).expand(B, n, n)
+    tril = torch.ones(n, n, dtype=torch.bool).tril()
+    return {
+        "right": right,
+        "still causal: query i sees only keys 0..i, so a blank cannot read the words on its "
+        "right (that is GPT's mask; BERT reads both ways)": right & tril,
+        "the padding is True: the book's convention is True = may attend, so the padding "
+        "keys must be False": ~right,
+        "the padding is masked as queries (rows), not as keys (columns): real words still "
+        "read the padding": real.unsqueeze(2).expand(B, n, n),
+        "a triangle the wrong way round (triu): query i sees only keys i..n-1": (right & tril.T),
+    }
+
+
+def bert_mask_mistakes() -> list[str]:
+    """The mistakes :func:`check_bert_mask` names, the planted one first."""
+    return [k for k in _bert_mask_variants(torch.tensor([[3, 4, 0]]), 0) if k != "right"]
+
+
+@checker("9.2", "BERT's attention mask")
+def check_bert_mask(answer) -> None:
+    """``answer(ids, pad_id)`` for ids ``(B, n)``: ``(B, n, n)`` bool, ``True`` where query ``i``
+    may attend to key ``j``: every real word, on either side, and never the padding."""
+    cases = [
+        ("two sentences, one padded", torch.tensor([[5, 6, 7, 8], [5, 9, 0, 0]]), 0),
+        ("no padding", torch.tensor([[4, 5, 6]]), 0),
+        ("pad id 1, three sentences", torch.tensor([[2, 3, 1], [4, 1, 1], [5, 6, 7]]), 1),
+        ("one word", torch.tensor([[7]]), 0),
+    ]
+    for name, ids, pad_id in cases:
+        got = call_answer(answer, ids.clone(), pad_id)
+        expect_true(
+            torch.is_tensor(got), f"case {name}: return a tensor, got {type(got).__name__}"
+        )
+        B, n = ids.shape
+        if got.dim() == 3 and got.shape[0] == B and got.shape[1] in (1, n) and got.shape[2] == n:
+            got = got.expand(B, n, n)  # a (B, 1, n) key mask is the same mask
+        variants = _bert_mask_variants(ids, pad_id)
+        right = variants.pop("right")
+        expect_close(got.bool(), right, case=name, atol=0, rtol=0, mistakes=variants)
+
+
+@checker("9.7", "a pre-LayerNorm block")
 def check_block_forward(answer) -> None:
     """``answer(block, x)`` must return what ``block(x)`` returns for a
     :class:`~selfattn.models.transformer.TransformerBlock` (no mask): attention then MLP, each on a
@@ -46,13 +166,34 @@ def check_block_forward(answer) -> None:
             expect_close(got, block(x), case=f"d={d}, h={h}, B={B}, n={n}", atol=1e-9, rtol=1e-9)
 
 
-@checker("9.2", "cut images into patches")
+def _patchify_variants(images: torch.Tensor, p: int) -> dict[str, torch.Tensor]:
+    N, C, H, W = images.shape
+    x = images.reshape(N, C, H // p, p, W // p, p)
+    P = (H // p) * (W // p)
+    return {
+        "a plain reshape: the shape is right but each 'patch' holds pixels of several "
+        "patches; split each axis into (patches, patch) and permute first": images.reshape(
+            N, P, C * p * p
+        ),
+        "your patches go column by column; the book's order is row by row (patch k is row "
+        "k // (W / patch))": x.permute(0, 4, 2, 1, 3, 5).reshape(N, P, C * p * p),
+        "each patch is flattened channel last (rows, columns, then channels); the book's "
+        "layout is channel first": x.permute(0, 2, 4, 3, 5, 1).reshape(N, P, C * p * p),
+    }
+
+
+def patchify_mistakes() -> list[str]:
+    """The mistakes :func:`check_patchify` names."""
+    return list(_patchify_variants(torch.zeros(1, 2, 4, 4), 2))
+
+
+@checker("9.3", "cut images into patches")
 def check_patchify(answer) -> None:
     """``answer(images, patch)`` for ``images (N, C, H, W)``: ``(N, P, C * patch * patch)``.
 
     Patches row by row, each flattened channel-first (as :func:`selfattn.data.images.patchify`).
     """
-    for N, C, H, W, p in ((2, 3, 8, 8, 4), (1, 1, 6, 9, 3), (3, 2, 4, 4, 4), (1, 3, 5, 5, 1)):
+    for N, C, H, W, p in ((2, 3, 8, 8, 4), (1, 2, 6, 9, 3), (3, 2, 4, 4, 4), (1, 3, 5, 5, 1)):
         images = torch.randn(N, C, H, W, generator=_gen(N * 7 + H + W + p), dtype=torch.float64)
         expect_close(
             call_answer(answer, images.clone(), p),
@@ -60,10 +201,31 @@ def check_patchify(answer) -> None:
             case=f"images {(N, C, H, W)}, patch={p}",
             atol=0,
             rtol=0,
+            mistakes=_patchify_variants(images, p),
         )
 
 
-@checker("9.3", "CLIP's contrastive loss")
+def _clip_variants(logits: torch.Tensor) -> dict[str, torch.Tensor]:
+    labels = torch.arange(logits.shape[0])
+    rows = F.cross_entropy(logits, labels)
+    cols = F.cross_entropy(logits.T, labels)
+    flat = -torch.log_softmax(logits.reshape(-1), 0).reshape(logits.shape).diagonal().mean()
+    return {
+        "only the image-to-text direction (rows); CLIP averages it with text-to-image "
+        "(columns)": rows,
+        "only the text-to-image direction (columns); CLIP averages it with image-to-text "
+        "(rows)": cols,
+        "the sum of the two directions; CLIP takes their mean": rows + cols,
+        "one softmax over the whole matrix; each row (and each column) is its own softmax": (flat),
+    }
+
+
+def clip_loss_mistakes() -> list[str]:
+    """The mistakes :func:`check_clip_loss` names."""
+    return list(_clip_variants(torch.randn(3, 3)))
+
+
+@checker("9.4", "CLIP's contrastive loss")
 def check_clip_loss(answer) -> None:
     """``answer(logits)`` for ``(B, B)`` image-by-caption logits: the symmetric cross-entropy.
 
@@ -84,16 +246,40 @@ def check_clip_loss(answer) -> None:
             torch.is_tensor(got) or isinstance(got, float),
             f"case {name}: return a scalar, got {type(got).__name__}",
         )
+        variants = _clip_variants(logits)
+        if name == "B=1":  # one pair: both directions are 0, every variant agrees
+            variants = {}
         expect_close(
             torch.as_tensor(got, dtype=torch.float64).reshape(()),
             clip_loss(logits),
             case=name,
             atol=1e-9,
             rtol=1e-9,
+            mistakes=variants,
         )
 
 
-@checker("9.4", "accuracy on the masked words")
+def _accuracy_variants(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    pred = logits.argmax(-1)
+    picked = targets != -100
+    right = (pred[picked] == targets[picked]).float().mean().item()
+    return {
+        "you divided by every position, not by the hidden ones (targets != -100)": (
+            (pred == targets).float().mean().item()
+        ),
+        "that is the fraction wrong, not the fraction right": 1 - right,
+        "you skipped the positions whose target is word 0; only -100 means 'not hidden'": (
+            (pred[targets > 0] == targets[targets > 0]).float().mean().item()
+        ),
+    }
+
+
+def masked_accuracy_mistakes() -> list[str]:
+    """The mistakes :func:`check_masked_accuracy` names."""
+    return list(_accuracy_variants(torch.zeros(1, 2, 3), torch.tensor([[1, -100]])))
+
+
+@checker("9.5", "accuracy on the masked words")
 def check_masked_accuracy(answer) -> None:
     """``answer(logits, targets)`` with logits ``(B, n, V)`` and targets ``(B, n)`` (``-100`` where
     nothing is predicted) must return the fraction of predicted positions whose arg-max is right,
@@ -124,6 +310,9 @@ def check_masked_accuracy(answer) -> None:
             f"case {name}: return one number, got {type(got).__name__}",
         )
         got = float(got)
+        variants = {k: v for k, v in _accuracy_variants(lg, tg).items() if v != expected}
+        if abs(got - expected) >= 1e-9:
+            name_mistake(got, variants, case=name, atol=1e-9, rtol=0)
         expect_true(abs(got - expected) < 1e-9, f"case {name}: expected {expected}, got {got:.4g}")
 
 
@@ -131,7 +320,16 @@ def _shape_or_type(value) -> str:
     return str(tuple(value.shape)) if torch.is_tensor(value) else type(value).__name__
 
 
-@checker("9.5", "greedy decoding with a KV cache")
+def greedy_mistakes() -> list[str]:
+    """The mistakes :func:`check_greedy_cached` names."""
+    return [
+        "you returned only the new tokens; return the prompt followed by them",
+        "you fed the whole sequence again at every step; with a cache, feed only the token "
+        "just chosen (the cache already holds the rest)",
+    ]
+
+
+@checker("9.6", "greedy decoding with a KV cache")
 def check_greedy_cached(answer) -> None:
     """``answer(model, ids, steps)``: ``ids (B, p)`` continued greedily by ``steps`` tokens.
 
@@ -159,6 +357,13 @@ def check_greedy_cached(answer) -> None:
         finally:
             hook.remove()
         case = f"B={B}, prompt length {p}, {steps} steps"
+        only_new, regrown = greedy_mistakes()
+        if torch.is_tensor(got) and tuple(got.shape) == (B, steps) and steps != p + steps:
+            expect_true(not torch.equal(got.long(), expected[:, p:]), f"case {case}: {only_new}")
+        expect_true(
+            not (len(lengths) > 2 and lengths[1] > 1 and lengths[2] == lengths[1] + 1),
+            f"case {case}: {regrown}",
+        )
         expect_true(
             torch.is_tensor(got) and tuple(got.shape) == (B, p + steps),
             f"case {case}: expected ids of shape {(B, p + steps)}, got {_shape_or_type(got)}",
