@@ -1,6 +1,6 @@
 """Precompute chapter 9's multi-seed experiments into ``chapters/results/ch09_experiments.json``.
 
-    python tools/ch09_experiments.py            # every part, about 5 minutes of one CPU core
+    python tools/ch09_experiments.py            # every part, about 7 minutes of one CPU core
     python tools/ch09_experiments.py finetune   # one part: finetune, context, vision, cross
 
 Parts (each over seeds 0, 1, 2; the chapter shows a short live run beside the table):
