@@ -26,7 +26,7 @@ import math
 import torch
 
 from .._checks import check_qkv, require_int
-from .flash import _check_scale, _work_dtype
+from .flash import _work_dtype
 from .linear import linear_attention
 
 __all__ = [
@@ -141,7 +141,10 @@ def performer_attention(
     """
     batch = check_qkv(q, k, v)
     d = q.shape[-1]
-    scale = _check_scale(scale, d)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
     if not scale > 0:
         raise ValueError(f"scale must be > 0 (its square root scales q and k), got {scale}")
     dtype, work = q.dtype, _work_dtype(q.dtype)

@@ -1,98 +1,283 @@
-"""Checkers for chapter 8's exercises (sliding windows, receptive fields, linear attention).
+"""Checkers for chapter 8's exercises (band masks, sparse patterns, linear attention).
 
-Each checker runs the reader's answer on several cases and prints one line:
-passed, not attempted yet, or the first case that failed with expected vs got.
+Each checker runs the reader's answer on several cases and prints one line: passed, not
+attempted yet, the mistake it recognises (named), or the first case that failed with
+expected vs got.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..efficient.linear import LinearAttentionState, linear_attention, linear_attention_step
-from ._core import Mismatch, call_answer, checker, expect_close, expect_true
+from ..efficient.sparse import strided_mask
+from ..masks import sliding_window_mask
+from ._core import (
+    Mismatch,
+    call_answer,
+    checker,
+    expect_close,
+    expect_int,
+    expect_true,
+    name_mistake,
+)
 
 __all__ = [
-    "check_window_pairs",
-    "check_receptive_field",
-    "check_linear_attention",
+    "check_band_mask",
+    "band_mask_mistakes",
+    "STRIDED_CASE",
+    "check_strided_prediction",
+    "strided_mistakes",
+    "causal_linear_buggy",
+    "check_causal_linear",
+    "causal_linear_mistakes",
+    "check_decayed_step",
+    "decayed_step_mistakes",
     "check_linear_step",
 ]
 
 
-def _expect_int(got, expected: int, *, case: str) -> None:
+def _phi(x: torch.Tensor) -> torch.Tensor:
+    return F.elu(x) + 1
+
+
+def _as_mask(got, case: str) -> torch.Tensor:
+    """The reader's mask as a float tensor (bool, 0/1 ints, a NumPy array all accepted)."""
     try:
-        value = int(got)
-    except (TypeError, ValueError):
-        raise Mismatch(f"case {case}: return a number, got {type(got).__name__}") from None
-    expect_true(value == got, f"case {case}: expected a whole number, got {got!r}")
-    expect_true(value == expected, f"case {case}: expected {expected}, got {value}")
+        t = torch.as_tensor(got)
+    except Exception:
+        raise Mismatch(
+            f"case {case}: return a bool tensor (n, n), got {type(got).__name__}"
+        ) from None
+    if t.dtype != torch.bool and not bool(((t == 0) | (t == 1)).all()):
+        raise Mismatch(f"case {case}: a mask holds True/False (or 1/0), got other values")
+    return t.to(torch.float64)
 
 
-@checker("8.1", "pairs a causal sliding window computes")
-def check_window_pairs(answer) -> None:
-    """``answer(n, window)`` must return how many (query, key) pairs causal sliding-window
-    attention computes: query ``i`` sees ``min(i + 1, window)`` keys (itself and up to
-    ``window - 1`` before)."""
-    for n, w in ((10, 3), (5, 5), (3, 10), (1, 1), (1000, 64), (7, 1)):
-        _expect_int(
-            call_answer(answer, n, w),
-            sum(min(i + 1, w) for i in range(n)),
-            case=f"n={n}, window={w}",
-        )
+# -- 8.1 Build: the sliding-window band ---------------------------------------------------
 
 
-@checker("8.2", "receptive field of stacked windows")
-def check_receptive_field(answer) -> None:
-    """``answer(window, layers)`` must return how many input positions can influence the last
-    output of a long sequence after ``layers`` stacked causal sliding-window layers of
-    ``window`` keys each."""
-    for w, layers in ((4, 1), (4, 3), (2, 5), (1, 7), (256, 32), (3, 2)):
-        _expect_int(
-            call_answer(answer, w, layers),
-            layers * (w - 1) + 1,
-            case=f"window={w}, layers={layers}",
-        )
+def _band_variants(n: int, w: int, causal: bool) -> dict[str, torch.Tensor]:
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    right = sliding_window_mask(n, w, causal=causal)
+    wide = ((i - j) <= w) & (j <= i) if causal else (i - j).abs() <= w
+    variants = {
+        "right": right,
+        "off by one: your band keeps window + 1 keys (i - j <= window); the query's own "
+        "position counts as one of the window keys, so it is i - j < window": wide,
+        "True must mean 'may attend': your mask is inverted (True where the band is not)": ~right,
+    }
+    if causal:
+        variants[
+            "your band looks forward (j >= i, the upper triangle): a causal query sees itself "
+            "and the keys before it"
+        ] = right.T
+    return variants
 
 
-@checker("8.3", "linear attention, non-causal")
-def check_linear_attention(answer) -> None:
-    """``answer(q, k, v)`` for q ``(..., n, d)``, k ``(..., m, d)``, v ``(..., m, d_v)`` must
-    return non-causal linear attention with phi(x) = elu(x) + 1 and eps = 1e-6 added to the
-    normaliser, computed in O(n): phi(q) (phi(k)^T v) / (phi(q) . sum_j phi(k_j) + eps)."""
+def band_mask_mistakes() -> list[str]:
+    """The mistakes :func:`check_band_mask` names."""
+    return [k for k in _band_variants(6, 2, True) if k != "right"]
+
+
+@checker("8.1", "the sliding-window band")
+def check_band_mask(answer) -> None:
+    """``answer(n, window, causal)`` must return the bool ``(n, n)`` mask of sliding-window
+    attention: ``True`` where query ``i`` may attend to key ``j``, i.e. ``i - window < j <= i``
+    (causal) or ``|i - j| < window`` (not causal)."""
+    for n, w, causal in ((8, 3, True), (8, 3, False), (5, 1, True), (4, 9, True), (1, 1, False)):
+        case = f"n={n}, window={w}, causal={causal}"
+        got = _as_mask(call_answer(answer, n, w, causal), case)
+        variants = {k: v.to(torch.float64) for k, v in _band_variants(n, w, causal).items()}
+        right = variants.pop("right")
+        # a mistake that coincides with the right mask on this case is never blamed
+        variants = {k: v for k, v in variants.items() if not torch.equal(v, right)}
+        expect_close(got, right, case=case, atol=0, rtol=0, mistakes=variants)
+
+
+# -- 8.2 Predict, then run: the entries of a strided pattern -----------------------------
+
+#: The strided-pattern prediction: n, stride (causal).
+STRIDED_CASE = (20, 4)
+
+
+def _strided_variants() -> dict[str, int]:
+    n, s = STRIDED_CASE
+    local = sum(min(i + 1, s) for i in range(n))
+    strided = sum(i // s + 1 for i in range(n))
+    return {
+        "right": int(strided_mask(n, s).sum()),
+        "that counts the local head only (the last 4 positions); the strided head adds every "
+        "4th position further back": local,
+        "that counts the diagonal twice: j = i is in both the local and the strided head, "
+        "and the union holds it once": local + strided,
+        "that is the full causal triangle n (n + 1) / 2, not a sparse pattern": n * (n + 1) // 2,
+        "that counts the strided head only; the local head adds the 3 positions just before "
+        "each query": strided,
+    }
+
+
+def strided_mistakes() -> list[str]:
+    """The mistakes :func:`check_strided_prediction` names."""
+    return [k for k in _strided_variants() if k != "right"]
+
+
+@checker("8.2", "the entries of a strided pattern")
+def check_strided_prediction(prediction) -> None:
+    """``prediction``: how many True entries ``strided_mask(20, 4)`` has (causal: the union of
+    the local head, ``i - j < 4``, and the strided head, ``(i - j) % 4 == 0``, for ``j <= i``)."""
+    variants = _strided_variants()
+    right = variants.pop("right")
+    case = "n=20, stride=4"
+    if isinstance(prediction, (int, float)) and not isinstance(prediction, bool):
+        if prediction != right:
+            name_mistake(prediction, variants, case=case, atol=0, rtol=0)
+    expect_int(prediction, right, case=case)
+
+
+# -- 8.3 Find the bug: causal linear attention with prefix sums ---------------------------
+
+
+def causal_linear_buggy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal linear attention with prefix sums, phi = elu + 1: one planted bug (exercise 8.3).
+
+    Shapes: q, k ``(..., n, d)``, v ``(..., n, d_v)`` -> ``(..., n, d_v)``.
+    """
+    fq, fk = _phi(q), _phi(k)
+    kv = fk.unsqueeze(-1) * v.unsqueeze(-2)  # (..., n, d, d_v): phi(k_j) v_j^T
+    # S_i and z_i: the sums over the keys before token i
+    s = torch.cat([torch.zeros_like(kv[..., :1, :, :]), kv.cumsum(-3)[..., :-1, :, :]], -3)
+    z = torch.cat([torch.zeros_like(fk[..., :1, :]), fk.cumsum(-2)[..., :-1, :]], -2)
+    num = (fq.unsqueeze(-2) @ s).squeeze(-2)
+    return num / ((fq * z).sum(-1, keepdim=True) + 1e-6)
+
+
+def _causal_variants(q, k, v) -> dict[str, torch.Tensor]:
+    fq, fk = _phi(q), _phi(k)
+    a = fq @ fk.transpose(-2, -1)
+    return {
+        # starts on a new line: the exercise's first run prints it, within 79 columns
+        "\nthese are the outputs of the function as given: the planted bug is still there": (
+            causal_linear_buggy(q, k, v)
+        ),
+        "not causal any more: every query sums over all n keys; use prefix sums (cumsum)": (
+            linear_attention(q, k, v)
+        ),
+        "the normaliser is missing: divide by phi(q_i) . z_i": (a.tril() @ v),
+    }
+
+
+def causal_linear_mistakes() -> list[str]:
+    """The mistakes :func:`check_causal_linear` names."""
+    q = torch.randn(3, 2)
+    return list(_causal_variants(q, q, q))
+
+
+@checker("8.3", "causal linear attention with prefix sums")
+def check_causal_linear(answer) -> None:
+    """``answer(q, k, v)`` must return causal linear attention, phi = elu + 1, eps = 1e-6:
+    ``out_i = phi(q_i) S_i / (phi(q_i) . z_i + eps)`` with ``S_i = sum_{j <= i} phi(k_j) v_j^T``
+    and ``z_i = sum_{j <= i} phi(k_j)``."""
     g = torch.Generator().manual_seed(8)
-    for shape_q, shape_k, dv in (
-        ((6, 4), (6, 4), 3),
-        ((1, 8), (5, 8), 2),
-        ((2, 3, 7, 4), (2, 3, 9, 4), 5),
-    ):
-        q = torch.randn(*shape_q, generator=g, dtype=torch.float64)
-        k = torch.randn(*shape_k, generator=g, dtype=torch.float64)
-        v = torch.randn(*shape_k[:-1], dv, generator=g, dtype=torch.float64)
-        got = call_answer(answer, q.clone(), k.clone(), v.clone())
-        expect_close(
-            got,
-            linear_attention(q, k, v),
-            case=f"q {tuple(q.shape)}, k {tuple(k.shape)}",
-            atol=1e-9,
-            rtol=1e-7,
+    for shape, dv in (((6, 4), 3), ((1, 8), 2), ((2, 3, 7, 4), 5)):
+        q, k = (torch.randn(*shape, generator=g, dtype=torch.float64) for _ in range(2))
+        v = torch.randn(*shape[:-1], dv, generator=g, dtype=torch.float64)
+        got = call_answer(answer, q, k, v)
+        case = f"q {tuple(q.shape)}"
+        expected = linear_attention(q, k, v, causal=True)
+        mistakes = {
+            name: wrong
+            for name, wrong in _causal_variants(q, k, v).items()
+            if not torch.allclose(wrong, expected, atol=1e-9, rtol=1e-7)
+        }
+        expect_close(got, expected, case=case, atol=1e-9, rtol=1e-7, mistakes=mistakes)
+
+
+# -- 8.4 Build: one decoding step with a decay gate ----------------------------------------
+
+
+def _step_variants(s, z, q, k, v, gamma) -> dict[str, tuple]:
+    fq, fk = _phi(q), _phi(k)
+
+    def read(s_new, z_new):
+        return (fq @ s_new) / (fq @ z_new + 1e-6)
+
+    write = torch.outer(fk, v)
+    right_s, right_z = gamma * s + write, gamma * z + fk
+    late_s, late_z = gamma * (s + write), gamma * (z + fk)
+    return {
+        "right": (read(right_s, right_z), right_s, right_z),
+        "you decayed after writing token t: its own key and value must enter the state at "
+        "full weight (S = gamma S + phi(k_t) v_t^T)": (read(late_s, late_z), late_s, late_z),
+        "you read the output before absorbing token t: update S and z first, then read": (
+            read(gamma * s, gamma * z),
+            right_s,
+            right_z,
+        ),
+        "z must decay like S: z = gamma z + phi(k_t), or the weights no longer sum to 1": (
+            read(right_s, z + fk),
+            right_s,
+            z + fk,
+        ),
+    }
+
+
+def decayed_step_mistakes() -> list[str]:
+    """The mistakes :func:`check_decayed_step` names."""
+    x = torch.ones(2, dtype=torch.float64)
+    return [
+        k for k in _step_variants(torch.ones(2, 2, dtype=x.dtype), x, x, x, x, 0.5) if k != "right"
+    ]
+
+
+@checker("8.4", "a decoding step with a decay gate")
+def check_decayed_step(answer) -> None:
+    """``answer(S, z, q_t, k_t, v_t, gamma)`` with state ``S (d, d_v)``, ``z (d,)``, the new
+    token's ``q_t, k_t (d,)``, ``v_t (d_v,)`` and a gate ``gamma`` in (0, 1] must return
+    ``(out_t, S_new, z_new)``: ``S_new = gamma S + phi(k_t) v_t^T``, ``z_new = gamma z +
+    phi(k_t)``, ``out_t = phi(q_t) S_new / (phi(q_t) . z_new + 1e-6)``, phi = elu + 1."""
+    g = torch.Generator().manual_seed(9)
+    d, dv = 4, 3
+    state = LinearAttentionState.empty((), d, dv, dtype=torch.float64)
+    for t, gamma in enumerate((0.9, 0.5, 1.0, 0.25, 0.7)):
+        q, k = (torch.randn(d, generator=g, dtype=torch.float64) for _ in range(2))
+        v = torch.randn(dv, generator=g, dtype=torch.float64)
+        got = call_answer(answer, state.s.clone(), state.z.clone(), q, k, v, gamma)
+        expect_true(
+            isinstance(got, (tuple, list)) and len(got) == 3,
+            f"step {t}: return a tuple (out_t, S_new, z_new)",
         )
+        variants = _step_variants(state.s, state.z, q, k, v, gamma)
+        right = variants.pop("right")
+        for part, name in enumerate(("out_t", "S_new", "z_new")):
+            mistakes = {
+                diagnosis: wrong[part]
+                for diagnosis, wrong in variants.items()
+                if not torch.allclose(wrong[part], right[part], atol=1e-9, rtol=1e-7)
+            }
+            expect_close(
+                got[part],
+                right[part],
+                case=f"step {t} (gamma={gamma}): {name}",
+                atol=1e-9,
+                rtol=1e-7,
+                mistakes=mistakes,
+            )
+        _, state = linear_attention_step(state, q, k, v, decay=gamma)
 
 
-@checker("8.4", "a step of causal linear attention")
+@checker("8.4", "a step of causal linear attention, without decay")
 def check_linear_step(answer) -> None:
-    """``answer(S, z, q_t, k_t, v_t)`` with state ``S (d, d_v)``, ``z (d,)`` and the new token's
-    ``q_t, k_t (d,)``, ``v_t (d_v,)`` must return ``(out_t, S_new, z_new)``: absorb token t first
-    (S += phi(k_t) v_t^T, z += phi(k_t)), then read
-    out_t = phi(q_t) S_new / (phi(q_t) . z_new + 1e-6)."""
+    """``answer(S, z, q_t, k_t, v_t)``: :func:`check_decayed_step` with ``gamma = 1``, returning
+    ``(out_t, S_new, z_new)``."""
     g = torch.Generator().manual_seed(9)
     d, dv = 4, 3
     state = LinearAttentionState.empty((), d, dv, dtype=torch.float64)
     for t in range(5):
-        q, k, v = (
-            torch.randn(d, generator=g, dtype=torch.float64),
-            torch.randn(d, generator=g, dtype=torch.float64),
-            torch.randn(dv, generator=g, dtype=torch.float64),
-        )
+        q, k = (torch.randn(d, generator=g, dtype=torch.float64) for _ in range(2))
+        v = torch.randn(dv, generator=g, dtype=torch.float64)
         got = call_answer(answer, state.s.clone(), state.z.clone(), q, k, v)
         expect_true(
             isinstance(got, (tuple, list)) and len(got) == 3,
