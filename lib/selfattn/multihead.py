@@ -74,7 +74,8 @@ the cache stores the context's keys and values on the first call and reuses them
 and by ``selfattn``) decode through a stack of these layers with the cache or by recomputing
 the prefix, the cache's speed-up measured in chapter 5 and by ``make bench``.
 
-:func:`mha_param_count`, :func:`mha_flops` and :func:`kv_cache_bytes`, the layer's cost
+:func:`~selfattn.costs.mha_param_count`, :func:`~selfattn.costs.mha_flops` and
+:func:`~selfattn.costs.kv_cache_bytes`, the layer's cost
 formulas, live in :mod:`selfattn.costs` (re-exported here and by ``selfattn``).
 """
 
@@ -152,7 +153,7 @@ def heads_mask(mask: torch.Tensor) -> torch.Tensor:
     """A mask laid out for scores ``(B, h, n, m)``, read by its number of dimensions.
 
     ``(n, m)`` and ``(B, h, n, m)`` are returned as they are; a 3-D ``(B, n, m)`` (one mask per
-    sequence, e.g. :func:`selfattn.padding_mask`'s ``(B, 1, m)``) gets a head axis at dim 1,
+    sequence, e.g. :func:`~selfattn.masks.padding_mask`'s ``(B, 1, m)``) gets a head axis at dim 1,
     ``(B, 1, n, m)``, so that broadcasting never reads the batch axis as the head axis.
 
     Raises:

@@ -43,7 +43,7 @@ def _gen(seed: int) -> torch.Generator:
 
 # -- 9.1 Predict, then run: the tokens of a ViT --------------------------------------------
 
-#: The ViT of the prediction: image side and patch side, in pixels.
+#: The ViT of the prediction, as (image side, patch side) in pixels.
 VIT_TOKENS_CASE = (48, 8)
 
 

@@ -2,7 +2,7 @@
 
 :class:`SmallCNN` is three convolutions with pooling and a linear head; its width is chosen
 by :meth:`SmallCNN.matching` so that its parameter count matches a given model's (the
-chapter's :class:`~selfattn.models.MiniViT`), so the comparison is at equal size. The
+chapter's :class:`~selfattn.models.transformer.MiniViT`), so the comparison is at equal size. The
 convolution builds in what the ViT must learn: neighbouring pixels belong together, and the
 same detector applies everywhere in the image.
 """

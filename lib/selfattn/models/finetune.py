@@ -2,16 +2,16 @@
 
 Three experiments of chapter 9 that measure what the chapter's models only claim:
 
-* **pre-training then fine-tuning** (预训练 + 微调): a :class:`~selfattn.models.MiniBERT`
-  pre-trained on masked words, then fine-tuned on a small labelled task from the same
+* **pre-training then fine-tuning** (预训练 + 微调): a
+  :class:`~selfattn.models.transformer.MiniBERT` pre-trained on masked words, then fine-tuned on a small labelled task from the same
   generated language (:func:`grammar_task`: is this sentence grammatical?), against the same
   architecture trained on the labelled sentences alone (:func:`finetune_run`);
 * **why bidirectional attention matters**: :class:`CausalMiniBERT`, the same encoder with a
   causal mask added, trained on the same masked words and asked about blanks whose answer sits
   to their right (:func:`context_probes`);
 * **where cross-attention looks**: :class:`MatchHead`, the image-text matching layer of
-  :class:`~selfattn.models.MiniCLIP` as a separate module, so that its queries and keys can be
-  taken from before or after each encoder (:func:`match_sources`).
+  :class:`~selfattn.models.transformer.MiniCLIP` as a separate module, so that its queries
+  and keys can be taken from before or after each encoder (:func:`match_sources`).
 
 Shapes: ``B`` batch, ``n`` words, ``d`` = ``d_model``, ``V`` vocabulary, ``P`` patches.
 """
@@ -119,11 +119,11 @@ def grammar_task(n: int, *, seed: int = 0) -> tuple[list[str], torch.Tensor, lis
 
 
 class CausalMiniBERT(MiniBERT):
-    """:class:`~selfattn.models.MiniBERT` with a causal mask added to its padding mask.
+    """:class:`~selfattn.models.transformer.MiniBERT` with a causal mask added to its padding mask.
 
     Position ``i`` attends only to real positions ``0..i``, so a blank is filled from its left
     context alone: the control that shows what BERT's bidirectional attention is for.
-    Same arguments as :class:`~selfattn.models.MiniBERT`.
+    Same arguments as :class:`~selfattn.models.transformer.MiniBERT`.
     """
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor:
@@ -314,7 +314,8 @@ def context_probes(model: MiniBERT, sentences: list[str], vocab: Vocab) -> dict[
 
 
 class MatchHead(nn.Module):
-    """Image-text matching by cross-attention, as in :meth:`~selfattn.models.MiniCLIP.match`.
+    """Image-text matching by cross-attention, as in
+    :meth:`~selfattn.models.transformer.MiniCLIP.match`.
 
     Each word (query) attends over the patches (keys and values) through a LayerNorm and a
     :class:`~selfattn.multihead.MultiHeadAttention`; the result is added to the word, the
@@ -357,7 +358,7 @@ def match_sources(clip, images: torch.Tensor, ids: torch.Tensor, *, words: str, 
     """The queries and keys of a :class:`MatchHead`, from after or before each encoder.
 
     Args:
-        clip: a trained :class:`~selfattn.models.MiniCLIP` (read, never changed).
+        clip: a trained :class:`~selfattn.models.transformer.MiniCLIP` (read, never changed).
         images: ``(B, C, H, W)``; ids: captions ``(B, L)``.
         words: ``"encoder"`` (the text encoder's outputs, as ``MiniCLIP.match`` uses) or
             ``"embedding"`` (word + position embeddings: each word only itself).

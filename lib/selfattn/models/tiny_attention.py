@@ -87,7 +87,7 @@ class SelfAttention(nn.Module):
 
     @property
     def n_heads(self) -> int:
-        """The former name of :attr:`num_heads`."""
+        """The former name of ``num_heads``."""
         return self.num_heads
 
     def forward(
