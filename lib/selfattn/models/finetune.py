@@ -3,9 +3,10 @@
 Three experiments of chapter 9 that measure what the chapter's models only claim:
 
 * **pre-training then fine-tuning** (预训练 + 微调): a
-  :class:`~selfattn.models.transformer.MiniBERT` pre-trained on masked words, then fine-tuned on a small labelled task from the same
-  generated language (:func:`grammar_task`: is this sentence grammatical?), against the same
-  architecture trained on the labelled sentences alone (:func:`finetune_run`);
+  :class:`~selfattn.models.transformer.MiniBERT` pre-trained on masked words, then
+  fine-tuned on a small labelled task from the same generated language
+  (:func:`grammar_task`: is this sentence grammatical?), against the same architecture
+  trained on the labelled sentences alone (:func:`finetune_run`);
 * **why bidirectional attention matters**: :class:`CausalMiniBERT`, the same encoder with a
   causal mask added, trained on the same masked words and asked about blanks whose answer sits
   to their right (:func:`context_probes`);
