@@ -353,7 +353,8 @@ def decayed_linear_attention(
         ``(..., n, d_v)``, equal to ``linear_attention_recurrent(q, k, v, decay=decay)``.
 
     Raises:
-        TypeError / ValueError: bad tensors or shapes, gates outside ``(0, 1]``.
+        TypeError: an argument that is not a tensor.
+        ValueError: bad shapes, or gates outside ``(0, 1]``.
     """
     batch = check_qkv(q, k, v)
     n, d = q.shape[-2], q.shape[-1]

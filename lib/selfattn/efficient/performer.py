@@ -1,10 +1,10 @@
 r"""Performer's FAVOR+ (Choromanski et al. 2021): softmax attention from random features.
 
-Softmax attention's kernel ``exp(q . k)`` is an expectation over Gaussian vectors ``w``:
+Softmax attention's kernel ``exp(q . k)`` is an expectation over Gaussian vectors ``w``::
 
     exp(q . k) = E_w[ exp(w . q - |q|^2 / 2) exp(w . k - |k|^2 / 2) ],   w ~ N(0, I_d)
 
-so with ``r`` draws ``w_1 .. w_r`` (the rows of ``W``) the *positive random features*
+so with ``r`` draws ``w_1 .. w_r`` (the rows of ``W``) the *positive random features*::
 
     phi(x) = exp(W x - |x|^2 / 2) / sqrt(r)
 

@@ -99,7 +99,7 @@ def check_band_mask(answer) -> None:
 
 # -- 8.2 Predict, then run: the entries of a strided pattern -----------------------------
 
-#: The strided-pattern prediction: n, stride (causal).
+#: The strided-pattern prediction, as (n, stride), causal.
 STRIDED_CASE = (20, 4)
 
 
