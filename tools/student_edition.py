@@ -37,6 +37,7 @@ def student_config() -> dict:
     cfg["title"] = f"{cfg['title']} (student edition)"
     sphinx = cfg.setdefault("sphinx", {})
     sphinx.setdefault("config", {})["book_student_edition"] = True
+    sphinx["config"]["book_language_switch"] = False  # no Chinese student edition
     # Relative to the configuration file in Jupyter Book 1; this one is elsewhere.
     local = sphinx.get("local_extensions") or {}
     sphinx["local_extensions"] = {
