@@ -234,14 +234,52 @@ def apply(doc: str, source: Path) -> None:
         sys.exit(f"{len(bad)} translations lost or repeated a slot:\n  " + "\n  ".join(bad))
 
 
-def config() -> dict:
+GLUE_ROLE = re.compile(r"\{glue(?::text)?\}`([^`:]+)(?::([^`]*))?`")
+
+
+def glued_catalogs(out: Path) -> Path:
+    """Copies of the catalogs with every ``{glue:text}`` role replaced by its value.
+
+    Sphinx parses a translation again, in a document of its own that holds no glue data, so
+    a glue role inside a translated message finds no value (myst-nb warns and renders
+    nothing). The committed catalogs keep the roles (the translation tests check they
+    survive); the build reads these copies, where each role is already the text it stands
+    for, formatted exactly as myst-nb formats it from the values stored in the notebook.
+    """
+    sys.path.insert(0, str(ROOT / "tools"))
+    from myst_nb.core.variables import format_plain_text
+    from notebook_edition import _glue_values
+
+    target = out / LANGUAGE / "LC_MESSAGES"
+    shutil.rmtree(out, ignore_errors=True)
+    for doc in documents():
+        cat = read(catalog(doc))
+        source = ROOT / f"{doc}.ipynb"
+        values = _glue_values(json.loads(source.read_text())) if source.exists() else {}
+
+        def fill(m: re.Match, values=values, doc=doc) -> str:
+            if m.group(1) not in values:
+                raise KeyError(f"{doc}: glue key {m.group(1)!r} has no stored value")
+            return format_plain_text(values[m.group(1)], m.group(2) or "")
+
+        for message in cat:
+            if message.id and message.string:
+                message.string = GLUE_ROLE.sub(fill, message.string)
+        path = target / f"{doc}.po"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path, cat)
+    return out
+
+
+def config(out_dir: Path | None = None) -> dict:
     """_config.yml for the Chinese edition (same sources, language zh_CN)."""
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     cfg["title"] = TITLE
     sphinx = cfg.setdefault("sphinx", {})
     conf = sphinx.setdefault("config", {})
     conf["language"] = LANGUAGE
-    conf["locale_dirs"] = [str(LOCALES)]
+    # The catalogs with glued values filled in (see glued_catalogs), next to the config.
+    conf["locale_dirs"] = [str(glued_catalogs(out_dir or ROOT / "_build" / "zh" / "locales"))]
     conf["book_edition_language"] = LANGUAGE
     # Relative to the configuration file in Jupyter Book 1; this one is elsewhere.
     local = sphinx.get("local_extensions") or {}
@@ -265,7 +303,8 @@ def main(argv: list[str]) -> None:
     elif len(argv) == 2 and argv[0] == "config":
         out = Path(argv[1])
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(yaml.safe_dump(config(), sort_keys=False, allow_unicode=True))
+        cfg = config(out.parent.resolve() / "locales")
+        out.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
         print(f"wrote {out}")
     else:
         sys.exit(__doc__)

@@ -141,6 +141,7 @@ def stub_guard_cell(nb: dict) -> dict | None:
     return {
         "cell_type": "code",
         "execution_count": None,
+        "id": "reader-run-stub-guard",
         "metadata": {},
         "outputs": [],
         "source": source,
