@@ -26,12 +26,14 @@ def _cells(entry: str) -> list[dict]:
 
 
 def solution_only_lines(cells: list[dict]) -> list[str]:
-    """Lines of solution code cells that no other cell of the notebook contains."""
+    """Lines of solution code cells that no other cell of the notebook (code or prose) contains."""
     inside, solution, other = False, [], []
     for cell in cells:
         src = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             inside = ("{solution-start}" in src) or (inside and "{solution-end}" not in src)
+            if not inside and "{solution-end}" not in src:
+                other.append(src)  # a find-the-bug exercise quotes the function's code
             continue
         (solution if inside else other).append(src)
     elsewhere = {line.strip() for src in other for line in src.splitlines()}
@@ -128,7 +130,7 @@ def test_student_notebooks_are_current_and_solution_free():
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
 def test_student_colab_link_opens_the_student_notebook(entry, student_url, open_page):
     """The student edition's Colab button names student/<chapter>.ipynb, a file in the repo."""
-    from test_colab import expected_colab_url
+    from test_colab import COLAB, repo_parts
 
     toc_entry, html = entry
     page, log = open_page(student_url + html)
@@ -136,6 +138,9 @@ def test_student_colab_link_opens_the_student_notebook(entry, student_url, open_
     assert colab.count() == 1, f"{html}: {colab.count()} Colab links in the student edition"
     href = colab.get_attribute("href")
     student_nb = f"student/{toc_entry}.ipynb"
-    assert href == expected_colab_url(student_nb), f"{html}: Colab link {href}"
+    # The student edition's own configuration sets path_to_book to student/.
+    org, repo, branch = repo_parts()
+    expected = f"{COLAB}/github/{org}/{repo}/blob/{branch}/{student_nb}"
+    assert href == expected, f"{html}: Colab link {href}, expected {expected}"
     assert (ROOT / student_nb).is_file(), f"{student_nb} is not in the repository"
     assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())

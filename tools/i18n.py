@@ -281,6 +281,9 @@ def config(out_dir: Path | None = None) -> dict:
     # The catalogs with glued values filled in (see glued_catalogs), next to the config.
     conf["locale_dirs"] = [str(glued_catalogs(out_dir or ROOT / "_build" / "zh" / "locales"))]
     conf["book_edition_language"] = LANGUAGE
+    # myst-nb's buttons on collapsed cells ("Show code cell source"), in Chinese too.
+    conf["nb_code_prompt_show"] = "显示代码单元（{type}）"
+    conf["nb_code_prompt_hide"] = "隐藏代码单元（{type}）"
     # Relative to the configuration file in Jupyter Book 1; this one is elsewhere.
     local = sphinx.get("local_extensions") or {}
     sphinx["local_extensions"] = {
