@@ -186,12 +186,18 @@ def site_page(browser, site_url):
     """site_page(html) -> (page, log): the built page, opened once and settled, shared by the tests
     that only read it or open and close its solutions (each page is loaded once, not once
     per test)."""
+    yield from shared_pages(browser, site_url)
+
+
+def shared_pages(browser, base_url: str):
+    """Generator behind the page fixtures: yields get(html) -> (page, log), each page opened
+    once under ``base_url`` and settled, and closes them all afterwards."""
     contexts, pages = [], {}
     opener = _opener(browser, contexts)
 
     def _get(html: str):
         if html not in pages:
-            page, log = opener(site_url + html)
+            page, log = opener(base_url + html)
             settle(page)
             pages[html] = (page, log)
         return pages[html]

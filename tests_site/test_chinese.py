@@ -12,7 +12,7 @@ import re
 from urllib.parse import quote, urlsplit
 
 import pytest
-from conftest import CHAPTERS, PAGES, SCREENSHOTS, page_id, settle
+from conftest import CHAPTERS, PAGES, SCREENSHOTS, page_id
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 ENGLISH_ONLY = {"api.html"}  # the API reference, generated from docstrings, stays English
@@ -31,21 +31,9 @@ def zh_url(site_url):
 @pytest.fixture(scope="session")
 def zh_page(browser, zh_url):
     """zh_page(html) -> (page, log): the Chinese page, opened once and settled."""
-    from conftest import _opener
+    from conftest import shared_pages
 
-    contexts, pages = [], {}
-    opener = _opener(browser, contexts)
-
-    def _get(html: str):
-        if html not in pages:
-            page, log = opener(zh_url + html)
-            settle(page)
-            pages[html] = (page, log)
-        return pages[html]
-
-    yield _get
-    for c in contexts:
-        c.close()
+    yield from shared_pages(browser, zh_url)
 
 
 @pytest.mark.parametrize("entry", PAGES, ids=page_id)
