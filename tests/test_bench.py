@@ -313,6 +313,39 @@ def test_timeit_orders_a_slow_and_a_fast_function_and_rejects_bad_arguments():
         timeit([fast, 3])
 
 
+def test_timeit_on_a_gpu_uses_triton_do_bench(monkeypatch):
+    """device="cuda" routes every round through triton.testing.do_bench (seconds from ms)."""
+    import sys
+    import types
+
+    from selfattn import bench
+
+    calls = []
+
+    def fake_do_bench(fn, warmup=25, rep=100, return_mode="mean"):
+        calls.append((fn, rep, return_mode))
+        fn()
+        return 2.0 if fn is slow else 1.0  # milliseconds, as Triton reports
+
+    testing = types.SimpleNamespace(do_bench=fake_do_bench)
+    monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(testing=testing))
+    monkeypatch.setitem(sys.modules, "triton.testing", testing)
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: object())
+
+    def fast():
+        pass
+
+    def slow():
+        pass
+
+    assert bench.timeit([fast, slow], rounds=3, stat="median", device="cuda") == [1e-3, 2e-3]
+    assert len(calls) == 6 and {(rep, mode) for _, rep, mode in calls} == {(100, "median")}
+    # anything but CUDA keeps torch.utils.benchmark's Timer
+    calls.clear()
+    bench.timeit(fast, rounds=1, device="cpu")
+    assert calls == []
+
+
 def test_recorder_binds_the_chapter_prefix(tmp_path):
     import json
 

@@ -6,10 +6,18 @@ import time
 import numpy as np
 import pytest
 import torch
+from selfattn.costs import kv_cache_bytes, mha_param_count
 from selfattn.efficient.linear import LinearAttentionState, linear_attention_step
+from selfattn.efficient.sparse import strided_mask
 from selfattn.exercises import (
     Mismatch,
     call_answer,
+    ch01,
+    ch03,
+    ch04,
+    ch07,
+    ch08,
+    ch09,
     checker,
     expect_close,
     expect_int,
@@ -21,7 +29,6 @@ from selfattn.exercises.ch05 import check_cache_bytes, check_param_count
 from selfattn.exercises.ch08 import check_linear_step
 from selfattn.exercises.ch09 import check_block_forward
 from selfattn.gradient_reach import gradient_reach
-from selfattn.multihead import kv_cache_bytes, mha_param_count
 
 
 @pytest.fixture
@@ -253,3 +260,28 @@ def test_checker_crash_is_not_blamed_on_the_reader():
 def test_a_non_function_answer_is_a_clear_failure():
     result = check_identity(42)
     assert result.status == "failed" and "expected a function, got int" in result.message
+
+
+# -- every "predict, then run" checker reads the reader's number the same way ---------------
+
+PREDICTIONS = [
+    (ch01.check_predicted_layers, 25),
+    (ch03.check_scaled_variance_prediction, ch03.PREDICTION_SIGMA**4),
+    (ch04.check_allowed_pairs_prediction, 49),
+    (ch07.check_causal_tiles_prediction, 72),
+    (ch08.check_strided_prediction, int(strided_mask(*ch08.STRIDED_CASE).sum())),
+    (ch09.check_vit_tokens, 37),
+]
+
+
+@pytest.mark.parametrize("check, right", PREDICTIONS, ids=lambda c: getattr(c, "__name__", ""))
+def test_a_prediction_is_read_the_same_way_everywhere(check, right):
+    assert check(right).passed
+    for same in (np.float64(right), np.array([right]), torch.tensor(right), lambda: right):
+        assert check(same).passed, same
+    for stub in (None, ...):
+        assert check(stub).status == "not attempted"
+    for not_a_number in (str(right), True):
+        result = check(not_a_number)
+        assert result.status == "failed"
+        assert "your prediction: write a number, got" in result.message

@@ -85,7 +85,7 @@ def test_antecedent_share():
 
 
 def test_chapter_uses_the_checkers_worked_example():
-    """Exercise 2.1's checker and the chapter's worked example use the same numbers."""
+    """The checker of "predict: a score by hand" and the chapter's worked example agree."""
     import json
     from pathlib import Path
 

@@ -112,7 +112,7 @@ def test_errors():
         SelfAttention(4)(torch.zeros(1, 2, 4), temperature=0)
     with pytest.raises(ValueError, match="positions must be"):
         AttentionClassifier(5, 2, positions="rotary")
-    with pytest.raises(ValueError, match="sequence length 7 exceeds max_len=6"):
+    with pytest.raises(ValueError, match="positions 0..6 do not fit the table of max_len=6"):
         AttentionClassifier(5, 2, positions="learned", max_len=6)(
             torch.ones(1, 7, dtype=torch.long)
         )
@@ -135,3 +135,50 @@ def test_the_former_argument_names_still_work():
     assert SelfAttention(8, n_heads=4).num_heads == 4
     with pytest.raises(TypeError, match="not both"):
         SelfAttention(8, num_heads=2, n_heads=4)
+
+
+@pytest.mark.parametrize("num_heads,bias", [(1, False), (2, True), (4, False)])
+def test_self_attention_is_multihead_attention_with_the_projections_apart(num_heads, bias):
+    """The chapter-2 layer plus a W_O is chapter 5's fused layer: the same function."""
+    torch.manual_seed(num_heads)
+    layer = SelfAttention(8, num_heads=num_heads, bias=bias).double()
+    w_o = torch.nn.Linear(8, 8, bias=bias).double()
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    fused = layer.to_multihead(w_o)
+    y, w = fused(x, mask=causal, return_weights=True)
+    out, weights = layer(x, mask=causal, return_weights=True)
+    torch.testing.assert_close(y, w_o(out))
+    torch.testing.assert_close(w, weights)
+    # without a W_O the fused layer's output projection is the identity
+    torch.testing.assert_close(layer.to_multihead()(x), layer(x))
+    with pytest.raises(ValueError, match="d_k == d_v == d_model and scaled=True"):
+        SelfAttention(8, d_k=4).to_multihead()
+    with pytest.raises(ValueError, match="d_k == d_v == d_model and scaled=True"):
+        SelfAttention(8, scaled=False).to_multihead()
+
+
+def test_single_head_layer_is_the_self_attention_layer():
+    from selfattn.models import SingleHeadSelfAttention
+
+    torch.manual_seed(0)
+    single = SingleHeadSelfAttention(6, 4, 5, scaled=False)
+    torch.manual_seed(0)
+    general = SelfAttention(6, d_k=4, d_v=5, scaled=False)
+    assert isinstance(single, SelfAttention) and single.scale == general.scale == 1.0
+    x = torch.randn(2, 3, 7, 6)  # any leading shape
+    out, w = single(x, return_weights=True)
+    ref, ref_w = general(x.reshape(6, 7, 6), return_weights=True)
+    assert out.shape == (2, 3, 7, 5) and w.shape == (2, 3, 7, 7)
+    assert torch.equal(out.reshape(6, 7, 5), ref) and torch.equal(w.reshape(6, 7, 7), ref_w[:, 0])
+
+
+def test_learned_positions_are_one_module():
+    from selfattn.models import LookupHeadsModel
+    from selfattn.positional import LearnedPositionalEmbedding
+
+    model = AttentionClassifier(10, 3, d_model=8, positions="learned", max_len=6)
+    assert isinstance(model.pos, LearnedPositionalEmbedding)
+    assert isinstance(LookupHeadsModel().pos, LearnedPositionalEmbedding)
+    # the table comes first in the parameter order (that of the recorded runs)
+    assert next(model.parameters()) is model.pos.weight

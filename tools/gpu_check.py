@@ -560,22 +560,11 @@ def report_chapters(futures, report: Report, deadline: float) -> list[dict]:
 
 
 def _timer(device):
-    """``triton.testing.do_bench`` on a GPU (ms, median); a wall clock in the dry run."""
-    if device.type == "cuda":
-        import triton.testing
+    """Milliseconds per call, by the book's one timer (:func:`selfattn.bench.timeit`):
+    ``triton.testing.do_bench`` on a GPU, a wall clock (median of 3) in the dry run."""
+    from selfattn.bench import timeit
 
-        return lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100)
-
-    def wall(fn):
-        fn()
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e3)
-        return sorted(times)[1]
-
-    return wall
+    return lambda fn: 1e3 * timeit(fn, rounds=3, warmup=1, stat="median", device=device)
 
 
 def _time_both(bench, fn, q, k, v, do) -> tuple[float, float]:

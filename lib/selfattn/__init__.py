@@ -6,6 +6,7 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 * ``reference``: the same in NumPy, step by step (chapter 3)
 * ``masks``: boolean masks, True = may attend (chapters 3-4)
 * ``multihead``: MultiHeadAttention, KVCache, cross-attention (chapter 5)
+* ``costs``: parameter, FLOP and byte counts (chapters 1, 5, 7, 8)
 * ``efficient``: FlashAttention (PyTorch, Triton), sliding-window and linear attention,
   FlashDecoding (chapters 5, 7-8); ``bench``: the ``make bench`` harness (imported on demand)
 * ``viz``: the shared plots; ``diagrams``: schematic figures (chapters 1-8);
@@ -16,6 +17,8 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 from . import diagrams, efficient, reference
 from .attention import *  # noqa: F401,F403
 from .attention import __all__ as _attention_all
+from .costs import *  # noqa: F401,F403
+from .costs import __all__ as _costs_all
 from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .multihead import *  # noqa: F401,F403
@@ -29,8 +32,13 @@ from .viz import plot_attention
 
 __version__ = "0.1.0"
 
+#: Names that live in :mod:`selfattn.bench`, imported on first use (PEP 562), so that
+#: ``import selfattn`` does not load the benchmark harness.
+_FROM_BENCH = ("attention_stack", "generate")
+
 __all__ = [
     *_attention_all,
+    *_costs_all,
     *_masks_all,
     *_multihead_all,
     *_positional_all,
@@ -48,4 +56,13 @@ __all__ = [
     "reference",
     "setup",
     "train_loop",
+    *_FROM_BENCH,
 ]
+
+
+def __getattr__(name: str):
+    if name in _FROM_BENCH:
+        from . import bench
+
+        return getattr(bench, name)
+    raise AttributeError(f"module 'selfattn' has no attribute {name!r}")

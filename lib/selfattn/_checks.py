@@ -65,6 +65,25 @@ def require_int(value, name: str, minimum: int | None = 0) -> int:
     return value
 
 
+def require_even(d, name: str = "d") -> int:
+    """An even int ``>= 2``: a width whose dimensions come in pairs (sin/cos, rotations)."""
+    require_int(d, name, 2)
+    if d % 2:
+        raise ValueError(
+            f"{name} must be even (dimensions come in sin/cos or rotation pairs), got {d}"
+        )
+    return int(d)
+
+
+def require_base(base) -> float:
+    """A finite number ``> 1``: the base of sinusoidal and rotary frequencies."""
+    if not isinstance(base, (int, float)) or isinstance(base, bool):
+        raise TypeError(f"base must be a number > 1, got {type(base).__name__} {base!r}")
+    if not (base > 1 and math.isfinite(base)):
+        raise ValueError(f"base must be a number > 1 (and finite), got {base!r}")
+    return float(base)
+
+
 def require_number(
     value, name: str, *, positive: bool = False, finite: bool = True, allow_none: bool = False
 ):
@@ -142,6 +161,16 @@ def check_choice(value, name: str, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {describe(value)}")
     return value
+
+
+#: Where a causal mask's diagonal sits when ``n != m``: ``"top_left"`` (query ``i`` sees keys
+#: ``j <= i``, SDPA's ``is_causal``) or ``"bottom_right"`` (``j <= i + m - n``, decoding).
+ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def check_alignment(alignment) -> str:
+    """A causal alignment, one of :data:`ALIGNMENTS`."""
+    return check_choice(alignment, "alignment", ALIGNMENTS)
 
 
 def require_bool(value, name: str) -> bool:

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
+import importlib.util
 import json
 import math
 import os
@@ -436,6 +438,18 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
     return x
 
 
+def _timer_mean(timer: benchmark.Timer, number: int) -> float:
+    """Seconds per call over one timing of ``number`` calls."""
+    return timer.timeit(number).mean
+
+
+def _do_bench(fn: Callable) -> float:
+    """Seconds per call by ``triton.testing.do_bench``: its median over ~100 ms of calls."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, rep=100, return_mode="median") / 1e3
+
+
 def timeit(
     fns,
     *,
@@ -444,13 +458,18 @@ def timeit(
     warmup: int = 1,
     clock: str = "wall",
     stat: str = "min",
+    device: str | torch.device | None = None,
 ):
     """Seconds per call of one function, or of several timed in interleaved rounds.
 
-    The book's one timer: chapters and :func:`time_case` use it. Each round times every
-    function once (``number`` calls, ``torch.utils.benchmark.Timer``, which also waits for
-    the GPU), so a machine that slows down mid-way slows every function alike; the result
-    is the best (``stat="min"``) or the median round.
+    The book's one timer: chapters, :func:`time_case`, :func:`run_gpu` and
+    ``tools/gpu_check.py`` use it. Each round times every function once, so a machine that
+    slows down mid-way slows every function alike; the result is the best
+    (``stat="min"``) or the median round. A round is ``number`` calls timed by
+    ``torch.utils.benchmark.Timer`` (which also waits for the GPU), or, for
+    ``device="cuda"``, ``triton.testing.do_bench`` (CUDA events, the L2 cache flushed before
+    every call, as many calls as fit in 100 ms; its median), the timer of Triton's own
+    benchmarks.
 
     Args:
         fns: a callable taking no arguments, or a sequence of them.
@@ -460,6 +479,9 @@ def timeit(
         clock: ``"wall"`` (elapsed time) or ``"cpu"`` (this process's CPU time, which other
             programs sharing the machine disturb much less).
         stat: ``"min"`` or ``"median"`` over the rounds.
+        device: where the functions run; ``"cuda"`` (or a CUDA device) times with
+            ``triton.testing.do_bench`` (``number`` and ``clock`` are then not used);
+            anything else, or a machine without Triton, with the Timer.
 
     Returns:
         A float for one function, a list of floats (one per function) for a sequence.
@@ -478,14 +500,25 @@ def timeit(
         raise ValueError(f"timeit: clock must be 'wall' or 'cpu', got {clock!r}")
     if stat not in ("min", "median"):
         raise ValueError(f"timeit: stat must be 'min' or 'median', got {stat!r}")
-    timers = [benchmark.Timer(stmt="fn()", globals={"fn": f}, timer=clocks[clock]) for f in fns]
+    on_gpu = device is not None and torch.device(device).type == "cuda"
+    if on_gpu and importlib.util.find_spec("triton") is not None:
+        measures = [functools.partial(_do_bench, f) for f in fns]
+    else:
+        measures = [
+            functools.partial(
+                _timer_mean,
+                benchmark.Timer(stmt="fn()", globals={"fn": f}, timer=clocks[clock]),
+                number,
+            )
+            for f in fns
+        ]
     for f in fns:
         for _ in range(warmup):
             f()
     rows: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
-        for row, timer in zip(rows, timers):
-            row.append(timer.timeit(number).mean)
+        for row, measure in zip(rows, measures):
+            row.append(measure())
     pick = min if stat == "min" else statistics.median
     results = [float(pick(row)) for row in rows]
     return results[0] if single else results
@@ -980,13 +1013,14 @@ def run_gpu(
     ns=(1024, 2048, 4096, 8192, 16384),
     heads: int = 16,
     tokens: int = 16384,
-    repeats: int = 20,
+    repeats: int = 3,
     log=print,
 ) -> dict:
     """bf16 forward: ``triton_flash_attention`` vs SDPA's flash backend, d = 64, tokens // n batch.
 
-    Times with CUDA events (median of ``repeats`` after warm-up, autotuning included in
-    the warm-up) and reports TFLOP/s = 4 B h n^2 d / t (halved for causal).
+    Times with :func:`timeit` on the GPU (``triton.testing.do_bench``; the median of
+    ``repeats`` interleaved rounds after 5 warm-up calls, autotuning included in the
+    warm-up) and reports TFLOP/s = 4 B h n^2 d / t (halved for causal).
     """
     if not torch.cuda.is_available():
         raise RuntimeError("run_gpu needs a CUDA GPU; this machine has none")
@@ -1022,22 +1056,9 @@ def run_gpu(
                 "causal": causal,
                 "max_abs_diff": err,
             }
-            for name, fn in (("sdpa_flash", sdpa), ("triton", tri)):
-                for _ in range(5):
-                    fn()
-                torch.cuda.synchronize()
-                times = []
-                for _ in range(repeats):
-                    start, end = (
-                        torch.cuda.Event(enable_timing=True),
-                        torch.cuda.Event(enable_timing=True),
-                    )
-                    start.record()
-                    fn()
-                    end.record()
-                    torch.cuda.synchronize()
-                    times.append(start.elapsed_time(end) / 1e3)
-                t = statistics.median(times)
+            # interleaved rounds of do_bench (each a median over ~100 ms of calls)
+            times = timeit([sdpa, tri], rounds=repeats, warmup=5, stat="median", device=dev)
+            for name, t in zip(("sdpa_flash", "triton"), times):
                 flops = 4 * b * heads * n * n * D_HEAD / (2 if causal else 1)
                 row[f"{name}_s"] = t
                 row[f"{name}_tflops"] = flops / t / 1e12

@@ -69,14 +69,10 @@ An explicit mask passed with a cache must cover every key, old and new: shape
 the full causal mask: ``causal_mask(n, m, align="bottom_right")``). For cross-attention
 the cache stores the context's keys and values on the first call and reuses them after.
 
-**Decoding benchmark.**
-:func:`selfattn.bench.attention_stack` and :func:`selfattn.bench.generate` (forwarded from here
-and by ``selfattn``) decode through a stack of these layers with the cache or by recomputing
-the prefix, the cache's speed-up measured in chapter 5 and by ``make bench``.
-
-:func:`~selfattn.costs.mha_param_count`, :func:`~selfattn.costs.mha_flops` and
-:func:`~selfattn.costs.kv_cache_bytes`, the layer's cost
-formulas, live in :mod:`selfattn.costs` (re-exported here and by ``selfattn``).
+**Elsewhere.** The decoding benchmark (:func:`selfattn.bench.attention_stack`,
+:func:`selfattn.bench.generate`) lives in :mod:`selfattn.bench`, the layer's cost formulas
+(:func:`~selfattn.costs.mha_param_count`, :func:`~selfattn.costs.mha_flops`,
+:func:`~selfattn.costs.kv_cache_bytes`) in :mod:`selfattn.costs`; ``selfattn`` exports both.
 """
 
 from __future__ import annotations
@@ -100,7 +96,6 @@ from ._checks import (
     require_tensor,
 )
 from .attention import KERNELS, scaled_dot_product_attention
-from .costs import kv_cache_bytes, mha_flops, mha_param_count
 from .masks import causal_mask
 
 __all__ = [
@@ -109,11 +104,6 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "heads_mask",
-    "attention_stack",
-    "generate",
-    "mha_param_count",
-    "mha_flops",
-    "kv_cache_bytes",
 ]
 
 
@@ -687,22 +677,3 @@ class MultiHeadAttention(nn.Module):
         if unbatched:
             y, weights = y.squeeze(0), weights.squeeze(0)
         return (y, weights) if return_weights else y
-
-
-# -- forwarding to the decoding benchmark, which lives in selfattn.bench ---------------
-# Chapter 5 imports these two from selfattn; they are imported on use, so that importing
-# selfattn does not import the benchmark harness (``python -m selfattn.bench`` runs it).
-
-
-def attention_stack(*args, **kwargs) -> nn.ModuleList:
-    """:func:`selfattn.bench.attention_stack`, the same arguments (it lives there)."""
-    from .bench import attention_stack as in_bench
-
-    return in_bench(*args, **kwargs)
-
-
-def generate(*args, **kwargs) -> torch.Tensor:
-    """:func:`selfattn.bench.generate`, the same arguments (it lives there)."""
-    from .bench import generate as in_bench
-
-    return in_bench(*args, **kwargs)

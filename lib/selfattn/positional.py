@@ -28,7 +28,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._checks import require_float, require_int, require_tensor
+from ._checks import (
+    check_choice,
+    require_base,
+    require_even,
+    require_float,
+    require_int,
+    require_tensor,
+)
 
 __all__ = [
     "sinusoidal_encoding",
@@ -48,27 +55,6 @@ __all__ = [
     "scaled_rope_frequencies",
     "RotaryEmbedding",
 ]
-
-
-def _require_int(value, name: str, minimum: int) -> int:
-    return require_int(value, name, minimum)
-
-
-def _require_even(d, name: str = "d") -> int:
-    _require_int(d, name, 2)
-    if d % 2:
-        raise ValueError(
-            f"{name} must be even (dimensions come in sin/cos or rotation pairs), got {d}"
-        )
-    return d
-
-
-def _require_base(base) -> float:
-    if not isinstance(base, (int, float)) or isinstance(base, bool):
-        raise TypeError(f"base must be a number > 1, got {type(base).__name__} {base!r}")
-    if not (base > 1 and math.isfinite(base)):
-        raise ValueError(f"base must be a number > 1 (and finite), got {base!r}")
-    return float(base)
 
 
 # ---- sinusoidal (absolute, fixed) ------------------------------------------------------
@@ -109,10 +95,10 @@ def sinusoidal_encoding(
         TypeError: non-integer ``n`` or ``offset``.
         ValueError: ``n < 1``, odd ``d``, ``base <= 1`` or a negative ``offset``.
     """
-    _require_int(n, "n", 1)
-    _require_even(d)
-    base = _require_base(base)
-    _require_int(offset, "offset", 0)
+    require_int(n, "n", 1)
+    require_even(d)
+    base = require_base(base)
+    require_int(offset, "offset", 0)
     pos = torch.arange(offset, offset + n, dtype=torch.float64, device=device)[:, None]  # (n, 1)
     angles = pos * _frequencies(d, base, device=device)[None, :]  # (n, d/2)
     pe = torch.empty(n, d, dtype=torch.float64, device=device)
@@ -140,8 +126,8 @@ def sinusoidal_shift_matrix(
     """
     if isinstance(k, bool) or not isinstance(k, int):
         raise TypeError(f"k must be an int, got {type(k).__name__} {k!r}")
-    _require_even(d)
-    base = _require_base(base)
+    require_even(d)
+    base = require_base(base)
     angle = k * _frequencies(d, base)  # (d/2,)
     c, s = torch.cos(angle), torch.sin(angle)
     m = torch.zeros(d, d, dtype=torch.float64)
@@ -169,14 +155,14 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d: int, *, init_std: float = 0.02):
         super().__init__()
-        self.max_len = _require_int(max_len, "max_len", 1)
-        self.d = _require_int(d, "d", 1)
+        self.max_len = require_int(max_len, "max_len", 1)
+        self.d = require_int(d, "d", 1)
         self.weight = nn.Parameter(torch.randn(max_len, d) * init_std)
 
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
         """``x + table[offset : offset + n]`` for ``x`` of shape ``(..., n, d)``; same shape."""
         require_float(x, "x")
-        offset = _require_int(offset, "offset", 0)
+        offset = require_int(offset, "offset", 0)
         if x.dim() < 2 or x.shape[-1] != self.d:
             raise ValueError(f"x must have shape (..., n, d={self.d}), got {tuple(x.shape)}")
         n = x.shape[-2]
@@ -208,7 +194,7 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     Returns:
         float32 tensor ``(h,)``, each slope in ``(0, 1)``.
     """
-    _require_int(num_heads, "num_heads", 1)
+    require_int(num_heads, "num_heads", 1)
 
     def power_of_two(h: int) -> list[float]:
         start = 2.0 ** (-8.0 / h)
@@ -239,10 +225,10 @@ def alibi_bias(
         float32 tensor ``(h, n, m)``, a float mask for
         :func:`~selfattn.attention.scaled_dot_product_attention` with scores ``(B, h, n, m)``.
     """
-    _require_int(num_heads, "num_heads", 1)
-    _require_int(n, "n", 1)
+    require_int(num_heads, "num_heads", 1)
+    require_int(n, "n", 1)
     m = n if m is None else m
-    _require_int(m, "m", 1)
+    require_int(m, "m", 1)
     if m < n:
         raise ValueError(
             f"alibi_bias needs m >= n (queries are the last n of m positions), got n={n}, m={m}"
@@ -286,8 +272,8 @@ def relative_position_bucket(
         raise TypeError(
             f"relative_position must be an integer tensor, got dtype {relative_position.dtype}"
         )
-    _require_int(num_buckets, "num_buckets", 4 if bidirectional else 2)
-    _require_int(max_distance, "max_distance", 1)
+    require_int(num_buckets, "num_buckets", 4 if bidirectional else 2)
+    require_int(max_distance, "max_distance", 1)
     rel = relative_position.long()
     buckets = torch.zeros_like(rel)
     if bidirectional:
@@ -337,7 +323,7 @@ class RelativePositionBias(nn.Module):
         bidirectional: bool = True,
     ):
         super().__init__()
-        self.num_heads = _require_int(num_heads, "num_heads", 1)
+        self.num_heads = require_int(num_heads, "num_heads", 1)
         self.num_buckets, self.max_distance, self.bidirectional = (
             num_buckets,
             max_distance,
@@ -354,9 +340,9 @@ class RelativePositionBias(nn.Module):
 
     def forward(self, n: int, m: int | None = None) -> torch.Tensor:
         """The bias ``(h, n, m)`` for ``n`` queries and ``m`` keys (default ``m = n``)."""
-        _require_int(n, "n", 1)
+        require_int(n, "n", 1)
         m = n if m is None else m
-        _require_int(m, "m", n)
+        require_int(m, "m", n)
         device = self.bias.weight.device
         q_pos = torch.arange(m - n, m, device=device)[:, None]
         k_pos = torch.arange(m, device=device)[None, :]
@@ -383,8 +369,8 @@ def rope_frequencies(d: int, *, base: float = 10000.0, device=None) -> torch.Ten
 
     Returns a float32 tensor ``(d/2,)``.
     """
-    _require_even(d)
-    return _frequencies(d, _require_base(base), device=device).float()
+    require_even(d)
+    return _frequencies(d, require_base(base), device=device).float()
 
 
 def _positions(positions, x: torch.Tensor) -> torch.Tensor:
@@ -441,14 +427,8 @@ def rotate_half_permutation(d: int) -> torch.Tensor:
 
     Returns a ``torch.long`` tensor ``(d,)``.
     """
-    _require_even(d)
+    require_even(d)
     return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
-
-
-def _require_layout(layout) -> str:
-    if layout not in ROPE_LAYOUTS:
-        raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
-    return layout
 
 
 def apply_rope(
@@ -491,17 +471,17 @@ def apply_rope(
     require_float(x, "x")
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., n, d), got {tuple(x.shape)}")
-    _require_layout(layout)
+    check_choice(layout, "layout", ROPE_LAYOUTS)
     d = x.shape[-1]
     if rotary_dim is None:
-        r = _require_even(d, "x's last dimension d")
+        r = require_even(d, "x's last dimension d")
     else:
-        r = _require_even(rotary_dim, "rotary_dim")
+        r = require_even(rotary_dim, "rotary_dim")
         if r > d:
             raise ValueError(f"rotary_dim must be at most x's last dimension {d}, got {r}")
     pos = _positions(positions, x)
     if frequencies is None:
-        theta = _frequencies(r, _require_base(base), device=x.device)
+        theta = _frequencies(r, require_base(base), device=x.device)
     else:
         require_tensor(frequencies, "frequencies")
         if tuple(frequencies.shape) != (r // 2,):
@@ -531,9 +511,9 @@ def apply_rope_complex(x: torch.Tensor, positions, *, base: float = 10000.0) -> 
     require_float(x, "x")
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., n, d), got {tuple(x.shape)}")
-    d = _require_even(x.shape[-1], "x's last dimension d")
+    d = require_even(x.shape[-1], "x's last dimension d")
     pos = _positions(positions, x)
-    angles = pos[..., :, None] * _frequencies(d, _require_base(base), device=x.device)
+    angles = pos[..., :, None] * _frequencies(d, require_base(base), device=x.device)
     z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
     rotated = z * torch.polar(torch.ones_like(angles), angles)
     return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
@@ -588,7 +568,7 @@ class RopeScaling:
         if self.method == "yarn":
             if self.original_length is None:
                 raise ValueError("yarn needs original_length (the training length L), got None")
-            _require_int(self.original_length, "original_length", 1)
+            require_int(self.original_length, "original_length", 1)
             if not 0 <= self.beta_slow < self.beta_fast:
                 raise ValueError(
                     "yarn needs 0 <= beta_slow < beta_fast, "
@@ -608,8 +588,8 @@ def scaled_rope_frequencies(
 
     The formulas are those of :class:`RopeScaling`; ``d`` is the number of rotated dimensions.
     """
-    _require_even(d)
-    base = _require_base(base)
+    require_even(d)
+    base = require_base(base)
     if scaling is None:
         return _frequencies(d, base)
     if not isinstance(scaling, RopeScaling):
@@ -654,9 +634,9 @@ class RotaryEmbedding(nn.Module):
         rotary_fraction: float = 1.0,
     ):
         super().__init__()
-        self.d_head = _require_int(d_head, "d_head", 2)
-        self.base = _require_base(base)
-        self.layout = _require_layout(layout)
+        self.d_head = require_int(d_head, "d_head", 2)
+        self.base = require_base(base)
+        self.layout = check_choice(layout, "layout", ROPE_LAYOUTS)
         if isinstance(rotary_fraction, bool) or not isinstance(rotary_fraction, (int, float)):
             raise TypeError(
                 f"rotary_fraction must be a number in (0, 1], got {type(rotary_fraction).__name__}"
@@ -664,7 +644,7 @@ class RotaryEmbedding(nn.Module):
         if not 0 < rotary_fraction <= 1:
             raise ValueError(f"rotary_fraction must be in (0, 1], got {rotary_fraction!r}")
         self.rotary_fraction = float(rotary_fraction)
-        self.rotary_dim = _require_even(int(d_head * rotary_fraction), "rotary_fraction * d_head")
+        self.rotary_dim = require_even(int(d_head * rotary_fraction), "rotary_fraction * d_head")
         if scaling is not None and not isinstance(scaling, RopeScaling):
             raise TypeError(f"scaling must be a RopeScaling or None, got {type(scaling).__name__}")
         self.scaling = scaling

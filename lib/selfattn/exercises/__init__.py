@@ -3,7 +3,7 @@
 A checker takes the reader's function or value, runs it on several cases
 (edge cases included) and prints exactly one line:
 
-* ``✅ Exercise 3.1 (...): passed``
+* ``✅ Exercise 3.1 (...): passed`` (chapter 3's first exercise, for example)
 * ``⏳ Exercise 3.1 (...): not attempted yet``, when the answer is ``None`` or the
   stub raises ``NotImplementedError`` / returns ``None``;
 * ``❌ Exercise 3.1 (...): <which case, expected vs got>``.
@@ -14,12 +14,21 @@ Checkers never raise, so a notebook whose exercises are untouched still runs
 clean. They return a :class:`CheckResult` (used by the tests) that displays
 nothing by itself, so the line is not printed twice.
 
-Writing a checker::
+Writing a checker: a chapter's module ``selfattn.exercises.chNN`` lists the labels of its
+exercises once, in the chapter's order (``ex-ch03-softmax`` is ``"softmax"``), and each
+checker names its exercise by label; the number printed (``3.2`` in this example) is the
+chapter's number and the label's place in ``EXERCISES``, as the book numbers the exercise::
 
-    @checker("3.2", "stable softmax")
+    EXERCISES = ("five-steps", "softmax", "scale-bug", "predict-variance", "temperature")
+
+
+    @checker("softmax", "stable softmax")
     def check_softmax(answer):
         for name, x in cases:
             expect_close(answer(x.clone()), reference(x), case=name)
+
+Outside a chapter's module (a test, say) a checker is declared by its number instead,
+``@checker("0.1", "double it")``.
 """
 
 from ._core import (

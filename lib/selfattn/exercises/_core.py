@@ -12,7 +12,14 @@ Three promises make a checker hard to fool and impossible to hang:
   raised by the checker itself as the checker's fault, never the other way round.
 
 Integers are compared exactly (:func:`expect_int`), floats with a stated tolerance
-(:func:`expect_close`).
+(:func:`expect_close`), and a "predict, then run" number is read (:func:`read_prediction`)
+and judged (:func:`expect_predicted`) the same way in every chapter.
+
+Exercise numbers are derived, never typed: a chapter's module ``selfattn.exercises.chNN``
+lists its exercises' labels once, in the chapter's order (``EXERCISES``, the suffixes of the
+``ex-chNN-...`` labels of the notebook's exercise directives), and each checker names its
+exercise by label; :func:`exercise_number` turns the module and the label into the number the
+book shows (``"3.2"``).
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import functools
 import math
 import numbers
 import os
+import re
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -308,10 +317,101 @@ def expect_true(condition: bool, message: str) -> None:
         raise Mismatch(message)
 
 
-def checker(number: str, title: str):
-    """Turn ``check(answer)`` (raising Mismatch, NotAttempted) into a checker printing one line."""
+def read_prediction(prediction, what: str = "your prediction") -> float:
+    """The number a "predict, then run" exercise's reader wrote down.
+
+    ``prediction`` is the number itself or a function returning it (the checkers' usual
+    form, called through :func:`call_answer`); a 0-d tensor or a one-element array is read as
+    the number it holds. The stub's ``None`` or ``...`` raises :class:`NotAttempted`; anything
+    that is not a real number (a bool, a string) raises :class:`Mismatch` starting with
+    ``what``.
+    """
+    value = call_answer(prediction) if callable(prediction) else prediction
+    if value is None or value is ...:
+        raise NotAttempted()
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise Mismatch(f"{what}: write a number, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def expect_predicted(prediction, variants: dict, *, case: str, rtol: float = 0.0) -> None:
+    """Check a predicted count (read by :func:`read_prediction`) against the right one.
+
+    ``variants`` maps ``"right"`` to the right integer and each diagnosis ("that counts the
+    patches alone") to the number that mistake gives; a prediction equal to one of them
+    (within ``rtol``) is reported by its diagnosis, any other wrong one by the expected value
+    (:func:`expect_int`).
+    """
+    value = read_prediction(prediction)
+    mistakes = dict(variants)
+    right = mistakes.pop("right")
+    if value != right:
+        name_mistake(value, mistakes, case=case, atol=0, rtol=rtol)
+    expect_int(value, right, case=case)
+
+
+# A chapter's module, whose checkers are declared by label: selfattn.exercises.ch03 -> 3.
+_CHAPTER_MODULE = re.compile(r"^selfattn\.exercises\.ch(\d\d)$")
+# An explicit number, for a checker outside a chapter's module (a test, a reader's own).
+_NUMBER = re.compile(r"^\d+\.\d+$")
+
+
+def exercise_number(module: str, exercise: str) -> str:
+    """The number the book gives an exercise, ``"<chapter>.<position>"`` (``"3.2"``).
+
+    ``module`` is a chapter's module, ``selfattn.exercises.chNN`` (the chapter is ``NN``), and
+    ``exercise`` the suffix of the exercise's label (``"softmax"`` for ``ex-ch03-softmax``).
+    The position counts from 1 in the module's ``EXERCISES``, the labels in the chapter's
+    order, as Sphinx numbers them; a checker that no exercise of the chapter uses is listed in
+    ``EXTRA_EXERCISES`` and numbered after them. Outside a chapter's module (a test), the
+    ``exercise`` given is a number and is returned as it is.
+
+    Raises:
+        ValueError: ``exercise`` is not a label of the chapter (a typing mistake in a
+            checker's declaration), or a chapter's module has no ``EXERCISES`` yet.
+    """
+    found = _CHAPTER_MODULE.match(module)
+    if found is None:
+        if not _NUMBER.match(exercise):
+            raise ValueError(
+                f"outside a chapter's module (got {module!r}) a checker is declared by its "
+                f"number, such as '0.1'; got {exercise!r}"
+            )
+        return exercise
+    labels = getattr(sys.modules.get(module), "EXERCISES", None)
+    if labels is None:
+        raise ValueError(
+            f"{module} declares no EXERCISES before its first checker: expected a tuple of "
+            "the chapter's exercise labels, in the chapter's order"
+        )
+    order = (*labels, *getattr(sys.modules[module], "EXTRA_EXERCISES", ()))
+    if exercise not in order:
+        raise ValueError(
+            f"{module}: unknown exercise label {exercise!r}; expected one of {order} "
+            f"(ex-ch{found.group(1)}-<label> in the chapter)"
+        )
+    return f"{int(found.group(1))}.{order.index(exercise) + 1}"
+
+
+def checker(exercise: str, title: str):
+    """Turn ``check(answer)`` (raising Mismatch, NotAttempted) into a checker printing one line.
+
+    ``exercise`` names the exercise: in a chapter's module its label (``"softmax"``), which
+    :func:`exercise_number` turns into the number the book shows, so the line reads
+    ``Exercise 3.2 (stable softmax): passed``; elsewhere its number (``"0.1"``). The checker
+    keeps both as its ``exercise`` and ``number`` attributes.
+
+    Raises:
+        ValueError: at import, when ``exercise`` is not one of the chapter's labels (see
+            :func:`exercise_number`).
+    """
 
     def decorate(check: Callable) -> Callable[..., CheckResult]:
+        number = exercise_number(check.__module__, exercise)
         label = f"Exercise {number} ({title})"
 
         @functools.wraps(check)
@@ -351,6 +451,8 @@ def checker(number: str, title: str):
             print(result.message)
             return result
 
+        # What the tests compare with the chapter: the label as declared, and its number.
+        run.exercise, run.number = exercise, number
         return run
 
     return decorate

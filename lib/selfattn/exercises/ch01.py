@@ -1,13 +1,15 @@
 """Checkers for chapter 1, "Why self-attention".
 
-* 1.1 (build) ``check_dilated_layers``: dilated width-``k`` convolution layers needed to
-  connect tokens ``n`` apart.
-* 1.2 (find the bug) ``check_attention_weights_fixed``: attention with its softmax over the
-  wrong axis (:func:`buggy_attention`), fixed.
-* 1.3 (build) ``check_reach_to_first``: ``|| d y[-1] / d x[0] ||`` with autograd.
-* 1.4 (predict, then run) ``check_predicted_layers``: how many width-5 convolutions connect
-  tokens 100 apart.
-* 1.5 (build) ``check_accuracy_by_distance``: accuracy per distance from predictions.
+In the chapter's order (:data:`EXERCISES`, whose labels number them):
+
+* ``dilated`` (build) ``check_dilated_layers``: dilated width-``k`` convolution layers needed
+  to connect tokens ``n`` apart.
+* ``softmax-axis`` (find the bug) ``check_attention_weights_fixed``: attention with its
+  softmax over the wrong axis (:func:`buggy_attention`), fixed.
+* ``reach`` (build) ``check_reach_to_first``: ``|| d y[-1] / d x[0] ||`` with autograd.
+* ``predict-layers`` (predict, then run) ``check_predicted_layers``: how many width-5
+  convolutions connect tokens 100 apart.
+* ``accuracy`` (build) ``check_accuracy_by_distance``: accuracy per distance from predictions.
 
 Each checker names the most likely wrong answers ("no dilation", "softmax over the
 queries") instead of only reporting which case differs.
@@ -24,13 +26,14 @@ from ._core import (
     Mismatch,
     call_answer,
     checker,
+    exercise_number,
     expect_close,
-    expect_int,
+    expect_predicted,
     expect_true,
-    name_mistake,
 )
 
 __all__ = [
+    "EXERCISES",
     "check_dilated_layers",
     "check_attention_weights_fixed",
     "check_reach_to_first",
@@ -44,6 +47,9 @@ __all__ = [
     "dilated_layers_needed",
     "accuracy_by_distance",
 ]
+
+#: The labels of chapter 1's exercises (``ex-ch01-<label>``), in the chapter's order.
+EXERCISES = ("dilated", "softmax-axis", "reach", "predict-layers", "accuracy")
 
 
 def conv_layers_needed(n: int, k: int) -> int:
@@ -104,7 +110,7 @@ _DILATED_MISTAKES = {
 }
 
 
-@checker("1.1", "dilated convolution layers")
+@checker("dilated", "dilated convolution layers")
 def check_dilated_layers(answer):
     for n, k in (
         (1, 3),
@@ -141,7 +147,7 @@ def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -
 def buggy_attention(
     queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
 ) -> torch.Tensor:
-    """Exercise 1.2's planted bug: :func:`attention` with the softmax over ``dim=0``.
+    """The planted bug of "softmax over the keys": :func:`attention`, softmax over ``dim=0``.
 
     Same shapes as :func:`attention`. For one sequence ``(n, d)`` axis 0 is the queries'
     axis, so each *column* of weights sums to 1 instead of each row.
@@ -157,7 +163,7 @@ def _softmax_on(dim: int):
     return wrong
 
 
-@checker("1.2", "softmax over the keys")
+@checker("softmax-axis", "softmax over the keys")
 def check_attention_weights_fixed(answer):
     generator = torch.Generator().manual_seed(4)
     cases = {
@@ -194,7 +200,7 @@ def _summed_reach(encoder, x: torch.Tensor) -> torch.Tensor:
     return x.grad[0].norm().double()
 
 
-@checker("1.3", "gradient reach by autograd")
+@checker("reach", "gradient reach by autograd")
 def check_reach_to_first(answer):
     generator = torch.Generator().manual_seed(1)
     for name, encoder in _encoders().items():
@@ -224,26 +230,28 @@ def check_reach_to_first(answer):
             )
 
 
-#: For exercise 1.4, width-``PREDICT_K`` causal convolutions, tokens ``PREDICT_N`` apart.
+#: For "predict: layers for distance 100", width-``PREDICT_K`` causal convolutions, tokens
+#: ``PREDICT_N`` apart.
 PREDICT_N, PREDICT_K = 100, 5
 
 
-@checker("1.4", "predict: layers for distance 100")
+@checker("predict-layers", "predict: layers for distance 100")
 def check_predicted_layers(answer):
     n, k = PREDICT_N, PREDICT_K
-    mistakes = {
+    dilated = exercise_number(__name__, "dilated")
+    variants = {
+        "right": conv_layers_needed(n, k),
         f"each layer widens the receptive field by k - 1 = {k - 1} tokens, not k = {k}: "
         f"ceil(n / k) undercounts": -(-n // k),
-        f"that is the dilated stack of exercise 1.1 (about log_k n layers); without "
+        f"that is the dilated stack of exercise {dilated} (about log_k n layers); without "
         f"dilation each layer adds only k - 1 = {k - 1} tokens": dilated_layers_needed(n, k),
         f"that is a recurrent network's path length, one step per token; a convolution "
         f"layer covers k - 1 = {k - 1} new tokens at once": n,
     }
-    name_mistake(answer, mistakes, case=f"n={n}, k={k}", atol=0, rtol=0)
-    expect_int(answer, conv_layers_needed(n, k), case=f"n={n}, k={k}")
+    expect_predicted(answer, variants, case=f"n={n}, k={k}")
 
 
-@checker("1.5", "accuracy by distance")
+@checker("accuracy", "accuracy by distance")
 def check_accuracy_by_distance(answer):
     generator = torch.Generator().manual_seed(2)
     distances = torch.tensor([5, 1, 5, 20, 1, 5, 20, 20, 20, 1])

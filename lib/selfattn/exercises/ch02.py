@@ -1,11 +1,14 @@
 """Checkers for chapter 2, "Queries, keys and values".
 
-* 2.1 (predict, then run) ``check_predicted_score``: one step of the worked example by
-  hand, the scaled score of "it" against a fourth token, "tired".
-* 2.2 (build) ``check_soft_lookup``: softmax-weighted sum of values, with a temperature.
-* 2.3 (find the bug) ``check_cross_attention``: cross-attention scaled by the wrong width
-  (:func:`buggy_cross_attention`), fixed.
-* 2.4 (build) ``check_antecedent_share``: the share of attention from ``it`` on the right noun.
+In the chapter's order (:data:`EXERCISES`, whose labels number them):
+
+* ``predict-score`` (predict, then run) ``check_predicted_score``: one step of the worked
+  example by hand, the scaled score of "it" against a fourth token, "tired".
+* ``soft`` (build) ``check_soft_lookup``: softmax-weighted sum of values, with a temperature.
+* ``cross`` (find the bug) ``check_cross_attention``: cross-attention scaled by the wrong
+  width (:func:`buggy_cross_attention`), fixed.
+* ``share`` (build) ``check_antecedent_share``: the share of attention from ``it`` on the
+  right noun.
 
 Each checker names the most likely wrong answers instead of only reporting which case
 differs.
@@ -24,6 +27,7 @@ import torch
 from ._core import Mismatch, call_answer, checker, expect_close, expect_shape, name_mistake
 
 __all__ = [
+    "EXERCISES",
     "WORKED_TOKENS",
     "WORKED_X",
     "WORKED_W_Q",
@@ -40,6 +44,8 @@ __all__ = [
     "antecedent_share",
 ]
 
+#: The labels of chapter 2's exercises (``ex-ch02-<label>``), in the chapter's order.
+EXERCISES = ("predict-score", "soft", "cross", "share")
 
 #: The worked example's three tokens, in order.
 WORKED_TOKENS: tuple[str, ...] = ("animal", "street", "it")
@@ -51,7 +57,7 @@ WORKED_W_Q = torch.tensor([[1.0, 0.0], [1.0, -1.0]])
 WORKED_W_K = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
 #: The hand-chosen value projection ``(2, 2)``, ``V = X W^V``.
 WORKED_W_V = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
-#: The fourth token of exercise 2.1, "tired", as a 2-D embedding ``(2,)``.
+#: The fourth token of "predict: a score by hand", "tired", as a 2-D embedding ``(2,)``.
 TIRED_X = torch.tensor([2.0, 1.0])
 
 
@@ -61,7 +67,7 @@ def _worked_score(query_x: torch.Tensor, key_x: torch.Tensor, *, scaled: bool = 
     return score / math.sqrt(WORKED_W_K.shape[1]) if scaled else score
 
 
-@checker("2.1", "predict: a score by hand")
+@checker("predict-score", "predict: a score by hand")
 def check_predicted_score(answer):
     x_it = WORKED_X[WORKED_TOKENS.index("it")]
     case = "'it' (query) against 'tired' (key)"
@@ -100,7 +106,7 @@ def soft_lookup(
 def buggy_cross_attention(
     x: torch.Tensor, context: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
 ) -> torch.Tensor:
-    """Exercise 2.3's planted bug: :func:`cross_attention` scaled by ``sqrt(d)``.
+    """The planted bug of "cross-attention": :func:`cross_attention` scaled by ``sqrt(d)``.
 
     The scale should be ``sqrt(d_k)``.
 
@@ -158,7 +164,7 @@ _SOFT_MISTAKES = {
 }
 
 
-@checker("2.2", "soft lookup with a temperature")
+@checker("soft", "soft lookup with a temperature")
 def check_soft_lookup(answer):
     generator = torch.Generator().manual_seed(1)
     keys, values = _library(generator)
@@ -182,7 +188,7 @@ def check_soft_lookup(answer):
     )
 
 
-@checker("2.3", "cross-attention")
+@checker("cross", "cross-attention")
 def check_cross_attention(answer):
     generator = torch.Generator().manual_seed(2)
     for n, m, d, d_k, d_v in ((3, 5, 6, 2, 3), (1, 1, 4, 4, 2), (4, 2, 6, 8, 5)):
@@ -213,7 +219,7 @@ def check_cross_attention(answer):
         expect_close(got, cross_attention(x, context, w_q, w_k, w_v), case=case, mistakes=mistakes)
 
 
-@checker("2.4", "share of attention on the antecedent")
+@checker("share", "share of attention on the antecedent")
 def check_antecedent_share(answer):
     generator = torch.Generator().manual_seed(3)
     weights = torch.softmax(3 * torch.randn(5, 7, 7, generator=generator), dim=-1)

@@ -1,21 +1,20 @@
 """Checkers for chapter 3's exercises (scaled dot-product attention).
 
-Each checker runs the reader's answer on several cases, edge cases included,
-and prints one line: passed, not attempted yet, or the first case that failed.
-When a wrong answer is one of the likely mistakes (the softmax over the wrong
-axis, the scale forgotten or taken from the wrong width), the line names the
-mistake instead of only the largest difference. None of them raises.
+In the chapter's order (:data:`EXERCISES`, whose labels number them): ``five-steps``
+(build, :func:`check_five_steps`), ``softmax`` (build, :func:`check_stable_softmax`),
+``scale-bug`` (find the bug, :func:`check_scale_bug`: the reader fixes
+:func:`buggy_attention_layer`), ``predict-variance`` (predict, then run,
+:func:`check_scaled_variance_prediction`) and ``temperature`` (build,
+:func:`check_temperature`).
 
-The exercises are of three kinds: **build** (:func:`check_five_steps`,
-:func:`check_stable_softmax`, :func:`check_temperature`), **find the bug**
-(:func:`check_scale_bug`, the reader fixes :func:`buggy_attention_layer`) and
-**predict, then run** (:func:`check_scaled_variance_prediction`).
+A wrong answer that is one of the likely mistakes (the softmax over the wrong axis, the
+scale forgotten or taken from the wrong width) is named instead of reported by its largest
+difference.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 import torch
@@ -24,15 +23,16 @@ from ..attention import scaled_dot_product_attention, softmax
 from ..reference import attention_steps
 from ._core import (
     Mismatch,
-    NotAttempted,
     call_answer,
     checker,
     expect_close,
     expect_true,
     name_mistake,
+    read_prediction,
 )
 
 __all__ = [
+    "EXERCISES",
     "check_five_steps",
     "check_stable_softmax",
     "buggy_attention_layer",
@@ -42,6 +42,9 @@ __all__ = [
     "check_scaled_variance_prediction",
     "check_temperature",
 ]
+
+#: The labels of chapter 3's exercises (``ex-ch03-<label>``), in the chapter's order.
+EXERCISES = ("five-steps", "softmax", "scale-bug", "predict-variance", "temperature")
 
 
 def _rng(seed: int) -> np.random.Generator:
@@ -56,7 +59,7 @@ def _steps_np(X, W_q, W_k, W_v, *, scale: float | None = None, axis: int = 1) ->
     return (e / e.sum(axis=axis, keepdims=True)) @ V
 
 
-@checker("3.1", "the five steps")
+@checker("five-steps", "the five steps")
 def check_five_steps(answer) -> None:
     """``answer(X, W_q, W_k, W_v)`` (NumPy arrays ``(n, d), (d, d_k), (d, d_k), (d, d_v)``)
     must return the attention output ``(n, d_v)`` of :func:`selfattn.reference.attention_steps`.
@@ -93,7 +96,7 @@ def _softmax_first_dim(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=0)
 
 
-@checker("3.2", "stable softmax")
+@checker("softmax", "stable softmax")
 def check_stable_softmax(answer) -> None:
     """``answer(x)`` for a float tensor ``x (..., m)`` must return the softmax over the last
     dimension without overflow, also for rows whose scores are far apart in size.
@@ -144,7 +147,7 @@ def check_stable_softmax(answer) -> None:
 def buggy_attention_layer(
     x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
 ) -> torch.Tensor:
-    """Single-head attention with one planted bug, for exercise 3.3 (find the bug).
+    """Single-head attention with one planted bug, for "find the bug: the scale".
 
     ``x (..., n, d_model)``, ``w_q, w_k (d_model, d_k)``, ``w_v (d_model, d_v)``; returns
     ``(..., n, d_v)``. The bug: the scores are divided by the square root of the model width
@@ -162,7 +165,7 @@ def _layer(x, w_q, w_k, w_v, *, scale: float, dim: int = -1) -> torch.Tensor:
     return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=dim) @ v
 
 
-@checker("3.3", "find the bug: the scale")
+@checker("scale-bug", "find the bug: the scale")
 def check_scale_bug(answer) -> None:
     """``answer(x, w_q, w_k, w_v)`` must be :func:`buggy_attention_layer` fixed: scores
     divided by ``sqrt(d_k)``, softmax over the keys, output ``(..., n, d_v)``.
@@ -198,13 +201,14 @@ def check_scale_bug(answer) -> None:
         expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6, mistakes=mistakes)
 
 
-#: For exercise 3.4 (predict, then run), the standard deviation of every component of q, k.
+#: For "predict the variance of the scaled scores", the standard deviation of every
+#: component of q and k.
 PREDICTION_SIGMA: float = 2.0
-#: For exercise 3.4, the length of the query and key vectors.
+#: For the same prediction, the length of the query and key vectors.
 PREDICTION_D_K: int = 64
 
 
-@checker("3.4", "predict the variance of the scaled scores")
+@checker("predict-variance", "predict the variance of the scaled scores")
 def check_scaled_variance_prediction(prediction) -> None:
     """``prediction`` (a number written before the simulation runs) must be the variance of
     ``q·k / sqrt(d_k)`` when the ``2 d_k`` components of ``q`` and ``k`` are independent with
@@ -216,15 +220,7 @@ def check_scaled_variance_prediction(prediction) -> None:
     ``sigma**4 * d_k`` (the unscaled variance), ``1`` (the scale gives 1 only for unit
     variance) and ``sigma**4 * sqrt(d_k)`` (the scale's effect on the variance not squared).
     """
-    value = call_answer(prediction) if callable(prediction) else prediction
-    if value is None or value is ...:
-        raise NotAttempted()
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, np.ndarray) and value.size == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise Mismatch(f"write one number, got {type(value).__name__} {value!r:.60}")
+    value = read_prediction(prediction)
     sigma, d_k = PREDICTION_SIGMA, PREDICTION_D_K
     mistakes = {
         f"{sigma**2:g} is sigma², the variance of one component; a product q_i k_i has "
@@ -241,7 +237,7 @@ def check_scaled_variance_prediction(prediction) -> None:
         raise Mismatch(f"your prediction {float(value):g} is not the variance; see the theorem")
 
 
-@checker("3.5", "attention with a temperature")
+@checker("temperature", "attention with a temperature")
 def check_temperature(answer) -> None:
     """``answer(q, k, v, temperature)`` must return
     ``softmax(q k^T / (temperature * sqrt(d_k))) v`` for ``q (..., n, d_k)``,

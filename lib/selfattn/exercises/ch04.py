@@ -1,39 +1,36 @@
 """Checkers for chapter 4's exercises (masking).
 
-Each checker runs the reader's answer on several cases, edge cases included,
-and prints one line: passed, not attempted yet, or the first case that failed.
-When a wrong answer is one of the likely mistakes (a flipped convention, a
-mask aligned top-left, an off-by-one), the line names the mistake. None of
-them raises.
-
-The exercises are of three kinds: **build** (:func:`check_padding_mask`,
-:func:`check_sliding_window`), **find the bug** (:func:`check_mask_convention_bug`
+In the chapter's order (:data:`EXERCISES`, whose labels number them): ``padding`` and
+``window`` (build, :func:`check_padding_mask`, :func:`check_sliding_window`),
+``convention-bug`` and ``decoding-bug`` (find the bug: :func:`check_mask_convention_bug`
 fixes :func:`buggy_masked_attention`, :func:`check_decoding_bug` fixes
-:func:`buggy_decoding_attention`) and **predict, then run**
-(:func:`check_allowed_pairs_prediction`).
+:func:`buggy_decoding_attention`) and ``predict-pairs`` (predict, then run,
+:func:`check_allowed_pairs_prediction`).
+
+A wrong answer that is one of the likely mistakes (a flipped convention, a mask aligned
+top-left, an off-by-one) is named.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 
-import numpy as np
 import torch
 
 from ..attention import scaled_dot_product_attention, softmax
 from ..masks import causal_mask, padding_mask, sliding_window_mask
 from ._core import (
     Mismatch,
-    NotAttempted,
     call_answer,
     checker,
     expect_close,
     expect_shape,
     expect_true,
+    read_prediction,
 )
 
 __all__ = [
+    "EXERCISES",
     "check_padding_mask",
     "check_sliding_window",
     "buggy_masked_attention",
@@ -44,6 +41,9 @@ __all__ = [
     "PREDICTION_MAX_LEN",
     "check_allowed_pairs_prediction",
 ]
+
+#: The labels of chapter 4's exercises (``ex-ch04-<label>``), in the chapter's order.
+EXERCISES = ("padding", "window", "convention-bug", "decoding-bug", "predict-pairs")
 
 
 def _expect_bool_mask(
@@ -75,7 +75,7 @@ def _expect_bool_mask(
     )
 
 
-@checker("4.1", "padding mask")
+@checker("padding", "padding mask")
 def check_padding_mask(answer) -> None:
     """``answer(lengths, max_len)`` for a list of ``B`` lengths must return a bool ``(B, max_len)``
     mask, ``True`` at the real tokens (positions ``< length``).
@@ -96,7 +96,7 @@ def check_padding_mask(answer) -> None:
         )
 
 
-@checker("4.2", "sliding-window mask")
+@checker("window", "sliding-window mask")
 def check_sliding_window(answer) -> None:
     """``answer(n, window)`` must return the causal sliding-window mask ``(n, n)``: query ``i``
     sees keys ``i - window + 1 .. i`` (``window`` keys, itself included).
@@ -126,7 +126,7 @@ def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 def buggy_masked_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
-    """Masked attention with one planted bug, for exercise 4.3 (find the bug).
+    """Masked attention with one planted bug, for "find the bug: the mask convention".
 
     ``q (..., n, d_k)``, ``k (..., m, d_k)``, ``v (..., m, d_v)``, bool ``mask`` broadcastable
     to ``(..., n, m)`` in this book's convention (``True`` = may attend); returns
@@ -139,7 +139,7 @@ def buggy_masked_attention(
     return softmax(scores) @ v
 
 
-@checker("4.3", "find the bug: the mask convention")
+@checker("convention-bug", "find the bug: the mask convention")
 def check_mask_convention_bug(answer) -> None:
     """``answer(q, k, v, mask)`` must be :func:`buggy_masked_attention` fixed: the scores filled
     with ``-inf`` where ``mask`` is ``False``, and zero output for a query with no allowed key.
@@ -188,7 +188,7 @@ def check_mask_convention_bug(answer) -> None:
 def buggy_decoding_attention(
     q_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> torch.Tensor:
-    """Causal attention for decoding with a cache, with one planted bug, for exercise 4.4.
+    """Cached decoding attention with one planted bug, for "find the bug: decoding with a cache".
 
     ``q_new (..., n, d_k)`` are the queries of the **last** ``n`` positions, ``k (..., m, d_k)``
     and ``v (..., m, d_v)`` the keys and values of all ``m`` positions (``m - n`` of them kept
@@ -200,7 +200,7 @@ def buggy_decoding_attention(
     return scaled_dot_product_attention(q_new, k, v, allowed)
 
 
-@checker("4.4", "find the bug: decoding with a cache")
+@checker("decoding-bug", "find the bug: decoding with a cache")
 def check_decoding_bug(answer) -> None:
     """``answer(q_new, k, v)`` must be :func:`buggy_decoding_attention` fixed: new query ``i``
     is position ``i + m - n`` and sees keys ``0 .. i + m - n`` (bottom-right alignment); the
@@ -232,23 +232,17 @@ def check_decoding_bug(answer) -> None:
                 scaled_dot_product_attention(q_new, k, v)
             ),
         }
-        expect_close(
-            got,
-            expected,
-            case=f"n={n} new queries, m={m} keys",
-            atol=1e-9,
-            rtol=1e-7,
-            mistakes=mistakes,
-        )
+        case = f"n={n} new queries, m={m} keys"
+        expect_close(got, expected, case=case, atol=1e-9, rtol=1e-7, mistakes=mistakes)
 
 
-#: For exercise 4.5 (predict, then run), the real length of the sequence.
+#: For "predict the allowed pairs", the real length of the sequence.
 PREDICTION_LENGTH: int = 7
-#: For exercise 4.5, the length it is padded to.
+#: For the same prediction, the length it is padded to.
 PREDICTION_MAX_LEN: int = 10
 
 
-@checker("4.5", "predict the allowed pairs")
+@checker("predict-pairs", "predict the allowed pairs")
 def check_allowed_pairs_prediction(prediction) -> None:
     """``prediction`` (a number written before the cell that counts) must be the number of
     ``True`` entries of ``padding_mask([7], 10) & causal_mask(10)``: the (query, key) pairs that
@@ -258,15 +252,7 @@ def check_allowed_pairs_prediction(prediction) -> None:
     ``prediction`` may also be a function returning the number. Named mistakes: the padded
     queries left out (they still attend to the real keys), the padding ignored (causal
     only), causality ignored (padding only), and the diagonal left out."""
-    value = call_answer(prediction) if callable(prediction) else prediction
-    if value is None or value is ...:
-        raise NotAttempted()
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, np.ndarray) and value.size == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise Mismatch(f"write one number, got {type(value).__name__} {value!r:.60}")
+    value = read_prediction(prediction)
     L, M = PREDICTION_LENGTH, PREDICTION_MAX_LEN
     expected = sum(min(i + 1, L) for i in range(M))
     mistakes = {

@@ -1,9 +1,10 @@
 """Checkers for chapter 5's exercises (multi-head attention, cross-attention, the KV cache,
 decoding).
 
-Each checker runs the reader's answer on several cases, edge cases included,
-and prints one line: passed, not attempted yet, or the first case that failed
-with expected vs got. None of them raises.
+:data:`EXERCISES` lists the chapter's exercises in its order, which numbers their checkers.
+Two checkers belong to no exercise of the chapter, :func:`check_cache_bytes` (a KV cache's
+bytes) and :func:`check_param_count` (the parameters of multi-head attention): they are
+:data:`EXTRA_EXERCISES`, numbered after the chapter's own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from ._core import Mismatch, call_answer, checker, expect_close, expect_int, expect_true
 
 __all__ = [
+    "EXERCISES",
+    "EXTRA_EXERCISES",
     "check_split_heads",
     "check_merge_heads",
     "check_cross_projections",
@@ -33,42 +36,47 @@ __all__ = [
     "lm_cache_bytes",
 ]
 
+#: The labels of chapter 5's exercises (``ex-ch05-<label>``), in the chapter's order.
+EXERCISES = (
+    "split",
+    "merge",
+    "cross",
+    "scale",
+    "decode-loop",
+    "mergestates",
+    "decodemask",
+    "predict-cache",
+    "predict-blocks",
+)
+#: Checkers that no exercise of the chapter uses, numbered after :data:`EXERCISES`.
+EXTRA_EXERCISES = ("cache-bytes", "param-count")
+
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-@checker("5.1", "split into heads")
+@checker("split", "split into heads")
 def check_split_heads(answer) -> None:
     """``answer(x, h)`` for ``x (B, n, d)`` must return ``(B, h, n, d // h)`` where head ``j``
     holds features ``j * d_head .. (j + 1) * d_head - 1`` of every position."""
     for B, n, d, h in ((2, 5, 12, 3), (1, 1, 8, 2), (3, 4, 6, 1), (2, 3, 8, 8), (1, 6, 6, 3)):
         x = torch.randn(B, n, d, generator=_gen(B * 100 + n * 10 + h), dtype=torch.float64)
-        expect_close(
-            call_answer(answer, x.clone(), h),
-            split_heads(x, h),
-            case=f"B={B}, n={n}, d={d}, h={h}",
-            atol=0,
-            rtol=0,
-        )
+        got = call_answer(answer, x.clone(), h)
+        expect_close(got, split_heads(x, h), case=f"B={B}, n={n}, d={d}, h={h}", atol=0, rtol=0)
 
 
-@checker("5.2", "concatenate the heads")
+@checker("merge", "concatenate the heads")
 def check_merge_heads(answer) -> None:
     """``answer(x)`` for ``x (B, h, n, d_head)`` must return ``(B, n, h * d_head)``: for each
     position, head 0's features, then head 1's, and so on."""
     for B, h, n, dh in ((2, 3, 5, 4), (1, 1, 1, 8), (3, 4, 2, 2), (1, 2, 6, 3)):
         x = torch.randn(B, h, n, dh, generator=_gen(B + h + n + dh), dtype=torch.float64)
-        expect_close(
-            call_answer(answer, x.clone()),
-            merge_heads(x),
-            case=f"B={B}, h={h}, n={n}, d_head={dh}",
-            atol=0,
-            rtol=0,
-        )
+        got = call_answer(answer, x.clone())
+        expect_close(got, merge_heads(x), case=f"B={B}, h={h}, n={n}, d_head={dh}", atol=0, rtol=0)
 
 
-@checker("5.3", "cross-attention from one fused weight")
+@checker("cross", "cross-attention from one fused weight")
 def check_cross_projections(answer) -> None:
     """``answer(x, context, weight, bias)`` with ``x (B, n, d)``, ``context (B, m, d)`` and
     the fused ``weight (3d, d)``, ``bias (3d,)`` (rows ordered q, k, v) must return
@@ -98,7 +106,7 @@ def check_cross_projections(answer) -> None:
             expect_close(g_, e, case=f"{name}, B={B}, n={n}, m={m}, d={d}", atol=1e-9, rtol=1e-9)
 
 
-@checker("5.4", "the size of a KV cache")
+@checker("cache-bytes", "the size of a KV cache")
 def check_cache_bytes(answer) -> None:
     """``answer(num_layers, num_heads, d_head, n, bytes_per_number, batch)`` must return the
     number of bytes a KV cache holds."""
@@ -121,7 +129,7 @@ def check_cache_bytes(answer) -> None:
         )
 
 
-@checker("5.5", "parameters of multi-head attention")
+@checker("param-count", "parameters of multi-head attention")
 def check_param_count(answer) -> None:
     """``answer(d_model, num_heads, bias)`` must return the number of parameters of
     ``MultiHeadAttention(d_model, num_heads, bias=bias)``."""
@@ -200,7 +208,7 @@ def _merge_cases():
     return cases
 
 
-@checker("5.6", "merge two partial attention states")
+@checker("mergestates", "merge two partial attention states")
 def check_merge_states(answer) -> None:
     """``answer(out_a, lse_a, out_b, lse_b)`` must return ``(out, lse)``: attention over the
     union of two disjoint sets of keys, from each set's output ``(..., n, d_v)`` (normalised
@@ -269,7 +277,7 @@ def check_merge_states(answer) -> None:
             expect_close(got_lse, lse, case=f"{name} (lse)", atol=tol, rtol=tol)
 
 
-@checker("5.7", "the decoding mask")
+@checker("decodemask", "the decoding mask")
 def check_decode_mask(answer) -> None:
     """``answer(n, m)`` must return the bool causal mask ``(n, m)`` (True = may attend) of
     ``n`` new queries against ``m`` keys, the cached ones first: the queries are the last
@@ -320,7 +328,7 @@ def check_decode_mask(answer) -> None:
         raise Mismatch(f"case {case}: entry {tuple(bad)} should be {bool(expected[tuple(bad)])}")
 
 
-# -- 5.4 find the bug: the scale of the scores -----------------------------------------
+# -- Find the bug: the scale of the scores ---------------------------------------------
 
 
 def _heads_attention(x, layer, *, scale: float, softmax_dim: int = -1):
@@ -337,7 +345,7 @@ def _seeded_layer(d_model: int, num_heads: int, seed: int):
     return MultiHeadAttention(d_model, num_heads).double().eval()
 
 
-@checker("5.4", "the scale of the scores")
+@checker("scale", "the scale of the scores")
 def check_fixed_scaling(answer) -> None:
     """``answer(x, layer)`` must return ``layer``'s self-attention output ``(B, n, d_model)``
     (no mask) with scores scaled by ``1 / sqrt(d_head)``. Named mistakes: the planted bug
@@ -383,7 +391,7 @@ def check_fixed_scaling(answer) -> None:
             )
 
 
-# -- 5.5 build: a decoding loop with a cache -------------------------------------------
+# -- Build: a decoding loop with a cache -----------------------------------------------
 
 
 def _tiny_lm(seed: int = 0):
@@ -437,7 +445,7 @@ def _counting_copy(model):
     return counting, fed
 
 
-@checker("5.5", "a decoding loop with a KV cache")
+@checker("decode-loop", "a decoding loop with a KV cache")
 def check_decode_loop(answer) -> None:
     """``answer(model, prompt, steps)`` must continue ``prompt`` ``(B, p)`` greedily by
     ``steps`` tokens with the model's KV caches and return ``(B, p + steps)`` ids, equal to
@@ -493,7 +501,7 @@ def check_decode_loop(answer) -> None:
         )
 
 
-# -- 5.8 predict, then run: the size of the cache --------------------------------------
+# -- Predict, then run: the size of the cache ------------------------------------------
 
 
 def lm_cache_bytes(
@@ -507,7 +515,7 @@ def lm_cache_bytes(
     return 2 * num_layers * d_model * (prompt_len + new_tokens - 1) * bytes_per_number
 
 
-@checker("5.8", "the size of the language model's cache")
+@checker("predict-cache", "the size of the language model's cache")
 def check_cache_prediction(
     prediction,
     *,
@@ -558,10 +566,10 @@ def check_cache_prediction(
     )
 
 
-# -- 5.9 predict, then run: the blocks of a paged cache --------------------------------
+# -- Predict, then run: the blocks of a paged cache ------------------------------------
 
 
-@checker("5.9", "the blocks of a paged cache")
+@checker("predict-blocks", "the blocks of a paged cache")
 def check_block_prediction(
     prediction, *, lengths: tuple[int, ...] = (100, 16, 17), block_size: int = 16
 ) -> None:

@@ -1,14 +1,18 @@
 """Checkers for chapter 6, "Positional encodings".
 
-* 6.1 :func:`check_sinusoidal` (find the bug): the sinusoidal encoding ``(n, d)``, with sin and
-  cos in their right columns.
-* 6.2 :func:`check_shift_matrix` (build): the ``d x d`` matrix ``M_k`` with
+In the chapter's order (:data:`EXERCISES`, whose labels number them):
+
+* ``sinusoidal`` :func:`check_sinusoidal` (find the bug): the sinusoidal encoding ``(n, d)``,
+  with sin and cos in their right columns.
+* ``shift`` :func:`check_shift_matrix` (build): the ``d x d`` matrix ``M_k`` with
   ``PE[pos + k] = M_k PE[pos]``.
-* 6.3 :func:`check_alibi_slopes` (build): ALiBi's per-head slopes, including head counts that
-  are not powers of two.
-* 6.4 :func:`check_rope` (build): rotary position embedding of ``(n, d)`` vectors.
-* 6.5 :func:`check_shifted_score` (predict): the RoPE score after moving both positions.
-* 6.6 :func:`check_interpolated_angle` (predict): an angle under position interpolation.
+* ``alibi`` :func:`check_alibi_slopes` (build): ALiBi's per-head slopes, including head counts
+  that are not powers of two.
+* ``rope`` :func:`check_rope` (build): rotary position embedding of ``(n, d)`` vectors.
+* ``predict-score`` :func:`check_shifted_score` (predict): the RoPE score after moving both
+  positions.
+* ``predict-pi`` :func:`check_interpolated_angle` (predict): an angle under position
+  interpolation.
 
 Each compares the reader's answer with the library's (:mod:`selfattn.positional`) and, when
 the answer is one of the likely mistakes, says which mistake it is.
@@ -29,6 +33,7 @@ from ..positional import (
 from ._core import Mismatch, call_answer, checker, expect_close
 
 __all__ = [
+    "EXERCISES",
     "check_sinusoidal",
     "check_shift_matrix",
     "check_alibi_slopes",
@@ -37,6 +42,9 @@ __all__ = [
     "check_shifted_score",
     "check_interpolated_angle",
 ]
+
+#: The labels of chapter 6's exercises (``ex-ch06-<label>``), in the chapter's order.
+EXERCISES = ("sinusoidal", "shift", "alibi", "rope", "predict-score", "predict-pi")
 
 
 def _tensor(got, case: str) -> torch.Tensor:
@@ -68,7 +76,7 @@ def _pe(n: int, d: int, *, swap=False, exponent=2, halves=False) -> torch.Tensor
     return torch.stack([s, c], dim=-1).flatten(1)
 
 
-@checker("6.1", "sinusoidal encoding, fixed")
+@checker("sinusoidal", "sinusoidal encoding, fixed")
 def check_sinusoidal(answer):
     """``answer(n, d)`` -> ``PE`` ``(n, d)``, base 10000: sin in even columns, cos in odd."""
     for n, d in ((1, 2), (4, 2), (10, 8), (7, 6), (50, 64)):
@@ -95,7 +103,7 @@ def _shift(k: int, d: int, *, transpose=False, one_step=False) -> torch.Tensor:
     return m.T if transpose else m
 
 
-@checker("6.2", "the shift as a block rotation")
+@checker("shift", "the shift as a block rotation")
 def check_shift_matrix(answer):
     """``answer(k, d)`` -> ``M_k`` ``(d, d)`` with ``PE[pos + k] = M_k @ PE[pos]`` (base 10000)."""
     for k, d in ((1, 2), (3, 8), (0, 4), (-2, 6), (10, 16)):
@@ -120,7 +128,7 @@ def _pow2_slopes(h: int, *, start_at_one=False) -> torch.Tensor:
     return torch.tensor([2.0 ** (-8.0 * (i + first) / h) for i in range(h)], dtype=torch.float64)
 
 
-@checker("6.3", "ALiBi slopes")
+@checker("alibi", "ALiBi slopes")
 def check_alibi_slopes(answer):
     """``answer(h)`` -> the ``h`` slopes of Press et al. (2022), a sequence or tensor ``(h,)``."""
     for h in (1, 2, 4, 8, 16, 3, 5, 6, 12, 20):
@@ -144,7 +152,7 @@ def check_alibi_slopes(answer):
         )
 
 
-@checker("6.4", "rotary position embedding")
+@checker("rope", "rotary position embedding")
 def check_rope(answer):
     """``answer(x, positions)`` must rotate the pairs ``(x[:, 2i], x[:, 2i+1])`` of ``x (n, d)``.
 
@@ -181,7 +189,7 @@ def check_rope(answer):
 
 
 def shifted_score_setup() -> tuple[torch.Tensor, torch.Tensor]:
-    """The query and key ``(1, 8)`` of exercise 6.5 (fixed by a seed)."""
+    """The query and key ``(1, 8)`` of "the RoPE score after a shift" (fixed by a seed)."""
     g = torch.Generator().manual_seed(65)
     q, k = torch.randn(2, 1, 8, generator=g, dtype=torch.float64)
     return q, k
@@ -192,7 +200,7 @@ def _score(m: int, n: int) -> float:
     return (apply_rope(q, torch.tensor([m])) * apply_rope(k, torch.tensor([n]))).sum().item()
 
 
-@checker("6.5", "the RoPE score after a shift")
+@checker("predict-score", "the RoPE score after a shift")
 def check_shifted_score(answer):
     """``answer``: the predicted score of ``q`` at position 105 against ``k`` at 103."""
     case = "q at position 105, k at position 103"
@@ -213,7 +221,7 @@ def check_shifted_score(answer):
     )
 
 
-@checker("6.6", "position interpolation")
+@checker("predict-pi", "position interpolation")
 def check_interpolated_angle(answer):
     """``answer``: the angle (radians) between query 100 and key 20 in pair 0 under PI, s = 4."""
     case = "pair 0, query at 100, key at 20, factor 4"

@@ -1,33 +1,26 @@
 """Checkers for chapter 7's exercises (online softmax, FlashAttention's tiles and traffic).
 
-Each checker runs the reader's answer on several cases and prints one line: passed, not
-attempted yet, or the first case that failed. A wrong answer that equals a known mistake's
-result is named with that mistake. The two "find the bug" exercises give the reader a
-function with one planted mistake: while it still computes what the planted mistake
-computes, its checker reports the exercise as not attempted yet.
+The exercises, numbered by their place in :data:`EXERCISES` (the chapter's order), are of
+three kinds. **Build** (``merge``, :func:`check_merge_states`); **find the bug**
+(``online-bug``, :func:`check_online_attention`; ``ds``, :func:`check_ds_tile`): the reader
+gets a function with one planted mistake, and while the answer still computes what the
+planted mistake computes the checker reports the exercise as not attempted yet; **predict,
+then run** (``tiles``, :func:`check_causal_tiles_prediction`; ``io``,
+:func:`check_bytes_read_prediction`). A wrong answer that equals a known mistake's result is
+named with that mistake.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 
-import numpy as np
 import torch
 
 from ..efficient.io_model import tiled_attention_io
-from ._core import (
-    Mismatch,
-    NotAttempted,
-    call_answer,
-    checker,
-    expect_close,
-    expect_int,
-    expect_true,
-    name_mistake,
-)
+from ._core import NotAttempted, call_answer, checker, expect_close, expect_predicted, expect_true
 
 __all__ = [
+    "EXERCISES",
     "check_merge_states",
     "merge_mistakes",
     "check_online_attention",
@@ -43,6 +36,9 @@ __all__ = [
     "BYTES_READ_CASE",
 ]
 
+#: The labels of chapter 7's exercises (``ex-ch07-<label>``), in the chapter's order.
+EXERCISES = ("merge", "online-bug", "tiles", "io", "ds")
+
 #: The mistake planted in each "find the bug" exercise (its checker's key for it).
 PLANTED: dict[str, str] = {
     "online_attention": "the running output O is not rescaled by alpha when the max rises",
@@ -50,20 +46,7 @@ PLANTED: dict[str, str] = {
 }
 
 
-def _prediction(value, what: str) -> float:
-    """The reader's predicted number, or NotAttempted for the stub's ``None``."""
-    if value is None or value is Ellipsis:
-        raise NotAttempted()
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    elif isinstance(value, np.ndarray) and value.size == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise Mismatch(f"{what}: write a number, got {type(value).__name__} {value!r:.60}")
-    return value
-
-
-# -- 7.1 Build: merging two online-softmax states ---------------------------------------
+# -- Build: merging two online-softmax states -------------------------------------------
 
 
 def _state(s: torch.Tensor, v: torch.Tensor):
@@ -106,7 +89,7 @@ def _flat(state) -> torch.Tensor:
     return torch.cat([torch.as_tensor(x, dtype=torch.float64).reshape(-1) for x in state])
 
 
-@checker("7.1", "merging two online-softmax states")
+@checker("merge", "merging two online-softmax states")
 def check_merge_states(answer) -> None:
     """``answer(mu1, l1, o1, mu2, l2, o2)`` gets the states ``(max, sum of exp(s - max),
     unnormalised output sum exp(s - max) v)`` of two disjoint blocks of keys and must return the
@@ -166,7 +149,7 @@ def check_merge_states(answer) -> None:
         expect_close(o, eo, case=f"{name}: o", atol=1e-9, rtol=1e-9)
 
 
-# -- 7.2 Find the bug: the online softmax of one query -----------------------------------
+# -- Find the bug: the online softmax of one query ---------------------------------------
 
 
 def _online(s, v, block, mistake: str = "") -> torch.Tensor:
@@ -210,7 +193,7 @@ def online_attention_mistakes() -> list[str]:
     return [k for k in _online_variants(s, torch.zeros(1, 1, dtype=s.dtype), 1) if k != "right"]
 
 
-@checker("7.2", "the online softmax of one query")
+@checker("online-bug", "the online softmax of one query")
 def check_online_attention(answer) -> None:
     """``answer(s, v, block)`` gets one query's scores ``s`` ``(m,)`` and the values ``v``
     ``(m, d_v)`` and must return softmax attention ``softmax(s) @ v`` ``(d_v,)``, computed
@@ -246,7 +229,7 @@ def check_online_attention(answer) -> None:
         expect_close(got, right, case=case, atol=1e-9, rtol=1e-9, mistakes=variants)
 
 
-# -- 7.3 Predict, then run: causal tiles --------------------------------------------------
+# -- Predict, then run: causal tiles ------------------------------------------------------
 
 #: The sizes of the causal-tiles prediction (n, block_q, block_k).
 CAUSAL_TILES_CASE = (1000, 128, 64)
@@ -279,22 +262,17 @@ def causal_tiles_mistakes() -> list[str]:
     return [k for k in _causal_tiles_variants() if k != "right"]
 
 
-@checker("7.3", "the tiles of a causal pass")
+@checker("tiles", "the tiles of a causal pass")
 def check_causal_tiles_prediction(prediction) -> None:
     """``prediction``: how many (query block, key block) tiles causal tiled attention computes
     for ``n = 1000`` with query blocks of 128 and key blocks of 64 rows, skipping every tile
     whose keys all come after the last query of its block."""
     n, bq, bk = CAUSAL_TILES_CASE
-    value = _prediction(prediction, "your prediction")
-    variants = _causal_tiles_variants()
-    right = variants.pop("right")
     case = f"n={n}, block_q={bq}, block_k={bk}"
-    if value != right:
-        name_mistake(value, variants, case=case, atol=0, rtol=0)
-    expect_int(value, right, case=case)
+    expect_predicted(prediction, _causal_tiles_variants(), case=case)
 
 
-# -- 7.4 Predict, then run: bytes read by tiled attention ---------------------------------
+# -- Predict, then run: bytes read by tiled attention -------------------------------------
 
 #: The sizes of the bytes-read prediction (n, d, block_q, block_k, M, bytes per element).
 BYTES_READ_CASE = (4096, 64, 96, 64, 65536, 2)
@@ -324,22 +302,17 @@ def bytes_read_mistakes() -> list[str]:
     return [k for k in _bytes_read_variants() if k != "right"]
 
 
-@checker("7.4", "the bytes tiled attention reads")
+@checker("io", "the bytes tiled attention reads")
 def check_bytes_read_prediction(prediction) -> None:
     """``prediction``: the bytes tiled attention (FlashAttention-2's order) reads from slow
     memory for one head with ``n = 4096``, ``d = 64``, query blocks of 96 and key blocks of
     64 rows, in fp16; compared with :func:`~selfattn.efficient.io_model.tiled_attention_io`."""
     n, d, bq, bk, M, size = BYTES_READ_CASE
-    value = _prediction(prediction, "your prediction")
-    variants = _bytes_read_variants()
-    right = variants.pop("right")
     case = f"n={n}, d={d}, blocks {bq}x{bk}, fp16"
-    if value != right:
-        name_mistake(value, variants, case=case, atol=0, rtol=1e-9)
-    expect_int(value, right, case=case)
+    expect_predicted(prediction, _bytes_read_variants(), case=case, rtol=1e-9)
 
 
-# -- 7.5 Find the bug: one tile of the backward's dS --------------------------------------
+# -- Find the bug: one tile of the backward's dS ------------------------------------------
 
 
 def _ds_variants(q_i, k_j, v_j, do_i, lse_i, d_i) -> dict[str, torch.Tensor]:
@@ -370,7 +343,7 @@ def ds_tile_mistakes() -> list[str]:
     return [name for name in _ds_variants(t, t, t, t, z, z) if name != "right"]
 
 
-@checker("7.5", "one tile of the backward's dS")
+@checker("ds", "one tile of the backward's dS")
 def check_ds_tile(answer) -> None:
     """``answer(q_i, k_j, v_j, do_i, lse_i, d_i)`` gets one tile's inputs, a query block
     ``q_i`` and ``do_i`` ``(r, d)``, a key block ``k_j`` and ``v_j`` ``(c, d)``, and the rows'

@@ -1,8 +1,10 @@
 """Checkers for chapter 8's exercises (band masks, sparse patterns, linear attention).
 
-Each checker runs the reader's answer on several cases and prints one line: passed, not
-attempted yet, the mistake it recognises (named), or the first case that failed with
-expected vs got.
+In the chapter's order (:data:`EXERCISES`, whose labels number them): ``band`` (build,
+:func:`check_band_mask`), ``strided`` (predict, then run, :func:`check_strided_prediction`),
+``prefix`` (find the bug, :func:`check_causal_linear` against :func:`causal_linear_buggy`)
+and ``decay`` (build, :func:`check_decayed_step`, and its ungated form
+:func:`check_linear_step`). A wrong answer that is a mistake the checker recognises is named.
 """
 
 from __future__ import annotations
@@ -13,17 +15,10 @@ import torch.nn.functional as F
 from ..efficient.linear import LinearAttentionState, linear_attention, linear_attention_step
 from ..efficient.sparse import strided_mask
 from ..masks import sliding_window_mask
-from ._core import (
-    Mismatch,
-    call_answer,
-    checker,
-    expect_close,
-    expect_int,
-    expect_true,
-    name_mistake,
-)
+from ._core import Mismatch, call_answer, checker, expect_close, expect_predicted, expect_true
 
 __all__ = [
+    "EXERCISES",
     "check_band_mask",
     "band_mask_mistakes",
     "STRIDED_CASE",
@@ -36,6 +31,9 @@ __all__ = [
     "decayed_step_mistakes",
     "check_linear_step",
 ]
+
+#: The labels of chapter 8's exercises (``ex-ch08-<label>``), in the chapter's order.
+EXERCISES = ("band", "strided", "prefix", "decay")
 
 
 def _phi(x: torch.Tensor) -> torch.Tensor:
@@ -55,7 +53,7 @@ def _as_mask(got, case: str) -> torch.Tensor:
     return t.to(torch.float64)
 
 
-# -- 8.1 Build: the sliding-window band ---------------------------------------------------
+# -- Build: the sliding-window band -------------------------------------------------------
 
 
 def _band_variants(n: int, w: int, causal: bool) -> dict[str, torch.Tensor]:
@@ -82,7 +80,7 @@ def band_mask_mistakes() -> list[str]:
     return [k for k in _band_variants(6, 2, True) if k != "right"]
 
 
-@checker("8.1", "the sliding-window band")
+@checker("band", "the sliding-window band")
 def check_band_mask(answer) -> None:
     """``answer(n, window, causal)`` must return the bool ``(n, n)`` mask of sliding-window
     attention: ``True`` where query ``i`` may attend to key ``j``, i.e. ``i - window < j <= i``
@@ -97,7 +95,7 @@ def check_band_mask(answer) -> None:
         expect_close(got, right, case=case, atol=0, rtol=0, mistakes=variants)
 
 
-# -- 8.2 Predict, then run: the entries of a strided pattern -----------------------------
+# -- Predict, then run: the entries of a strided pattern ---------------------------------
 
 #: The strided-pattern prediction, as (n, stride), causal.
 STRIDED_CASE = (20, 4)
@@ -124,24 +122,18 @@ def strided_mistakes() -> list[str]:
     return [k for k in _strided_variants() if k != "right"]
 
 
-@checker("8.2", "the entries of a strided pattern")
+@checker("strided", "the entries of a strided pattern")
 def check_strided_prediction(prediction) -> None:
     """``prediction``: how many True entries ``strided_mask(20, 4)`` has (causal: the union of
     the local head, ``i - j < 4``, and the strided head, ``(i - j) % 4 == 0``, for ``j <= i``)."""
-    variants = _strided_variants()
-    right = variants.pop("right")
-    case = "n=20, stride=4"
-    if isinstance(prediction, (int, float)) and not isinstance(prediction, bool):
-        if prediction != right:
-            name_mistake(prediction, variants, case=case, atol=0, rtol=0)
-    expect_int(prediction, right, case=case)
+    expect_predicted(prediction, _strided_variants(), case="n=20, stride=4")
 
 
-# -- 8.3 Find the bug: causal linear attention with prefix sums ---------------------------
+# -- Find the bug: causal linear attention with prefix sums -------------------------------
 
 
 def causal_linear_buggy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal linear attention with prefix sums, phi = elu + 1: one planted bug (exercise 8.3).
+    """Causal linear attention with prefix sums, phi = elu + 1, with one planted bug.
 
     Shapes: q, k ``(..., n, d)``, v ``(..., n, d_v)`` -> ``(..., n, d_v)``.
     """
@@ -175,7 +167,7 @@ def causal_linear_mistakes() -> list[str]:
     return list(_causal_variants(q, q, q))
 
 
-@checker("8.3", "causal linear attention with prefix sums")
+@checker("prefix", "causal linear attention with prefix sums")
 def check_causal_linear(answer) -> None:
     """``answer(q, k, v)`` must return causal linear attention, phi = elu + 1, eps = 1e-6:
     ``out_i = phi(q_i) S_i / (phi(q_i) . z_i + eps)`` with ``S_i = sum_{j <= i} phi(k_j) v_j^T``
@@ -195,7 +187,7 @@ def check_causal_linear(answer) -> None:
         expect_close(got, expected, case=case, atol=1e-9, rtol=1e-7, mistakes=mistakes)
 
 
-# -- 8.4 Build: one decoding step with a decay gate ----------------------------------------
+# -- Build: one decoding step with a decay gate --------------------------------------------
 
 
 def _step_variants(s, z, q, k, v, gamma) -> dict[str, tuple]:
@@ -232,7 +224,7 @@ def decayed_step_mistakes() -> list[str]:
     ]
 
 
-@checker("8.4", "a decoding step with a decay gate")
+@checker("decay", "a decoding step with a decay gate")
 def check_decayed_step(answer) -> None:
     """``answer(S, z, q_t, k_t, v_t, gamma)`` with state ``S (d, d_v)``, ``z (d,)``, the new
     token's ``q_t, k_t (d,)``, ``v_t (d_v,)`` and a gate ``gamma`` in (0, 1] must return
@@ -268,7 +260,7 @@ def check_decayed_step(answer) -> None:
         _, state = linear_attention_step(state, q, k, v, decay=gamma)
 
 
-@checker("8.4", "a step of causal linear attention, without decay")
+@checker("decay", "a step of causal linear attention, without decay")
 def check_linear_step(answer) -> None:
     """``answer(S, z, q_t, k_t, v_t)``: :func:`check_decayed_step` with ``gamma = 1``, returning
     ``(out_t, S_new, z_new)``."""

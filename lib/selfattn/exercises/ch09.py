@@ -1,12 +1,10 @@
-"""Checkers for chapter 9's exercises.
+"""Checkers for chapter 9's exercises (ViT, BERT, CLIP, GPT).
 
-9.1 predict the tokens of a ViT; 9.2 find the bug in BERT's attention mask; 9.3 build
-patches; 9.4 build CLIP's loss; 9.5 build the masked-word accuracy; 9.6 build cached greedy
-decoding (and, not in the chapter, a pre-LN block). Each checker names the likely mistakes.
-
-Each checker runs the reader's answer on several cases, edge cases included,
-and prints one line: passed, not attempted yet, or the first case that failed
-with expected vs got. None of them raises.
+In the chapter's order (:data:`EXERCISES`, whose labels number them): ``vit-tokens``, predict
+the tokens of a ViT; ``bert-mask``, find the bug in BERT's attention mask; ``patchify``,
+build patches; ``clip``, build CLIP's loss; ``mlm-acc``, build the masked-word accuracy;
+``greedy``, build cached greedy decoding. Not in the chapter (:data:`EXTRA_EXERCISES`):
+``pre-ln-block``, a pre-LN block. Each checker names the likely mistakes.
 """
 
 from __future__ import annotations
@@ -16,9 +14,11 @@ import torch.nn.functional as F
 
 from ..data.images import patchify
 from ..models.transformer import MiniGPT, TransformerBlock, clip_loss
-from ._core import Mismatch, call_answer, checker, expect_close, expect_true, name_mistake
+from ._core import call_answer, checker, expect_close, expect_predicted, expect_true, name_mistake
 
 __all__ = [
+    "EXERCISES",
+    "EXTRA_EXERCISES",
     "VIT_TOKENS_CASE",
     "vit_tokens_mistakes",
     "check_vit_tokens",
@@ -36,12 +36,17 @@ __all__ = [
     "check_block_forward",
 ]
 
+#: The labels of chapter 9's exercises (``ex-ch09-<label>``), in the chapter's order.
+EXERCISES = ("vit-tokens", "bert-mask", "patchify", "clip", "mlm-acc", "greedy")
+#: Checkers that no exercise of the chapter uses, numbered after :data:`EXERCISES`.
+EXTRA_EXERCISES = ("pre-ln-block",)
+
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-# -- 9.1 Predict, then run: the tokens of a ViT --------------------------------------------
+# -- Predict, then run: the tokens of a ViT ------------------------------------------------
 
 #: The ViT of the prediction, as (image side, patch side) in pixels.
 VIT_TOKENS_CASE = (48, 8)
@@ -69,34 +74,20 @@ def vit_tokens_mistakes() -> list[str]:
     return [k for k in _vit_tokens_variants() if k != "right"]
 
 
-def _prediction(value, name: str):
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Mismatch(f"{name}: write a number, got {type(value).__name__} {value!r:.40}")
-    return value
-
-
-@checker("9.1", "the tokens of a ViT")
+@checker("vit-tokens", "the tokens of a ViT")
 def check_vit_tokens(prediction) -> None:
     """``prediction``: how many tokens the encoder of a MiniViT reads per image, for 48 x 48
     images cut into 8 x 8 patches (patch tokens plus the class token)."""
     size, p = VIT_TOKENS_CASE
-    value = _prediction(prediction, "your prediction")
-    variants = _vit_tokens_variants()
-    right = variants.pop("right")
-    case = f"image {size} x {size}, patch {p}"
-    if value != right:
-        name_mistake(value, variants, case=case, atol=0, rtol=0)
-    expect_true(value == right, f"case {case}: expected {right}, got {value!r}")
+    expect_predicted(prediction, _vit_tokens_variants(), case=f"image {size} x {size}, patch {p}")
 
 
-# -- 9.2 Find the bug: BERT's attention mask ----------------------------------------------
+# -- Find the bug: BERT's attention mask --------------------------------------------------
 
 
 def buggy_attention_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """BERT's attention mask with one planted bug (exercise 9.2): ``(B, n, n)`` bool, ``True``
-    where query ``i`` may attend to key ``j``."""
+    """BERT's attention mask with the planted bug of "BERT's attention mask": ``(B, n, n)``
+    bool, ``True`` where query ``i`` may attend to key ``j``."""
     n = ids.shape[1]
     real = (ids != pad_id).unsqueeze(1)  # (B, 1, n): the keys that are words
     allowed = torch.ones(n, n, dtype=torch.bool).tril()
@@ -125,7 +116,7 @@ def bert_mask_mistakes() -> list[str]:
     return [k for k in _bert_mask_variants(torch.tensor([[3, 4, 0]]), 0) if k != "right"]
 
 
-@checker("9.2", "BERT's attention mask")
+@checker("bert-mask", "BERT's attention mask")
 def check_bert_mask(answer) -> None:
     """``answer(ids, pad_id)`` for ids ``(B, n)``: ``(B, n, n)`` bool, ``True`` where query ``i``
     may attend to key ``j``: every real word, on either side, and never the padding."""
@@ -148,7 +139,7 @@ def check_bert_mask(answer) -> None:
         expect_close(got.bool(), right, case=name, atol=0, rtol=0, mistakes=variants)
 
 
-@checker("9.7", "a pre-LayerNorm block")
+@checker("pre-ln-block", "a pre-LayerNorm block")
 def check_block_forward(answer) -> None:
     """``answer(block, x)`` must return what ``block(x)`` returns for a
     :class:`~selfattn.models.transformer.TransformerBlock` (no mask): attention then MLP, each on a
@@ -187,7 +178,7 @@ def patchify_mistakes() -> list[str]:
     return list(_patchify_variants(torch.zeros(1, 2, 4, 4), 2))
 
 
-@checker("9.3", "cut images into patches")
+@checker("patchify", "cut images into patches")
 def check_patchify(answer) -> None:
     """``answer(images, patch)`` for ``images (N, C, H, W)``: ``(N, P, C * patch * patch)``.
 
@@ -225,7 +216,7 @@ def clip_loss_mistakes() -> list[str]:
     return list(_clip_variants(torch.randn(3, 3)))
 
 
-@checker("9.4", "CLIP's contrastive loss")
+@checker("clip", "CLIP's contrastive loss")
 def check_clip_loss(answer) -> None:
     """``answer(logits)`` for ``(B, B)`` image-by-caption logits: the symmetric cross-entropy.
 
@@ -279,7 +270,7 @@ def masked_accuracy_mistakes() -> list[str]:
     return list(_accuracy_variants(torch.zeros(1, 2, 3), torch.tensor([[1, -100]])))
 
 
-@checker("9.5", "accuracy on the masked words")
+@checker("mlm-acc", "accuracy on the masked words")
 def check_masked_accuracy(answer) -> None:
     """``answer(logits, targets)`` with logits ``(B, n, V)`` and targets ``(B, n)`` (``-100`` where
     nothing is predicted) must return the fraction of predicted positions whose arg-max is right,
@@ -329,7 +320,7 @@ def greedy_mistakes() -> list[str]:
     ]
 
 
-@checker("9.6", "greedy decoding with a KV cache")
+@checker("greedy", "greedy decoding with a KV cache")
 def check_greedy_cached(answer) -> None:
     """``answer(model, ids, steps)``: ``ids (B, p)`` continued greedily by ``steps`` tokens.
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from .._checks import require_int, require_module
 from ..multihead import MultiHeadAttention
+from ..positional import LearnedPositionalEmbedding
 
 __all__ = ["LookupHeadsModel", "lookup_loss"]
 
@@ -43,7 +44,8 @@ class LookupHeadsModel(nn.Module):
         d_model = require_int(d_model, "d_model", 1)
         self.vocab_size = vocab_size
         self.tok = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(max_len, d_model)
+        # std 1, nn.Embedding's initialisation, which the recorded runs used
+        self.pos = LearnedPositionalEmbedding(max_len, d_model, init_std=1.0)
         self.attn = MultiHeadAttention(d_model, num_heads)
         self.readout = nn.Linear(d_model, 2 * vocab_size)
 
@@ -54,10 +56,7 @@ class LookupHeadsModel(nn.Module):
             raise ValueError(
                 f"tokens must be a (B, n) long tensor, got {tuple(tokens.shape)} {tokens.dtype}"
             )
-        n = tokens.shape[1]
-        if n > self.pos.num_embeddings:
-            raise ValueError(f"sequence length {n} exceeds max_len={self.pos.num_embeddings}")
-        x = self.tok(tokens) + self.pos(torch.arange(n, device=tokens.device))
+        x = self.pos(self.tok(tokens))
         y, weights = self.attn(x, mask="causal", return_weights=True)
         logits = self.readout(y)
         return logits[..., : self.vocab_size], logits[..., self.vocab_size :], weights

@@ -1,26 +1,29 @@
 """One head of self-attention, and the tiny key-value recall model built on it (chapter 3).
 
 ``SingleHeadSelfAttention`` is the five steps of chapter 3 as a module: three
-learned projections and :func:`selfattn.attention.scaled_dot_product_attention`.
+learned projections and :func:`selfattn.attention.scaled_dot_product_attention`, that is
+:class:`~selfattn.models.tiny_attention.SelfAttention` with one head and no biases.
 Its ``scaled`` switch exists for one experiment only: forgetting the
 ``1/sqrt(d_k)`` scale, to see what happens to training.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from .._checks import require_float, require_int
-from ..attention import scaled_dot_product_attention
+from .tiny_attention import SelfAttention
 
 __all__ = ["SingleHeadSelfAttention", "KeyValueRecallModel"]
 
 
-class SingleHeadSelfAttention(nn.Module):
+class SingleHeadSelfAttention(SelfAttention):
     """``softmax(X W_q (X W_k)^T * scale) X W_v`` with learned ``W_q, W_k, W_v``.
+
+    :class:`~selfattn.models.tiny_attention.SelfAttention` with one head and no biases (the
+    scores are then exactly the chapter's bilinear form ``x_i^T W_q W_k^T x_j``), taking
+    any leading batch shape and returning the weights without a head axis.
 
     Args:
         d_model: width ``d`` of the input tokens.
@@ -35,44 +38,29 @@ class SingleHeadSelfAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, d_k: int, d_v: int | None = None, *, scaled: bool = True):
-        super().__init__()
-        for name, value in (
-            ("d_model", d_model),
-            ("d_k", d_k),
-            ("d_v", d_v if d_v is not None else d_model),
-        ):
-            if not isinstance(value, int) or value < 1:
+        for name, value in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
+            if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        d_v = d_model if d_v is None else d_v
-        # No biases: the scores are then exactly the chapter's bilinear form x_i^T W_q W_k^T x_j.
-        self.w_q = nn.Linear(d_model, d_k, bias=False)
-        self.w_k = nn.Linear(d_model, d_k, bias=False)
-        self.w_v = nn.Linear(d_model, d_v, bias=False)
-        self.d_k = d_k
-        self.scaled = scaled
-
-    @property
-    def scale(self) -> float:
-        """Multiplier of the scores, ``1/sqrt(d_k)`` (or 1 when ``scaled=False``)."""
-        return 1.0 / math.sqrt(self.d_k) if self.scaled else 1.0
+        super().__init__(d_model, d_k, d_v, num_heads=1, bias=False, scaled=scaled)
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, *, return_weights: bool = False
     ):
         """Self-attention over the tokens of ``x (..., n, d_model)``; ``mask`` as in
-        :func:`selfattn.attention.scaled_dot_product_attention` (bool, True = may attend)."""
+        :func:`selfattn.attention.scaled_dot_product_attention` (bool, True = may attend),
+        ``(n, n)`` or with the leading shape of ``x``."""
         require_float(x, "x")
-        if x.dim() < 2 or x.shape[-1] != self.w_q.in_features:
+        if x.dim() < 2 or x.shape[-1] != self.d_model:
             raise ValueError(
-                f"x must have shape (..., n, d_model={self.w_q.in_features}), got {tuple(x.shape)}"
+                f"x must have shape (..., n, d_model={self.d_model}), got {tuple(x.shape)}"
             )
-        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)
-        return scaled_dot_product_attention(
-            q, k, v, mask, scale=self.scale, return_weights=return_weights
-        )
-
-    def extra_repr(self) -> str:
-        return f"d_k={self.d_k}, scaled={self.scaled}"
+        *lead, n, _ = x.shape
+        flat = x.reshape(-1, n, self.d_model)  # the layer takes (B, n, d)
+        if mask is not None and mask.dim() > 2:
+            mask = mask.reshape(-1, *mask.shape[-2:])
+        out, weights = super().forward(flat, mask=mask, return_weights=True)
+        out, weights = out.reshape(*lead, n, -1), weights.reshape(*lead, n, n)
+        return (out, weights) if return_weights else out
 
 
 class KeyValueRecallModel(nn.Module):

@@ -19,14 +19,15 @@ from torch import nn
 
 from .._checks import (
     check_token_ids,
+    require_bool,
     require_int,
     require_number,
     require_tensor,
     require_token_batch,
 )
 from ..attention import scaled_dot_product_attention
-from ..multihead import heads_mask, merge_heads, split_heads
-from ..positional import sinusoidal_encoding
+from ..multihead import MultiHeadAttention, heads_mask, merge_heads, split_heads
+from ..positional import LearnedPositionalEmbedding, sinusoidal_encoding
 
 __all__ = ["SelfAttention", "AttentionClassifier"]
 
@@ -49,6 +50,8 @@ class SelfAttention(nn.Module):
         d_v: width of values and of the output (default ``d_model``); split over ``num_heads``.
         num_heads: number of heads (``d_k`` and ``d_v`` must be divisible by it).
         bias: give the projections a bias.
+        scaled: multiply the scores by ``1/sqrt(d_head)`` (the Transformer's choice);
+            ``False`` multiplies by 1, i.e. forgets the scale (chapter 3's experiment).
         n_heads: the former name of ``num_heads``, still accepted.
 
     Shapes:
@@ -56,10 +59,15 @@ class SelfAttention(nn.Module):
         (default ``x``). Returns ``(B, n, d_v)``, plus weights ``(B, num_heads, n, m)`` with
         ``return_weights=True``.
 
-    Unlike :class:`~selfattn.multihead.MultiHeadAttention` it keeps ``W_Q``, ``W_K``, ``W_V``
-    apart (``w_q``, ``w_k``, ``w_v``, as chapter 2 writes them), lets ``d_k`` and ``d_v``
-    differ from ``d_model`` and has no output projection; the heads are split and merged,
-    and the scores computed, by the same functions.
+    It is :class:`~selfattn.multihead.MultiHeadAttention` before two engineering steps:
+    ``W_Q``, ``W_K``, ``W_V`` are kept apart (``w_q``, ``w_k``, ``w_v``, as the formula writes
+    them) instead of fused into one ``qkv``, and there is no output projection (a model adds
+    its own ``W_O``), so ``d_k`` and ``d_v`` may differ from ``d_model``. Everything else is
+    shared: the heads are split and merged by :func:`~selfattn.multihead.split_heads` and
+    :func:`~selfattn.multihead.merge_heads`, the masks read by
+    :func:`~selfattn.multihead.heads_mask`, and the scores scaled, masked and normalised by
+    :func:`~selfattn.attention.scaled_dot_product_attention`. :meth:`to_multihead` makes the
+    fused layer that computes the same function (tested equal).
     """
 
     def __init__(
@@ -70,10 +78,12 @@ class SelfAttention(nn.Module):
         *,
         num_heads: int = 1,
         bias: bool = False,
+        scaled: bool = True,
         n_heads: int | None = None,
     ):
         super().__init__()
         num_heads = _renamed(num_heads, n_heads, "num_heads", "n_heads", default=1)
+        self.scaled = require_bool(scaled, "scaled")
         d_model = require_int(d_model, "d_model", 1)
         d_k = d_model if d_k is None else require_int(d_k, "d_k", 1)
         d_v = d_model if d_v is None else require_int(d_v, "d_v", 1)
@@ -89,6 +99,66 @@ class SelfAttention(nn.Module):
     def n_heads(self) -> int:
         """The former name of ``num_heads``."""
         return self.num_heads
+
+    @property
+    def scale(self) -> float:
+        """Multiplier of the scores: ``1/sqrt(d_head)``, or 1 when ``scaled=False``."""
+        return 1.0 / self._root()
+
+    def _root(self) -> float:
+        # sqrt(d_head), the scores' divisor (1 when the scale is forgotten)
+        return math.sqrt(self.d_k // self.num_heads) if self.scaled else 1.0
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, d_k={self.d_k}, d_v={self.d_v}, "
+            f"num_heads={self.num_heads}, scaled={self.scaled}"
+        )
+
+    def to_multihead(self, out: nn.Linear | None = None) -> MultiHeadAttention:
+        """The fused :class:`~selfattn.multihead.MultiHeadAttention` computing the same function.
+
+        Its ``qkv`` stacks ``w_q``, ``w_k``, ``w_v`` (rows q, k, v) and its ``out`` is ``out``
+        (the model's ``W_O``; default the identity), so
+        ``to_multihead(W_O)(x) == W_O(self(x))`` to float rounding.
+
+        Raises:
+            ValueError: ``d_k`` or ``d_v`` differs from ``d_model``, or ``scaled=False``
+                (the fused layer always scales).
+        """
+        if not (self.d_k == self.d_v == self.d_model) or not self.scaled:
+            raise ValueError(
+                "to_multihead needs d_k == d_v == d_model and scaled=True, got "
+                f"d_k={self.d_k}, d_v={self.d_v}, d_model={self.d_model}, scaled={self.scaled}"
+            )
+        if out is not None and (
+            not isinstance(out, nn.Linear) or out.weight.shape != (self.d_model, self.d_model)
+        ):
+            raise ValueError(
+                f"out must be an nn.Linear({self.d_model}, {self.d_model}), got {out}"
+            )
+        has_bias = self.w_q.bias is not None or (out is not None and out.bias is not None)
+        mha = MultiHeadAttention(self.d_model, self.num_heads, bias=has_bias)
+        mha = mha.to(self.w_q.weight)
+        with torch.no_grad():
+            mha.qkv.weight.copy_(torch.cat([self.w_q.weight, self.w_k.weight, self.w_v.weight]))
+            mha.out.weight.copy_(torch.eye(self.d_model) if out is None else out.weight)
+            if has_bias:  # a missing bias is a zero one
+                for target, sources in (
+                    (mha.qkv.bias, (self.w_q, self.w_k, self.w_v)),
+                    (mha.out.bias, (out,)),
+                ):
+                    target.copy_(
+                        torch.cat(
+                            [
+                                torch.zeros(self.d_model)
+                                if s is None or s.bias is None
+                                else s.bias
+                                for s in sources
+                            ]
+                        )
+                    )
+        return mha
 
     def forward(
         self,
@@ -125,7 +195,7 @@ class SelfAttention(nn.Module):
             split_heads(self.w_k(context), self.num_heads),
             split_heads(self.w_v(context), self.num_heads),
         )  # (B, h, n or m, d / h)
-        scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
+        scale = 1.0 / (self._root() * temperature)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, scale=scale, return_weights=True
         )
@@ -185,10 +255,11 @@ class AttentionClassifier(nn.Module):
         d_model = require_int(d_model, "d_model", 1)
         max_len = require_int(max_len, "max_len", 1)
         self.d_model, self.positions, self.max_len = d_model, positions, max_len
-        self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos_table = (
-            nn.Parameter(0.02 * torch.randn(max_len, d_model)) if positions == "learned" else None
-        )
+        embed = nn.Embedding(vocab_size, d_model)
+        pos = LearnedPositionalEmbedding(max_len, d_model) if positions == "learned" else None
+        # Registered positions first: the parameter order of the recorded runs (gradient
+        # clipping sums the norms in this order; another order rounds differently).
+        self.pos, self.embed = pos, embed
         self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(num_layers))
         self.attn = nn.ModuleList(
             SelfAttention(d_model, num_heads=num_heads) for _ in range(num_layers)
@@ -221,11 +292,7 @@ class AttentionClassifier(nn.Module):
         if self.positions == "sinusoidal":
             x = x + sinusoidal_encoding(n, self.d_model).to(x.device)
         elif self.positions == "learned":
-            if n > self.max_len:
-                raise ValueError(
-                    f"sequence length {n} exceeds max_len={self.max_len} of the learned positions"
-                )
-            x = x + self.pos_table[:n]
+            x = self.pos(x)
         return x
 
     def forward(
