@@ -12,32 +12,14 @@ and checks it against this table.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import time
-from pathlib import Path
-
-import torch
+from _precompute import RESULTS, seed_study_main
 from selfattn.models.long_context import rope_scaling_study
 
-DEFAULT_OUT = (
-    Path(__file__).resolve().parents[1] / "chapters" / "results" / "ch06_rope_scaling.json"
-)
+DEFAULT_OUT = RESULTS / "ch06_rope_scaling.json"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("SELFATTN_PROGRESS", "0")
-    torch.set_num_threads(1)  # as in the chapters: seed 0 reproduces the live run exactly
-    start = time.process_time()
-    study = rope_scaling_study(args.seeds)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(study, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.out} ({time.process_time() - start:.0f} s CPU)")
+    seed_study_main(__doc__, rope_scaling_study, DEFAULT_OUT, argv)
 
 
 if __name__ == "__main__":

@@ -11,22 +11,22 @@ numbers. About 6 minutes of one CPU core on an idle machine:
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 import time
-from pathlib import Path
 
 import torch
+from _precompute import RESULTS, parser, write_json
 from selfattn.data.mqar import MIXERS, train_mqar
 
-OUT = Path(__file__).resolve().parents[1] / "chapters" / "results" / "ch08_mqar.json"
+OUT = RESULTS / "ch08_mqar.json"
 CONFIG = dict(steps=600, batch=32, lr=1e-2, d_model=32, window=16, eval_batch=512)
 PAIRS = (8, 16, 32, 64)
 SEEDS = (0, 1, 2)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    out = parser(__doc__, OUT).parse_args(argv).out
     torch.set_num_threads(1)
     runs = []
     start = time.time()
@@ -40,22 +40,14 @@ def main() -> None:
                     f"({r['seconds']:.1f} s CPU, {time.time() - start:.0f} s)",
                     flush=True,
                 )
-    OUT.write_text(
-        json.dumps(
-            {
-                "config": {**CONFIG, "pairs": list(PAIRS), "seeds": list(SEEDS)},
-                "machine": {
-                    "python": sys.version.split()[0],
-                    "torch": torch.__version__,
-                    "platform": platform.platform(),
-                },
-                "runs": runs,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
-    print("wrote", OUT)
+    machine = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
+    config = {**CONFIG, "pairs": list(PAIRS), "seeds": list(SEEDS)}
+    write_json(out, {"config": config, "machine": machine, "runs": runs})
+    print("wrote", out)
 
 
 if __name__ == "__main__":

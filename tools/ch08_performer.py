@@ -11,15 +11,13 @@ of one CPU core:
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
+from _precompute import RESULTS, parser, write_json
 from selfattn.efficient.linear import linear_attention
 from selfattn.efficient.performer import performer_attention
 
-OUT = Path(__file__).resolve().parents[1] / "chapters" / "results" / "ch08_performer.json"
+OUT = RESULTS / "ch08_performer.json"
 FEATURES = (16, 64, 256, 1024, 4096)
 SCALES = (0.25, 0.5, 1.0)
 DRAWS = 5
@@ -30,7 +28,8 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    out = parser(__doc__, OUT).parse_args(argv).out
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(8)
     q, k, v = (torch.randn(N, D, generator=g, dtype=torch.float64) for _ in range(3))
@@ -61,8 +60,8 @@ def main() -> None:
                 rows.append({"method": method, "scale": scale, "features": r, "errors": errs})
                 print(scale, method, r, [round(e, 3) for e in errs], flush=True)
     config = {"n": N, "d": D, "draws": DRAWS, "features": list(FEATURES), "scales": list(SCALES)}
-    OUT.write_text(json.dumps({"config": config, "rows": rows}, indent=1) + "\n")
-    print("wrote", OUT)
+    write_json(out, {"config": config, "rows": rows})
+    print("wrote", out)
 
 
 if __name__ == "__main__":

@@ -13,16 +13,14 @@ the attention weight the full model puts on the first 4 tokens there. A few minu
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
+from _precompute import RESULTS, parser, write_json
 from selfattn.data.text import char_vocab, char_windows, corpus
 from selfattn.efficient.sparse import sink_window_mask
 from selfattn.models.transformer import MiniGPT
 
-OUT = Path(__file__).resolve().parents[1] / "chapters" / "results" / "ch08_sinks.json"
+OUT = RESULTS / "ch08_sinks.json"
 CONFIG = dict(n=128, window=16, sinks=4, steps=400, batch=32, lr=3e-3, eval_windows=128, start=32)
 SEEDS = (0, 1, 2)
 
@@ -76,11 +74,12 @@ def run(seed: int) -> dict:
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    out = parser(__doc__, OUT).parse_args(argv).out
     torch.set_num_threads(1)
     runs = [run(seed) for seed in SEEDS]
-    OUT.write_text(json.dumps({"config": CONFIG, "runs": runs}, indent=1) + "\n")
-    print("wrote", OUT)
+    write_json(out, {"config": CONFIG, "runs": runs})
+    print("wrote", out)
 
 
 if __name__ == "__main__":

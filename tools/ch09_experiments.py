@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _precompute import RESULTS, parser, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
@@ -53,10 +54,10 @@ from selfattn.models.finetune import (  # noqa: E402
 from selfattn.models.transformer import MiniBERT  # noqa: E402
 from selfattn.train import train_loop  # noqa: E402
 
-OUT = ROOT / "chapters" / "results" / "ch09_experiments.json"
-QUICK = "--quick" in sys.argv  # a smoke test: 3 steps per training, written to /tmp
-if QUICK:
-    OUT = Path("/tmp/ch09_experiments_quick.json")
+OUT = RESULTS / "ch09_experiments.json"
+QUICK_OUT = Path("/tmp/ch09_experiments_quick.json")
+QUICK = False  # set by --quick, a smoke test: 3 steps per training, written to QUICK_OUT
+PARTS = ("finetune", "context", "vision", "cross")
 
 
 def _S(steps: int) -> int:
@@ -71,7 +72,7 @@ SIZES_TRAIN = (1000, 4000)
 def _save(part: str, value) -> None:
     data = json.loads(OUT.read_text()) if OUT.exists() else {}
     data[part] = value
-    OUT.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_json(OUT, data, sort_keys=True)
 
 
 def _r(x: float) -> float:
@@ -273,8 +274,22 @@ def cross_part() -> None:
     _save("cross", out)
 
 
-def main(argv: list[str]) -> None:
-    parts = set(argv) - {"--quick"} or {"finetune", "context", "vision", "cross"}
+def main(argv: list[str] | None = None) -> None:
+    global OUT, QUICK
+    p = parser(__doc__, OUT)
+    p.add_argument(
+        "parts",
+        nargs="*",
+        metavar="part",
+        help=f"{', '.join(PARTS)} (default: all four), vision-seed=N or merge-vision",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help=f"3 steps per training, written to {QUICK_OUT}"
+    )
+    args = p.parse_args(argv)
+    QUICK = args.quick
+    OUT = QUICK_OUT if QUICK and args.out == OUT else args.out
+    parts = set(args.parts) or set(PARTS)
     selfattn.setup(seed=0)
     torch.set_num_threads(1)
     if parts & {"finetune", "context"}:
@@ -299,4 +314,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -212,6 +212,18 @@ def _mask_image(ax, allowed: np.ndarray, title: str, *, show_inf: bool = True):
             ax.text(j + 0.5, n + 0.05, str(j), ha="center", va="top", fontsize=6)
 
 
+def _mask_panels(
+    panels: Sequence[tuple[np.ndarray, str]], suptitle: str, *, show_inf: bool = True
+) -> Figure:
+    """A row of masks, one ``(allowed, title)`` panel each (see :func:`_mask_image`), under one
+    title."""
+    fig = _Diagram(figsize=_SIZE, layout="constrained")
+    for ax, (allowed, title) in zip(fig.subplots(1, len(panels)), panels):
+        _mask_image(ax, allowed, title, show_inf=show_inf)
+    fig.suptitle(suptitle, fontsize=_FONT)
+    return fig
+
+
 # ----------------------------------------------------------------------------- chapter 1
 def information_paths(n: int = 6, k: int = 3) -> Figure:
     """Chapter 1: how many steps information takes from the first token to the last.
@@ -495,15 +507,14 @@ def mask_grids(n: int = 5, length: int = 3) -> Figure:
     i, j = np.indices((n, n))
     causal = j <= i
     padding = np.broadcast_to(j < length, (n, n))
-    fig = _Diagram(figsize=_SIZE, layout="constrained")
-    axes = fig.subplots(1, 3)
-    _mask_image(axes[0], causal, "causal: key j \u2264 query i")
-    _mask_image(axes[1], padding, f"padding: {length} real, {n - length} padded")
-    _mask_image(axes[2], causal & padding, "causal AND padding")
     grid_label = _shape("scores", "n \u00d7 n", n, n)
-    fig.suptitle(
+    fig = _mask_panels(
+        [
+            (causal, "causal: key j \u2264 query i"),
+            (padding, f"padding: {length} real, {n - length} padded"),
+            (causal & padding, "causal AND padding"),
+        ],
         f"{grid_label}: rows = queries, columns = keys; grey = \u2212\u221e, weight 0",
-        fontsize=_FONT,
     )
     alt = (
         f"Three {n} by {n} grids of scores (n \u00d7 n) = {n} \u00d7 {n}, rows queries and "
@@ -1039,17 +1050,17 @@ def sparse_patterns(n: int = 16, window: int = 4, stride: int = 4, n_global: int
     win = causal & (diff < window)
     strided = causal & ((diff < stride) | (diff % stride == 0))
     glob = win | (causal & (j < n_global))
-    fig = _Diagram(figsize=_SIZE, layout="constrained")
-    axes = fig.subplots(1, 3)
     counts = [int(x.sum()) for x in (win, strided, glob)]
-    _mask_image(axes[0], win, f"window {window}: {counts[0]} entries", show_inf=False)
-    _mask_image(axes[1], strided, f"strided {stride}: {counts[1]} entries", show_inf=False)
-    _mask_image(axes[2], glob, f"window + {n_global} global: {counts[2]}", show_inf=False)
     full = n * (n + 1) // 2
     grid_label = _shape("mask", "n \u00d7 n", n, n)
-    fig.suptitle(
+    fig = _mask_panels(
+        [
+            (win, f"window {window}: {counts[0]} entries"),
+            (strided, f"strided {stride}: {counts[1]} entries"),
+            (glob, f"window + {n_global} global: {counts[2]}"),
+        ],
         f"{grid_label}; the full causal triangle has {full} entries",
-        fontsize=_FONT,
+        show_inf=False,
     )
     alt = (
         f"Three causal sparse masks, mask (n \u00d7 n) = {n} \u00d7 {n}, blue where a query "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ._examples import Examples
 from .vocab import Vocab
 
 __all__ = ["CorefTask", "CorefExample", "CorefSplit"]
@@ -60,8 +61,9 @@ class CorefExample:
 
 
 @dataclass
-class CorefSplit:
-    """A set of encoded sentences, ready for a model.
+class CorefSplit(Examples):
+    """A set of encoded sentences, ready for a model; ``len()`` counts them, ``to(device)``
+    moves the tensors.
 
     Attributes:
         ids: ``(B, n)`` long token ids.
@@ -78,9 +80,6 @@ class CorefSplit:
     antecedent_position: torch.Tensor
     other_position: torch.Tensor
     examples: list[CorefExample]
-
-    def __len__(self) -> int:
-        return len(self.examples)
 
 
 class CorefTask:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import require_int, require_tensor
+from ._examples import Examples
 from .vocab import Vocab
 
 __all__ = [
@@ -38,8 +39,8 @@ _RGB = torch.tensor([[0.9, 0.1, 0.1], [0.1, 0.8, 0.1], [0.15, 0.25, 0.95]])
 
 
 @dataclass
-class ShapeImages:
-    """A batch of shape images.
+class ShapeImages(Examples):
+    """A batch of shape images; ``len()`` counts them, ``to(device)`` moves the tensors.
 
     Attributes:
         images: ``(N, 3, H, W)`` float32 RGB, shape pixels near 1 in their colour, noise elsewhere.
@@ -56,20 +57,6 @@ class ShapeImages:
     sizes: torch.Tensor
     masks: torch.Tensor
     captions: list[str]
-
-    def __len__(self) -> int:
-        return len(self.captions)
-
-    def to(self, device) -> ShapeImages:
-        """The tensors moved to ``device`` (captions unchanged)."""
-        return ShapeImages(
-            self.images.to(device),
-            self.shapes.to(device),
-            self.colors.to(device),
-            self.sizes.to(device),
-            self.masks.to(device),
-            self.captions,
-        )
 
 
 def _shape_mask(shape: int, cy: float, cx: float, r: float, size: int) -> torch.Tensor:

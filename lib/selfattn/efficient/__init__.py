@@ -1,4 +1,4 @@
-"""Efficient attention (chapters 7-8): FlashAttention in PyTorch and Triton, sparse, linear.
+"""Efficient attention: FlashAttention in PyTorch and Triton, sparse, linear.
 
 * ``flash``: ``flash_attention``, tiled with the online softmax, differentiable, beside
   ``flash_attention_reference`` (the bare recurrence) and the one-query step-by-step

@@ -1,4 +1,4 @@
-"""FlashAttention in plain PyTorch: tiles, online softmax, no n x m matrix (chapter 7).
+"""FlashAttention in plain PyTorch: tiles, online softmax, no n x m matrix.
 
 Notation: ``n`` queries, ``m`` keys, ``d_k`` and ``d_v`` the head sizes. The forward
 pass is FlashAttention-2's (Dao 2023): an outer loop over blocks of queries, an inner
@@ -14,8 +14,8 @@ so far is rescaled by ``alpha = exp(mu - mu_new)`` (not by its inverse: FA-2's
 Algorithm 1, whose ``m`` is this running maximum, prints
 ``diag(exp(m_old - m_new))^{-1}``, a typo). Only after the last key block is the output
 divided by ``ell``. The working memory is a few tiles of ``block_q x block_k`` scores,
-so it does not grow with ``n m``. (``M``, in chapter 7 and
-:mod:`selfattn.efficient.io_model`, is the fast-memory size; nothing here is called ``M``.)
+so it does not grow with ``n m``. (``M``, in :mod:`selfattn.efficient.io_model`, is the
+fast-memory size; nothing here is called ``M``.)
 
 Two versions: :func:`flash_attention_reference` is that recurrence and nothing else;
 :func:`flash_attention` is the optimised CPU version (lazy rescaling, reused buffers)
@@ -36,11 +36,9 @@ import math
 
 import torch
 
-from .._checks import check_choice, check_qkv, check_scale, require_float, require_int
+from .._checks import check_alignment, check_qkv, check_scale, require_float, require_int
 
 __all__ = ["flash_attention", "flash_attention_reference", "online_softmax_steps"]
-
-ALIGNMENTS = ("top_left", "bottom_right")
 
 # Lazy rescaling. Each query block takes its reference max mu from its first tile, and keeps it
 # while the tiles' exp(s - mu) stay moderate: their row sums below this limit (2^64; float32 goes
@@ -52,11 +50,6 @@ ALIGNMENTS = ("top_left", "bottom_right")
 _RESCALE_LIMIT = 2.0**64
 
 
-def _check_alignment(alignment) -> str:
-    # kept for efficient.linear, which imports it
-    return check_choice(alignment, "alignment", ALIGNMENTS)
-
-
 def _offset(n: int, m: int, alignment: str) -> int:
     """Key j is on query i's diagonal when j = i + offset."""
     return m - n if alignment == "bottom_right" else 0
@@ -65,7 +58,7 @@ def _offset(n: int, m: int, alignment: str) -> int:
 def _check_attention_args(q, k, v, alignment, scale) -> tuple[tuple[int, ...], int, float]:
     """The checks every tiled kernel starts with: ``(batch shape, diagonal offset, scale)``."""
     batch = check_qkv(q, k, v)  # also: one device for q, k and v
-    offset = _offset(q.shape[-2], k.shape[-2], _check_alignment(alignment))
+    offset = _offset(q.shape[-2], k.shape[-2], check_alignment(alignment))
     return batch, offset, check_scale(scale, q.shape[-1])
 
 
@@ -95,7 +88,7 @@ def flash_attention_reference(
     block_q: int = 64,
     block_k: int = 64,
 ) -> torch.Tensor:
-    r"""FlashAttention's forward pass exactly as chapter 7 writes it, and nothing else.
+    r"""FlashAttention's forward pass: the bare recurrence below, and nothing else.
 
     For each block of queries ``Q_i`` and then each block of keys and values ``K_j, V_j``::
 
@@ -430,7 +423,7 @@ def flash_attention(
 def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block: int) -> list[dict]:
     """The online-softmax recurrence for ONE query, block by block, with every intermediate kept.
 
-    For teaching (chapter 7's step-by-step run and explorer): after block ``t`` the
+    For teaching (the book's step-by-step run and explorer): after block ``t`` the
     record holds the running max ``m`` (the dict key; ``mu`` in this module's
     docstrings), running sum ``l``, unnormalised output ``acc``, the rescale factor
     ``alpha = exp(mu_old - mu_new)`` applied to the old ``l`` and ``acc``, and

@@ -1,4 +1,4 @@
-r"""An IO model of attention: how many elements move between slow and fast memory (chapter 7).
+r"""An IO model of attention: how many elements move between slow and fast memory.
 
 FlashAttention's argument (Dao et al. 2022, Theorem 2) is about memory traffic, not
 FLOPs: with a fast memory (GPU SRAM) of ``M`` elements, standard attention reads and
@@ -7,14 +7,15 @@ writes ``Theta(N d + N^2)`` elements of slow memory (HBM), tiled attention
 :class:`TwoLevelMemory` counts every element loaded or stored, and checks that what
 an algorithm holds in fast memory at once never exceeds ``M``.
 
-Symbols as in chapter 7: ``n`` (the paper's ``N``) queries and keys, ``d`` the head
-size, ``M`` the fast-memory size in elements. (``m`` is kept for the number of keys and
-the running maximum is ``mu``, so the three never share a letter.)
+Symbols: ``n`` (the paper's ``N``) queries and keys, ``d`` the head size, ``M`` the
+fast-memory size in elements. (``m`` is kept for the number of keys and the running maximum
+is ``mu``, so the three never share a letter.)
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .._checks import require_int, require_number
@@ -98,11 +99,9 @@ def standard_attention_io(
     mem = TwoLevelMemory(M)
     # Rows per block: a block of Q rows, of K rows and of S (b x b) must fit together.
     b = block or _largest(lambda b: 2 * b * d + b * b <= M, n)
-    for i in range(0, n, b):  # 1) S = Q K^T, tile by tile
-        bi = min(b, n - i)
+    for bi in _blocks(n, b):  # 1) S = Q K^T, tile by tile
         mem.load(bi * d, "Q block")
-        for j in range(0, n, b):
-            bj = min(b, n - j)
+        for bj in _blocks(n, b):
             mem.load(bj * d, "K block")
             mem.allocate(bi * bj, "S tile")
             mem.store(bi * bj)
@@ -112,8 +111,7 @@ def standard_attention_io(
     # otherwise stream the row in chunks twice (max and sum online, then normalise): two reads.
     if 2 * n <= M:
         rows = _largest(lambda r: 2 * r * n <= M, n)
-        for i in range(0, n, rows):
-            r = min(rows, n - i)
+        for r in _blocks(n, rows):
             mem.load(r * n, "S rows")
             mem.allocate(r * n, "P rows")
             mem.store(r * n)
@@ -122,18 +120,15 @@ def standard_attention_io(
         chunk = max(1, int(M // 2) - 1)
         for _ in range(n):
             for _pass in range(2):
-                for j in range(0, n, chunk):
-                    c = min(chunk, n - j)
+                for c in _blocks(n, chunk):
                     mem.load(c, "S chunk")
                     mem.allocate(2, "row max and sum")
                     if _pass == 1:
                         mem.store(c)
                     mem.free(c + 2)
-    for i in range(0, n, b):  # 3) O = P V
-        bi = min(b, n - i)
+    for bi in _blocks(n, b):  # 3) O = P V
         mem.allocate(bi * d, "O block")
-        for j in range(0, n, b):
-            bj = min(b, n - j)
+        for bj in _blocks(n, b):
             mem.load(bi * bj, "P tile")
             mem.load(bj * d, "V block")
             mem.free(bi * bj + bj * d)
@@ -169,7 +164,7 @@ def flash_block_sizes(d: int, M: float, n: int) -> tuple[int, int]:
         MemoryError: M is too small to hold one query row and one key row.
     """
     _check(n, d, M)
-    bc = min(d, n) if math.isinf(M) else max(1, min(d, n, int(M // (8 * d))))
+    bc = _small_block(d, n, M, 8)
     br = _largest(lambda r: r * (2 * d + 2 + bc) + 2 * bc * d <= M, n)
     return br, bc
 
@@ -191,16 +186,11 @@ def tiled_attention_io(
     Returns:
         The :class:`TwoLevelMemory` after the run.
     """
-    _check(n, d, M)
-    _check_blocks(blocks)
-    br, bc = blocks or flash_block_sizes(d, M, n)
-    mem = TwoLevelMemory(M)
-    for i in range(0, n, br):
-        r = min(br, n - i)
+    br, bc, mem = _start_tiled(n, d, M, blocks, flash_block_sizes)
+    for r in _blocks(n, br):
         mem.load(r * d, "Q_i")
         mem.allocate(r * d + 2 * r, "O_i, mu_i, l_i")
-        for j in range(0, n, bc):
-            c = min(bc, n - j)
+        for c in _blocks(n, bc):
             mem.load(2 * c * d, "K_j, V_j")
             mem.allocate(r * c, "S_ij")
             mem.free(r * c + 2 * c * d)
@@ -257,7 +247,7 @@ def flash_backward_block_sizes(d: int, M: float, n: int) -> tuple[int, int]:
     Arguments, result ``(B_r, B_c)`` and ``MemoryError`` as for :func:`flash_block_sizes`.
     """
     _check(n, d, M)
-    br = min(d, n) if math.isinf(M) else max(1, min(d, n, int(M // (16 * d))))
+    br = _small_block(d, n, M, 16)
     bc = _largest(lambda c: c * (4 * d + 2 * br) + 3 * br * d + 2 * br <= M, n)
     return br, bc
 
@@ -276,31 +266,21 @@ def tiled_attention_backward_io(
     ``reads = 4 n d + T_c (3 n d + 2 n)``, ``writes = n + n d + T_c n d + 2 n d``; with
     ``B_c = Theta(M / d)`` that is ``Theta(n^2 d^2 / M)``, and P and dP never leave the chip.
 
-    Args:
-        n, d: sizes; M: fast-memory size in elements.
-        blocks: ``(B_r, B_c)``; default :func:`flash_backward_block_sizes`.
-
-    Returns:
-        The :class:`TwoLevelMemory` after the run.
+    Arguments and result as for :func:`tiled_attention_io`; ``blocks`` defaults to
+    :func:`flash_backward_block_sizes`.
     """
-    _check(n, d, M)
-    _check_blocks(blocks)
-    br, bc = blocks or flash_backward_block_sizes(d, M, n)
-    mem = TwoLevelMemory(M)
+    br, bc, mem = _start_tiled(n, d, M, blocks, flash_backward_block_sizes)
     chunk = min(br, n)  # D = rowsum(dO o O), a block of rows at a time
-    for i in range(0, n, chunk):
-        r = min(chunk, n - i)
+    for r in _blocks(n, chunk):
         mem.load(2 * r * d, "O_i, dO_i")
         mem.allocate(r, "D_i")
         mem.store(r)
         mem.free(2 * r * d + r)
     mem.store(n * d)  # dQ = 0 in slow memory
-    for j in range(0, n, bc):
-        c = min(bc, n - j)
+    for c in _blocks(n, bc):
         mem.load(2 * c * d, "K_j, V_j")
         mem.allocate(2 * c * d, "dK_j, dV_j")
-        for i in range(0, n, br):
-            r = min(br, n - i)
+        for r in _blocks(n, br):
             mem.load(3 * r * d + 2 * r, "Q_i, dO_i, dQ_i, L_i, D_i")
             mem.allocate(2 * r * c, "P_ij, dP_ij")
             mem.store(r * d)  # dQ_i accumulates over the key blocks
@@ -308,6 +288,11 @@ def tiled_attention_backward_io(
         mem.store(2 * c * d)  # dK_j, dV_j, once
         mem.free(4 * c * d)
     return mem
+
+
+def _blocks(n: int, size: int) -> Iterator[int]:
+    """The sizes of the blocks of ``size`` rows that cover ``n`` rows (the last may be short)."""
+    return (min(size, n - i) for i in range(0, n, size))
 
 
 def _largest(ok, upper: int) -> int:
@@ -322,6 +307,20 @@ def _largest(ok, upper: int) -> int:
     if best == 0:
         raise MemoryError("fast memory too small for even one row")
     return best
+
+
+def _small_block(d: int, n: int, M: float, per_row: int) -> int:
+    """The block that stays small: ``min(d, floor(M / (per_row d)))``, at least 1, at most n."""
+    return min(d, n) if math.isinf(M) else max(1, min(d, n, int(M // (per_row * d))))
+
+
+def _start_tiled(n, d, M, blocks, default_blocks) -> tuple[int, int, TwoLevelMemory]:
+    """A tiled run's checks, its ``(B_r, B_c)`` (``default_blocks(d, M, n)`` unless given)
+    and an empty machine."""
+    _check(n, d, M)
+    _check_blocks(blocks)
+    br, bc = blocks or default_blocks(d, M, n)
+    return br, bc, TwoLevelMemory(M)
 
 
 def _check_blocks(blocks) -> None:

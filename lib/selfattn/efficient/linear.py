@@ -1,7 +1,5 @@
 r"""Linear attention (Katharopoulos et al. 2020): a kernel instead of softmax, O(n) not O(n^2).
 
-Chapter 8.
-
 Replace ``exp(q . k)`` by ``phi(q) . phi(k)`` with a positive feature map
 ``phi(x) = elu(x) + 1``. Then
 
@@ -38,8 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_qkv, require_int, require_same_device
-from .flash import _check_alignment, _offset, _work_dtype
+from .._checks import check_alignment, check_qkv, require_int, require_same_device
+from .flash import _offset, _work_dtype
 
 __all__ = [
     "elu_feature_map",
@@ -111,7 +109,7 @@ def linear_attention(
     batch = check_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
     chunk_size = require_int(chunk_size, "chunk_size", 1)
-    offset = _offset(n, m, _check_alignment(alignment))
+    offset = _offset(n, m, check_alignment(alignment))
     dtype, work = q.dtype, _work_dtype(q.dtype)
     q, k, v = q.to(work), k.to(work), v.to(work)
     fq, fk = _features(q, k, feature_map)

@@ -1,4 +1,4 @@
-"""Sparse attention: a band-only sliding window and the Sparse Transformer's masks (chapter 8).
+"""Sparse attention: a band-only sliding window and the Sparse Transformer's masks.
 
 :func:`sliding_window_attention` never builds the n x n score matrix: it cuts the
 queries into blocks and gives each block only the keys its window can reach, so

@@ -1,4 +1,4 @@
-"""Launch settings for the Triton FlashAttention kernels that fit the device (chapter 7).
+"""Launch settings for the Triton FlashAttention kernels that fit the device.
 
 A Triton program keeps its tiles in the GPU's shared memory (SRAM): the tile it holds for the
 whole loop (the queries in the forward pass) plus ``num_stages`` copies of the tiles it streams

@@ -1,4 +1,4 @@
-"""FlashAttention's forward and backward passes as Triton kernels (chapter 7).
+"""FlashAttention's forward and backward passes as Triton kernels.
 
 The same algorithm as :func:`~selfattn.efficient.flash.flash_attention`. Forward: one program
 per (batch x head, block of queries); it keeps its queries, the running max ``m``, the running
@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import torch
 
-from .._checks import check_qkv, check_scale, require_power_of_two
+from .._checks import check_alignment, check_qkv, check_scale, require_power_of_two
 from .triton_configs import (
     SHARED_MEMORY_BUDGET,
     LaunchConfig,
@@ -89,6 +89,75 @@ def _jit_kernels():
     import triton
     import triton.language as tl
 
+    # The kernels share these helpers; Triton inlines them, so they cost nothing at run time.
+    # Their block sizes and flags (BLOCK, CAUSAL, ...) are the kernels' constexprs, passed on:
+    # a constexpr argument is compiled in, annotated or not (and an annotation would need ``tl``
+    # in a helper's closure, which only a helper whose body uses ``tl`` has).
+
+    @triton.jit
+    def _program_rows(n, BLOCK):
+        # One grid axis: program = head * blocks + block, so neighbouring programs share a
+        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
+        # Returns (head, first row of the block): the head as int64, a base offset's factor.
+        blocks = tl.cdiv(n, BLOCK)
+        bh = (tl.program_id(0) // blocks).to(tl.int64)
+        return bh, (tl.program_id(0) % blocks) * BLOCK
+
+    @triton.jit
+    def _row_ptrs(X, bh, stride_b, row0, stride_n, BLOCK, offs_d):
+        # Pointers to rows row0 .. row0 + BLOCK - 1 of head bh: int64 base, int32 tile offsets.
+        local = tl.arange(0, BLOCK)[:, None] * stride_n + offs_d[None, :]
+        return X + bh * stride_b + row0.to(tl.int64) * stride_n + local
+
+    @triton.jit
+    def _load(ptrs, rows, n, cols, d, DOT_IN_FP32):
+        # A tile of rows < n and columns < d (zeros elsewhere: any n, any d), upcast to fp32
+        # when the dots run in fp32.
+        x = tl.load(ptrs, mask=(rows[:, None] < n) & (cols[None, :] < d), other=0.0)
+        if DOT_IN_FP32:
+            x = x.to(tl.float32)
+        return x
+
+    @triton.jit
+    def _store(ptrs, x, rows, n, cols, d):
+        # x, in the tensor's dtype, where rows < n and columns < d.
+        tl.store(ptrs, x.to(ptrs.dtype.element_ty), mask=(rows[:, None] < n) & (cols[None, :] < d))
+
+    @triton.jit
+    def _row_stats(LSE, DELTA, bh, n_q, rows):
+        # Each query row's log2-sum-exp2 (+inf past the end: p = 0 there) and D.
+        lse = tl.load(LSE + bh * n_q + rows, mask=rows < n_q, other=float("inf"))
+        delta = tl.load(DELTA + bh * n_q + rows, mask=rows < n_q, other=0.0)
+        return lse, delta
+
+    @triton.jit
+    def _probs(a, b, lse, valid, qk_scale, PRECISION):
+        # The backward's P, recomputed from the saved log-sum-exp: exp2(a b^T * qk_scale - lse),
+        # with (a, b) = (q, k) for dQ and (k, q), transposed, for dK and dV.
+        s = tl.dot(a, tl.trans(b), input_precision=PRECISION) * qk_scale
+        return tl.where(valid, tl.exp2(s - lse), 0.0)
+
+    @triton.jit
+    def _dscores(p, x, y, delta, PRECISION):
+        # dS = P o (dP - D) with dP = x y^T: (dO, v) for dQ, (v, dO) for the transposed tiles.
+        dp = tl.dot(x, tl.trans(y), input_precision=PRECISION)
+        return p * (dp - delta)
+
+    @triton.jit
+    def _visible(rows, cols, n_q, n_k, diag, CAUSAL):
+        # Query rows x key cols (broadcast by the caller): both in range, and the key on or
+        # below the query's diagonal.
+        valid = (cols < n_k) & (rows < n_q)
+        if CAUSAL:
+            valid = valid & (cols <= rows + diag)
+        return valid
+
+    if _interpreting():
+        # The interpreter runs each function's source again in this module's globals, where
+        # the names of this closure are not found: there the helpers are module globals too.
+        helpers = (_program_rows, _row_ptrs, _load, _store, _row_stats, _probs, _dscores, _visible)
+        globals().update({helper.__name__: helper for helper in helpers})
+
     # Sizes are not specialised: one compiled kernel serves every n, m (and n = 1), instead of
     # a recompilation per divisibility class of each size.
     sizes = ["n_q", "n_k", "d_k", "d_v", "diag"]
@@ -122,27 +191,14 @@ def _jit_kernels():
         PRECISION: tl.constexpr,
         DOT_IN_FP32: tl.constexpr,
     ):
-        # One grid axis: program = head * blocks + block, so neighbouring programs share a
-        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
-        blocks = tl.cdiv(n_q, BLOCK_M)
-        bh = (tl.program_id(0) // blocks).to(tl.int64)
-        row0 = (tl.program_id(0) % blocks) * BLOCK_M
+        bh, row0 = _program_rows(n_q, BLOCK_M)
         offs_m = row0 + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_dk = tl.arange(0, BLOCK_DK)
         offs_dv = tl.arange(0, BLOCK_DV)
-        # This program's queries stay on chip for the whole loop (masked loads: any n, any d).
-        q = tl.load(
-            Q
-            + bh * stride_qb
-            + row0.to(tl.int64) * stride_qn
-            + tl.arange(0, BLOCK_M)[:, None] * stride_qn
-            + offs_dk[None, :],
-            mask=(offs_m[:, None] < n_q) & (offs_dk[None, :] < d_k),
-            other=0.0,
-        )
-        if DOT_IN_FP32:
-            q = q.to(tl.float32)
+        # This program's queries stay on chip for the whole loop.
+        q_ptrs = _row_ptrs(Q, bh, stride_qb, row0, stride_qn, BLOCK_M, offs_dk)
+        q = _load(q_ptrs, offs_m, n_q, offs_dk, d_k, DOT_IN_FP32)
         kt_ptrs = K + bh * stride_kb + offs_n[None, :] * stride_kn + offs_dk[:, None]
         v_ptrs = V + bh * stride_vb + offs_n[:, None] * stride_vn + offs_dv[None, :]
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -196,15 +252,8 @@ def _jit_kernels():
         if CAUSAL:
             l_div = tl.where(l_i == 0.0, 1.0, l_i)  # a row that sees no key: output 0
         acc = acc / l_div[:, None]
-        tl.store(
-            Out
-            + bh * stride_ob
-            + row0.to(tl.int64) * stride_on
-            + tl.arange(0, BLOCK_M)[:, None] * stride_on
-            + offs_dv[None, :],
-            acc.to(Out.dtype.element_ty),
-            mask=(offs_m[:, None] < n_q) & (offs_dv[None, :] < d_v),
-        )
+        out_ptrs = _row_ptrs(Out, bh, stride_ob, row0, stride_on, BLOCK_M, offs_dv)
+        _store(out_ptrs, acc, offs_m, n_q, offs_dv, d_v)
         lse = tl.where(l_i == 0.0, float("inf"), m_i + tl.log2(l_div))
         tl.store(LSE + bh * n_q + offs_m, lse, mask=offs_m < n_q)
 
@@ -223,33 +272,13 @@ def _jit_kernels():
         BLOCK_DV: tl.constexpr,
     ):
         # D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij: the term dS = P (dP - D) needs.
-        # One grid axis: program = head * blocks + block, so neighbouring programs share a
-        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
-        blocks = tl.cdiv(n_q, BLOCK_M)
-        bh = (tl.program_id(0) // blocks).to(tl.int64)
-        row0 = (tl.program_id(0) % blocks) * BLOCK_M
+        bh, row0 = _program_rows(n_q, BLOCK_M)
         offs_m = row0 + tl.arange(0, BLOCK_M)
         offs_dv = tl.arange(0, BLOCK_DV)
-        mask = (offs_m[:, None] < n_q) & (offs_dv[None, :] < d_v)
-        local = tl.arange(0, BLOCK_M)[:, None]
-        o = tl.load(
-            Out
-            + bh * stride_ob
-            + row0.to(tl.int64) * stride_on
-            + local * stride_on
-            + offs_dv[None, :],
-            mask=mask,
-            other=0.0,
-        ).to(tl.float32)
-        do = tl.load(
-            DO
-            + bh * stride_dob
-            + row0.to(tl.int64) * stride_don
-            + local * stride_don
-            + offs_dv[None, :],
-            mask=mask,
-            other=0.0,
-        ).to(tl.float32)
+        o_ptrs = _row_ptrs(Out, bh, stride_ob, row0, stride_on, BLOCK_M, offs_dv)
+        do_ptrs = _row_ptrs(DO, bh, stride_dob, row0, stride_don, BLOCK_M, offs_dv)
+        o = _load(o_ptrs, offs_m, n_q, offs_dv, d_v, True)  # True: the product in fp32
+        do = _load(do_ptrs, offs_m, n_q, offs_dv, d_v, True)
         tl.store(DELTA + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
 
     @triton.jit(do_not_specialize=sizes)
@@ -262,8 +291,8 @@ def _jit_kernels():
         DELTA,
         DK,
         DV,
-        qk_scale,
         sm_scale,
+        qk_scale,
         n_q,
         n_k,
         d_k,
@@ -286,23 +315,15 @@ def _jit_kernels():
         DOT_IN_FP32: tl.constexpr,
     ):
         # One program per block of keys: it keeps k, v, dK, dV on chip and streams the queries.
-        blocks = tl.cdiv(n_k, BLOCK_N)
-        bh = (tl.program_id(0) // blocks).to(tl.int64)
-        col0 = (tl.program_id(0) % blocks) * BLOCK_N
+        bh, col0 = _program_rows(n_k, BLOCK_N)
         offs_n = col0 + tl.arange(0, BLOCK_N)
         offs_m = tl.arange(0, BLOCK_M)
         offs_dk = tl.arange(0, BLOCK_DK)
         offs_dv = tl.arange(0, BLOCK_DV)
-        local_n = tl.arange(0, BLOCK_N)[:, None]
-        k_off = bh * stride_kb + col0.to(tl.int64) * stride_kn + local_n * stride_kn
-        v_off = bh * stride_vb + col0.to(tl.int64) * stride_vn + local_n * stride_vn
-        k_mask = (offs_n[:, None] < n_k) & (offs_dk[None, :] < d_k)
-        v_mask = (offs_n[:, None] < n_k) & (offs_dv[None, :] < d_v)
-        k = tl.load(K + k_off + offs_dk[None, :], mask=k_mask, other=0.0)
-        v = tl.load(V + v_off + offs_dv[None, :], mask=v_mask, other=0.0)
-        if DOT_IN_FP32:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k_ptrs = _row_ptrs(K, bh, stride_kb, col0, stride_kn, BLOCK_N, offs_dk)
+        v_ptrs = _row_ptrs(V, bh, stride_vb, col0, stride_vn, BLOCK_N, offs_dv)
+        k = _load(k_ptrs, offs_n, n_k, offs_dk, d_k, DOT_IN_FP32)
+        v = _load(v_ptrs, offs_n, n_k, offs_dv, d_v, DOT_IN_FP32)
         dk = tl.zeros([BLOCK_N, BLOCK_DK], tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
         q_ptrs = Q + bh * stride_qb + offs_m[:, None] * stride_qn + offs_dk[None, :]
@@ -315,29 +336,21 @@ def _jit_kernels():
             do_ptrs += lo.to(tl.int64) * stride_don
         for start_m in range(lo, n_q, BLOCK_M):
             rows = start_m + offs_m
-            q = tl.load(q_ptrs, mask=(rows[:, None] < n_q) & (offs_dk[None, :] < d_k), other=0.0)
-            do = tl.load(do_ptrs, mask=(rows[:, None] < n_q) & (offs_dv[None, :] < d_v), other=0.0)
-            if DOT_IN_FP32:
-                q = q.to(tl.float32)
-                do = do.to(tl.float32)
-            lse = tl.load(LSE + bh * n_q + rows, mask=rows < n_q, other=float("inf"))
-            delta = tl.load(DELTA + bh * n_q + rows, mask=rows < n_q, other=0.0)
-            # Transposed tiles (keys x queries): P^T recomputed from the saved log-sum-exp.
-            st = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
-            valid = (offs_n[:, None] < n_k) & (rows[None, :] < n_q)
-            if CAUSAL:
-                valid = valid & (offs_n[:, None] <= rows[None, :] + diag)
-            pt = tl.where(valid, tl.exp2(st - lse[None, :]), 0.0)
+            q = _load(q_ptrs, rows, n_q, offs_dk, d_k, DOT_IN_FP32)
+            do = _load(do_ptrs, rows, n_q, offs_dv, d_v, DOT_IN_FP32)
+            lse, delta = _row_stats(LSE, DELTA, bh, n_q, rows)
+            # Transposed tiles (keys x queries).
+            valid = _visible(rows[None, :], offs_n[:, None], n_q, n_k, diag, CAUSAL)
+            pt = _probs(k, q, lse[None, :], valid, qk_scale, PRECISION)
             dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)
-            dpt = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-            dst = pt * (dpt - delta[None, :])
+            dst = _dscores(pt, v, do, delta[None, :], PRECISION)
             dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
             q_ptrs += BLOCK_M * stride_qn
             do_ptrs += BLOCK_M * stride_don
-        tl.store(
-            DK + k_off + offs_dk[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=k_mask
-        )
-        tl.store(DV + v_off + offs_dv[None, :], dv.to(DV.dtype.element_ty), mask=v_mask)
+        dk_ptrs = _row_ptrs(DK, bh, stride_kb, col0, stride_kn, BLOCK_N, offs_dk)
+        _store(dk_ptrs, dk * sm_scale, offs_n, n_k, offs_dk, d_k)
+        dv_ptrs = _row_ptrs(DV, bh, stride_vb, col0, stride_vn, BLOCK_N, offs_dv)
+        _store(dv_ptrs, dv, offs_n, n_k, offs_dv, d_v)
 
     @triton.jit(do_not_specialize=sizes)
     def _flash_bwd_dq(
@@ -348,8 +361,8 @@ def _jit_kernels():
         LSE,
         DELTA,
         DQ,
-        qk_scale,
         sm_scale,
+        qk_scale,
         n_q,
         n_k,
         d_k,
@@ -372,33 +385,16 @@ def _jit_kernels():
         DOT_IN_FP32: tl.constexpr,
     ):
         # One program per block of queries: it keeps q, dO, dQ on chip and streams the keys.
-        # One grid axis: program = head * blocks + block, so neighbouring programs share a
-        # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
-        blocks = tl.cdiv(n_q, BLOCK_M)
-        bh = (tl.program_id(0) // blocks).to(tl.int64)
-        row0 = (tl.program_id(0) % blocks) * BLOCK_M
+        bh, row0 = _program_rows(n_q, BLOCK_M)
         offs_m = row0 + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_dk = tl.arange(0, BLOCK_DK)
         offs_dv = tl.arange(0, BLOCK_DV)
-        local_m = tl.arange(0, BLOCK_M)[:, None]
-        q_off = bh * stride_qb + row0.to(tl.int64) * stride_qn + local_m * stride_qn
-        q_mask = (offs_m[:, None] < n_q) & (offs_dk[None, :] < d_k)
-        q = tl.load(Q + q_off + offs_dk[None, :], mask=q_mask, other=0.0)
-        do = tl.load(
-            DO
-            + bh * stride_dob
-            + row0.to(tl.int64) * stride_don
-            + local_m * stride_don
-            + offs_dv[None, :],
-            mask=(offs_m[:, None] < n_q) & (offs_dv[None, :] < d_v),
-            other=0.0,
-        )
-        if DOT_IN_FP32:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
-        lse = tl.load(LSE + bh * n_q + offs_m, mask=offs_m < n_q, other=float("inf"))
-        delta = tl.load(DELTA + bh * n_q + offs_m, mask=offs_m < n_q, other=0.0)
+        q_ptrs = _row_ptrs(Q, bh, stride_qb, row0, stride_qn, BLOCK_M, offs_dk)
+        do_ptrs = _row_ptrs(DO, bh, stride_dob, row0, stride_don, BLOCK_M, offs_dv)
+        q = _load(q_ptrs, offs_m, n_q, offs_dk, d_k, DOT_IN_FP32)
+        do = _load(do_ptrs, offs_m, n_q, offs_dv, d_v, DOT_IN_FP32)
+        lse, delta = _row_stats(LSE, DELTA, bh, n_q, offs_m)
         dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
         k_ptrs = K + bh * stride_kb + offs_n[:, None] * stride_kn + offs_dk[None, :]
         v_ptrs = V + bh * stride_vb + offs_n[:, None] * stride_vn + offs_dv[None, :]
@@ -407,33 +403,22 @@ def _jit_kernels():
             hi = tl.minimum(n_k, row0 + BLOCK_M + diag)
         for start_n in range(0, hi, BLOCK_N):
             cols = start_n + offs_n
-            k = tl.load(k_ptrs, mask=(cols[:, None] < n_k) & (offs_dk[None, :] < d_k), other=0.0)
-            v = tl.load(v_ptrs, mask=(cols[:, None] < n_k) & (offs_dv[None, :] < d_v), other=0.0)
-            if DOT_IN_FP32:
-                k = k.to(tl.float32)
-                v = v.to(tl.float32)
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-            valid = (cols[None, :] < n_k) & (offs_m[:, None] < n_q)
-            if CAUSAL:
-                valid = valid & (cols[None, :] <= offs_m[:, None] + diag)
-            p = tl.where(valid, tl.exp2(s - lse[:, None]), 0.0)
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-            ds = p * (dp - delta[:, None])
+            k = _load(k_ptrs, cols, n_k, offs_dk, d_k, DOT_IN_FP32)
+            v = _load(v_ptrs, cols, n_k, offs_dv, d_v, DOT_IN_FP32)
+            valid = _visible(offs_m[:, None], cols[None, :], n_q, n_k, diag, CAUSAL)
+            p = _probs(q, k, lse[:, None], valid, qk_scale, PRECISION)
+            ds = _dscores(p, do, v, delta[:, None], PRECISION)
             dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
             k_ptrs += BLOCK_N * stride_kn
             v_ptrs += BLOCK_N * stride_vn
-        tl.store(
-            DQ + q_off + offs_dk[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask
-        )
+        dq_ptrs = _row_ptrs(DQ, bh, stride_qb, row0, stride_qn, BLOCK_M, offs_dk)
+        _store(dq_ptrs, dq * sm_scale, offs_m, n_q, offs_dk, d_k)
 
     return _flash_fwd, _flash_bwd_delta, _flash_bwd_dkdv, _flash_bwd_dq
 
 
 def _pow2(x: int, at_least: int = 16) -> int:
     return max(at_least, 1 << (x - 1).bit_length())
-
-
-_ALIGNMENTS = ("top_left", "bottom_right")
 
 
 def causal_diagonal(n: int, m: int, alignment: str = "top_left") -> int:
@@ -445,20 +430,27 @@ def causal_diagonal(n: int, m: int, alignment: str = "top_left") -> int:
     against a cache of ``m`` keys. With ``n > m`` the first ``n - m`` queries see no key;
     their output (and gradient) is 0.
     """
-    if alignment not in _ALIGNMENTS:
-        raise ValueError(f"alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
-    return 0 if alignment == "top_left" else m - n
+    return 0 if check_alignment(alignment) == "top_left" else m - n
 
 
-def _dot_in_fp32(dtype: torch.dtype, device: torch.device) -> bool:
-    # bf16 tl.dot needs sm80. Triton's interpreter computes bf16 x bf16 dots wrongly (NumPy has
-    # no bfloat16), and sm75 (T4) has no bf16 tensor cores: there the tiles are upcast to fp32
-    # before each dot; on sm80+ the dots run in bf16 tensor cores.
-    if dtype != torch.bfloat16:
-        return False
+def _dot_in_fp32(dtype: torch.dtype, capability: int | None) -> bool:
+    # bf16 tl.dot needs sm80. Triton's interpreter (capability None) computes bf16 x bf16 dots
+    # wrongly (NumPy has no bfloat16), and sm75 (T4) has no bf16 tensor cores: there the tiles
+    # are upcast to fp32 before each dot; on sm80+ the dots run in bf16 tensor cores.
+    return dtype == torch.bfloat16 and (capability is None or capability < 80)
+
+
+def _capability(device: torch.device) -> int | None:
+    """``major * 10 + minor`` of a CUDA device; None on the CPU (Triton's interpreter)."""
     if device.type == "cpu":
-        return True
-    return torch.cuda.get_device_capability(device)[0] < 8
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
+def _require_triton(caller: str) -> None:
+    if not triton_available():
+        raise ImportError(f"{caller} needs Triton: pip install triton")
 
 
 def _launch_configs(
@@ -487,59 +479,69 @@ def _launch_configs(
     return fwd, bwd
 
 
-def _meta(q: torch.Tensor, d_k: int, d_v: int, dot_fp32: bool) -> dict:
-    on_gpu = q.device.type != "cpu"
-    ieee = q.dtype == torch.float32 or (dot_fp32 and on_gpu)
+def _constants(
+    dtype: torch.dtype,
+    causal: bool,
+    d_k: int,
+    d_v: int,
+    cfg: LaunchConfig,
+    dot_fp32: bool,
+    on_gpu: bool = True,
+) -> dict:
+    """The compile-time arguments of the forward, dK/dV and dQ kernels."""
+    # fp32 inputs, and bf16 tiles upcast on a GPU: exact fp32 dots, not TF32.
+    ieee = dtype == torch.float32 or (dot_fp32 and on_gpu)
     return {
+        "CAUSAL": bool(causal),
+        "BLOCK_M": cfg.block_m,
+        "BLOCK_N": cfg.block_n,
         "BLOCK_DK": _pow2(d_k),
         "BLOCK_DV": _pow2(d_v),
-        "PRECISION": "ieee" if ieee else "tf32",  # fp32 inputs: exact fp32 dots, not TF32
+        "PRECISION": "ieee" if ieee else "tf32",
         "DOT_IN_FP32": dot_fp32,
     }
 
 
-def _forward(qf, kf, vf, scale, causal, diag, cfg, dot_fp32):
-    import triton  # noqa: F401  (imported by _kernels; here only to fail early)
+def _launch(kernel, grid, leading, qf, kf, vf, x, scale, causal, diag, cfg, dot_fp32) -> None:
+    """Launch the forward, dK/dV or dQ kernel on ``grid``.
 
-    fwd = _kernels()[0]
-    bh, n, d_k = qf.shape
+    Their arguments: ``leading`` (the pointers, and the backward's softmax scale), then the
+    ones the three share: the base-2 score scale, the sizes, the diagonal, the strides of q,
+    k, v and of ``x`` (the output for the forward, dO for the backward), the constants.
+    """
+    _, n, d_k = qf.shape
     m, d_v = kf.shape[1], vf.shape[2]
-    out = torch.empty(bh, n, d_v, dtype=qf.dtype, device=qf.device)
-    lse = torch.empty(bh, n, dtype=torch.float32, device=qf.device)
-    fwd[launch_grid(bh, n, cfg.block_m)](
-        qf,
-        kf,
-        vf,
-        out,
-        lse,
+    kernel[grid](
+        *leading,
         scale * _LOG2E,
         n,
         m,
         d_k,
         d_v,
         diag,
-        qf.stride(0),
-        qf.stride(1),
-        kf.stride(0),
-        kf.stride(1),
-        vf.stride(0),
-        vf.stride(1),
-        out.stride(0),
-        out.stride(1),
-        CAUSAL=causal,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        **_meta(qf, d_k, d_v, dot_fp32),
+        *qf.stride()[:2],
+        *kf.stride()[:2],
+        *vf.stride()[:2],
+        *x.stride()[:2],
+        **_constants(qf.dtype, causal, d_k, d_v, cfg, dot_fp32, qf.device.type != "cpu"),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
+
+
+def _forward(qf, kf, vf, scale, causal, diag, cfg, dot_fp32):
+    bh, n, _ = qf.shape
+    out = torch.empty(bh, n, vf.shape[2], dtype=qf.dtype, device=qf.device)
+    lse = torch.empty(bh, n, dtype=torch.float32, device=qf.device)
+    fwd = _kernels()[0]
+    grid = launch_grid(bh, n, cfg.block_m)
+    _launch(fwd, grid, (qf, kf, vf, out, lse), qf, kf, vf, out, scale, causal, diag, cfg, dot_fp32)
     return out, lse
 
 
 def _backward(qf, kf, vf, out, lse, do, scale, causal, diag, cfg, dot_fp32):
     _, delta_k, dkdv_k, dq_k = _kernels()
-    bh, n, d_k = qf.shape
-    m, d_v = kf.shape[1], vf.shape[2]
+    bh, n, m, d_v = qf.shape[0], qf.shape[1], kf.shape[1], vf.shape[2]
     do = do.contiguous()
     delta = torch.empty(bh, n, dtype=torch.float32, device=qf.device)
     delta_k[launch_grid(bh, n, cfg.block_m)](
@@ -548,41 +550,16 @@ def _backward(qf, kf, vf, out, lse, do, scale, causal, diag, cfg, dot_fp32):
         delta,
         n,
         d_v,
-        out.stride(0),
-        out.stride(1),
-        do.stride(0),
-        do.stride(1),
+        *out.stride()[:2],
+        *do.stride()[:2],
         BLOCK_M=cfg.block_m,
         BLOCK_DV=_pow2(d_v),
     )
     dq, dk, dv = torch.empty_like(qf), torch.empty_like(kf), torch.empty_like(vf)
-    common = (
-        scale * _LOG2E,
-        scale,
-        n,
-        m,
-        d_k,
-        d_v,
-        diag,
-        qf.stride(0),
-        qf.stride(1),
-        kf.stride(0),
-        kf.stride(1),
-        vf.stride(0),
-        vf.stride(1),
-        do.stride(0),
-        do.stride(1),
-    )
-    meta = dict(
-        CAUSAL=causal,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        **_meta(qf, d_k, d_v, dot_fp32),
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-    )
-    dkdv_k[launch_grid(bh, m, cfg.block_n)](qf, kf, vf, do, lse, delta, dk, dv, *common, **meta)
-    dq_k[launch_grid(bh, n, cfg.block_m)](qf, kf, vf, do, lse, delta, dq, *common, **meta)
+    inputs = (qf, kf, vf, do, lse, delta)
+    shared = (qf, kf, vf, do, scale, causal, diag, cfg, dot_fp32)
+    _launch(dkdv_k, launch_grid(bh, m, cfg.block_n), (*inputs, dk, dv, scale), *shared)
+    _launch(dq_k, launch_grid(bh, n, cfg.block_m), (*inputs, dq, scale), *shared)
     return dq, dk, dv
 
 
@@ -669,8 +646,7 @@ def triton_flash_attention(
             "triton_flash_attention needs CUDA tensors; on the CPU set TRITON_INTERPRET=1 before "
             "the first call to run it in Triton's (slow) interpreter"
         )
-    if not triton_available():
-        raise ImportError("triton_flash_attention needs Triton: pip install triton")
+    _require_triton("triton_flash_attention")
     for name, b in (("block_m", block_m), ("block_n", block_n)):
         if b is not None:
             require_power_of_two(b, name, 16)
@@ -681,7 +657,7 @@ def triton_flash_attention(
     qf = q.expand(*batch, n, d_k).reshape(-1, n, d_k).contiguous()
     kf = k.expand(*batch, m, d_k).reshape(-1, m, d_k).contiguous()
     vf = v.expand(*batch, m, d_v).reshape(-1, m, d_v).contiguous()
-    dot_fp32 = _dot_in_fp32(q.dtype, q.device)
+    dot_fp32 = _dot_in_fp32(q.dtype, _capability(q.device))
     out = _TritonFlash.apply(
         qf, kf, vf, float(scale), causal, diag if causal else 0, fwd_cfg, bwd_cfg, dot_fp32
     )
@@ -730,24 +706,14 @@ def compile_for_gpu(
         )
     if config is None:
         config = choose_config(kernel, d_k, d_v, dtype, causal, SHARED_MEMORY_BUDGET[capability])
-    if not triton_available():
-        raise ImportError("compile_for_gpu needs Triton: pip install triton")
+    _require_triton("compile_for_gpu")
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fwd, _, dkdv, dq = _define_kernels(interpret=False)
     fns = [fwd] if kernel == "forward" else [dkdv, dq]
-    dot_fp32 = dtype == torch.bfloat16 and capability < 80
-    constants = {
-        "CAUSAL": bool(causal),
-        "BLOCK_M": config.block_m,
-        "BLOCK_N": config.block_n,
-        "BLOCK_DK": _pow2(d_k),
-        "BLOCK_DV": _pow2(d_v),
-        "PRECISION": "ieee" if dtype == torch.float32 or dot_fp32 else "tf32",
-        "DOT_IN_FP32": dot_fp32,
-    }
+    constants = _constants(dtype, causal, d_k, d_v, config, _dot_in_fp32(dtype, capability))
     pointers = {"Q", "K", "V", "Out", "DO", "DQ", "DK", "DV"}
     shared = {}
     for fn in fns:

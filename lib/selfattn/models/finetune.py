@@ -38,7 +38,7 @@ from ..data.text import (
 from ..data.vocab import Vocab
 from ..multihead import MultiHeadAttention
 from ..train import train_loop
-from .transformer import MiniBERT, mlm_loss
+from .transformer import MiniBERT, _cross_match, _masked_mean, mlm_loss
 
 __all__ = [
     "CORRUPTIONS",
@@ -157,8 +157,7 @@ class SentenceClassifier(nn.Module):
         """ids ``(B, n)`` -> logits ``(B, num_classes)``."""
         require_tensor(ids, "ids")
         x = self.bert.encoder(self.bert.embed(ids), mask=self.bert.padding_mask(ids))
-        real = (ids != self.bert.pad_id).unsqueeze(-1).to(x.dtype)
-        return self.head((x * real).sum(1) / real.sum(1))
+        return self.head(_masked_mean(x, ids != self.bert.pad_id))
 
 
 def _bert(vocab: Vocab, seed: int, *, causal: bool = False, max_len: int = 16) -> MiniBERT:
@@ -343,10 +342,7 @@ class MatchHead(nn.Module):
     ):
         """words ``(B, L, d)``, real ``(B, L)`` bool, patches ``(B, P, d)`` -> logits ``(B,)``
         (and the weights ``(B, h, L, P)``)."""
-        fused, weights = self.cross(self.ln(words), context=patches, return_weights=True)
-        fused = words + fused
-        w = real.unsqueeze(-1).to(fused.dtype)
-        logit = self.head((fused * w).sum(1) / w.sum(1)).squeeze(-1)
+        logit, weights = _cross_match(self.ln, self.cross, self.head, words, real, patches)
         return (logit, weights) if return_weights else logit
 
 

@@ -38,6 +38,7 @@ from .._checks import (
 )
 from ..data.images import patchify
 from ..multihead import KVCache, MultiHeadAttention
+from ..positional import LearnedPositionalEmbedding
 
 __all__ = [
     "MLP",
@@ -59,7 +60,7 @@ def _init_weights(module: nn.Module) -> None:
     # GPT-2's initialisation: small normal weights, zero biases, so a fresh model's
     # logits are near zero and its first loss is close to log(V).
     for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Embedding)):
+        if isinstance(m, (nn.Linear, nn.Embedding, LearnedPositionalEmbedding)):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
@@ -303,19 +304,34 @@ class _TokenEmbedding(nn.Module):
         max_len = require_int(max_len, "max_len", 1)
         d_model = require_int(d_model, "d_model", 1)
         self.tok = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(max_len, d_model)
+        # drawn as nn.Embedding draws (std 1), then redrawn by _init_weights like the rest
+        self.pos = LearnedPositionalEmbedding(max_len, d_model, init_std=1.0)
         self.max_len = max_len
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         """ids ``(B, n)`` at positions ``start .. start + n - 1`` -> ``(B, n, d)``."""
         require_token_batch(ids)
         start = require_int(start, "start", 0)
-        n = ids.shape[1]
-        if start + n > self.max_len:
-            raise ValueError(f"positions {start}..{start + n - 1} exceed max_len={self.max_len}")
         check_token_ids(ids, "ids", self.tok.num_embeddings)
-        positions = torch.arange(start, start + n, device=ids.device)
-        return self.tok(ids) + self.pos(positions)
+        return self.pos(self.tok(ids), offset=start)
+
+
+def _token_stack(
+    stack: type[Encoder] | type[Decoder],
+    vocab_size: int,
+    d_model: int,
+    num_heads: int,
+    num_layers: int,
+    max_len: int,
+) -> tuple[_TokenEmbedding, Encoder | Decoder]:
+    """Words as tokens: a token and position embedding, then ``stack`` (Encoder or Decoder).
+
+    Returns ``(embedding, stack)``, built in that order: the order fixes a fresh model's random
+    draws, so assign them in the same order (``self.embed, self.encoder = ...``) for
+    ``_init_weights`` to visit them in that order too.
+    """
+    embed = _TokenEmbedding(vocab_size, d_model, max_len)
+    return embed, stack(d_model, num_heads, num_layers)
 
 
 class MiniBERT(nn.Module):
@@ -340,8 +356,9 @@ class MiniBERT(nn.Module):
         pad_id: int = 0,
     ):
         super().__init__()
-        self.embed = _TokenEmbedding(vocab_size, d_model, max_len)
-        self.encoder = Encoder(d_model, num_heads, num_layers)
+        self.embed, self.encoder = _token_stack(
+            Encoder, vocab_size, d_model, num_heads, num_layers, max_len
+        )
         self.head = nn.Linear(d_model, vocab_size)
         self.pad_id = require_int(pad_id, "pad_id", 0)
         _init_weights(self)
@@ -390,8 +407,9 @@ class MiniGPT(nn.Module):
         max_len: int = 128,
     ):
         super().__init__()
-        self.embed = _TokenEmbedding(vocab_size, d_model, max_len)
-        self.decoder = Decoder(d_model, num_heads, num_layers)
+        self.embed, self.decoder = _token_stack(
+            Decoder, vocab_size, d_model, num_heads, num_layers, max_len
+        )
         self.head = nn.Linear(d_model, vocab_size)
         self.max_len = max_len
         _init_weights(self)
@@ -516,6 +534,17 @@ class PatchEmbedding(nn.Module):
         return torch.cat([cls, tokens], dim=1) + self.pos
 
 
+def _patch_stack(
+    image_size: int, patch: int, channels: int, d_model: int, num_heads: int, num_layers: int
+) -> tuple[PatchEmbedding, Encoder]:
+    """Images as tokens: patches with a class token and positions, then an Encoder.
+
+    Returns ``(embedding, encoder)``, built in that order (see :func:`_token_stack`).
+    """
+    embed = PatchEmbedding(image_size, patch, channels, d_model)
+    return embed, Encoder(d_model, num_heads, num_layers)
+
+
 class MiniViT(nn.Module):
     """A Vision Transformer in miniature: patches are tokens, the class token's output is
     classified.
@@ -538,8 +567,9 @@ class MiniViT(nn.Module):
     ):
         super().__init__()
         num_classes = require_int(num_classes, "num_classes", 1)
-        self.embed = PatchEmbedding(image_size, patch, channels, d_model)
-        self.encoder = Encoder(d_model, num_heads, num_layers)
+        self.embed, self.encoder = _patch_stack(
+            image_size, patch, channels, d_model, num_heads, num_layers
+        )
         self.head = nn.Linear(d_model, num_classes)
         _init_weights(self)
 
@@ -582,6 +612,33 @@ def clip_loss(logits: torch.Tensor) -> torch.Tensor:
     return 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
 
 
+def _masked_mean(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The mean of ``x`` ``(B, L, d)`` over the positions where ``real`` ``(B, L)`` is True."""
+    w = real.unsqueeze(-1).to(x.dtype)
+    return (x * w).sum(1) / w.sum(1)
+
+
+def _cross_match(
+    ln: nn.LayerNorm,
+    cross: MultiHeadAttention,
+    head: nn.Linear,
+    words: torch.Tensor,
+    real: torch.Tensor,
+    patches: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Image-text matching: words attend over patches, residual, mean of real words, head.
+
+    Args: the layer's ``ln``, ``cross`` and one-output ``head``; words ``(B, L, d)``, real
+    ``(B, L)`` bool, patches ``(B, P, d)``.
+
+    Returns:
+        ``(logits (B,), weights (B, h, L, P))``.
+    """
+    fused, weights = cross(ln(words), context=patches, return_weights=True)
+    fused = words + fused
+    return head(_masked_mean(fused, real)).squeeze(-1), weights
+
+
 class MiniCLIP(nn.Module):
     """CLIP in miniature: an image encoder and a text encoder trained to agree, plus
     cross-attention.
@@ -620,10 +677,12 @@ class MiniCLIP(nn.Module):
         super().__init__()
         embed_dim = require_int(embed_dim, "embed_dim", 1)
         pad_id = require_int(pad_id, "pad_id", 0)
-        self.image_embed = PatchEmbedding(image_size, patch, channels, d_model)
-        self.image_encoder = Encoder(d_model, num_heads, num_layers)
-        self.text_embed = _TokenEmbedding(text_vocab_size, d_model, max_text_len)
-        self.text_encoder = Encoder(d_model, num_heads, num_layers)
+        self.image_embed, self.image_encoder = _patch_stack(
+            image_size, patch, channels, d_model, num_heads, num_layers
+        )
+        self.text_embed, self.text_encoder = _token_stack(
+            Encoder, text_vocab_size, d_model, num_heads, num_layers, max_text_len
+        )
         self.image_proj = nn.Linear(d_model, embed_dim, bias=False)
         self.text_proj = nn.Linear(d_model, embed_dim, bias=False)
         # CLIP initialises the temperature at 1/0.07 and learns its log.
@@ -655,8 +714,7 @@ class MiniCLIP(nn.Module):
     def embed_text(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """Word tokens ``(B, L, d)`` and mask ``(B, L)`` -> unit vectors ``(B, embed_dim)`` (mean
         of real words)."""
-        w = real.unsqueeze(-1).to(tokens.dtype)
-        return F.normalize(self.text_proj((tokens * w).sum(1) / w.sum(1)), dim=-1)
+        return F.normalize(self.text_proj(_masked_mean(tokens, real)), dim=-1)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """images ``(B, C, H, W)`` -> unit vectors ``(B, embed_dim)``."""
@@ -687,12 +745,9 @@ class MiniCLIP(nn.Module):
         Args: image_tokens ``(B, 1 + P, d)``, word_tokens ``(B, L, d)``, real ``(B, L)``.
         """
         patches = image_tokens[:, 1:]  # the patch tokens, without the class token
-        fused, weights = self.cross(
-            self.ln_cross(word_tokens), context=patches, return_weights=True
+        logit, weights = _cross_match(
+            self.ln_cross, self.cross, self.match_head, word_tokens, real, patches
         )
-        fused = word_tokens + fused
-        w = real.unsqueeze(-1).to(fused.dtype)
-        logit = self.match_head((fused * w).sum(1) / w.sum(1)).squeeze(-1)
         return (logit, weights) if return_weights else logit
 
     def match(self, images: torch.Tensor, ids: torch.Tensor, *, return_weights: bool = False):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Control", "grid_explorer", "figure_png", "view_values", "visible_view"]
+__all__ = ["Control", "grid_explorer", "figure_png", "figure_rows", "view_values", "visible_view"]
 
 #: the CSS class of every explorer's outer box, of its controls and of each view's ``<img>``
 EXPLORER_CLASS = "selfattn-explorer"
@@ -96,6 +96,42 @@ def figure_png(fig, *, dpi: int = 64, colors: int = 96) -> bytes:
     out = io.BytesIO()
     small.save(out, format="PNG", optimize=True)
     return out.getvalue()
+
+
+def figure_rows(
+    settings: Sequence[Any],
+    draw_row: Callable[[Any, Any], Any],
+    *,
+    ncols: int,
+    row_size: tuple[float, float],
+    suptitle: str | None = None,
+):
+    """The static figure beside an explorer: its view for a few settings, one row each.
+
+    Args:
+        settings: one entry per row, handed to ``draw_row``.
+        draw_row: ``draw_row(setting, axes)`` draws the view for ``setting`` on ``axes``, the
+            row's 1-D array of ``ncols`` Axes.
+        ncols: Axes per row.
+        row_size: ``(width, height)`` of one row in inches; the figure is ``len(settings)``
+            rows high.
+        suptitle: a title over every row, or ``None``.
+
+    Returns:
+        The matplotlib figure, laid out with ``tight_layout``.
+    """
+    import matplotlib.pyplot as plt
+
+    width, height = row_size
+    fig, axes = plt.subplots(
+        len(settings), ncols, figsize=(width, height * len(settings)), squeeze=False
+    )
+    for setting, row in zip(settings, axes):
+        draw_row(setting, row)
+    if suptitle is not None:
+        fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
 
 
 def _view_html(png: bytes, alt: str, labels: Sequence[str]) -> str:

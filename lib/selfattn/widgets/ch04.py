@@ -14,6 +14,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, padding_mask, sliding_window_mask
+from ._explorer import figure_rows
 
 __all__ = [
     "MASK_KINDS",
@@ -123,14 +124,11 @@ def plot_explorer_grid(
     Returns:
         The matplotlib figure.
     """
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(kinds), 2, figsize=(8.0, 3.4 * len(kinds)), squeeze=False)
-    for row, kind in enumerate(kinds):
-        plot_mask_view(kind, n, length=length, window=window, seed=seed, axes=axes[row])
-    fig.suptitle("Masks (left) and the attention weights they leave (right)")
-    fig.tight_layout()
-    return fig
+    title = "Masks (left) and the attention weights they leave (right)"
+    draw = lambda kind, row: plot_mask_view(
+        kind, n, length=length, window=window, seed=seed, axes=row
+    )
+    return figure_rows(kinds, draw, ncols=2, row_size=(8.0, 3.4), suptitle=title)
 
 
 def explorer(*, kind: str = "causal", n: int = 8, length: int = 5, window: int = 3, seed: int = 0):

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..positional import apply_rope, sinusoidal_encoding
+from ._explorer import figure_rows
 
 __all__ = ["BASES", "distance_curves", "plot_encodings", "plot_encodings_grid", "explorer"]
 
@@ -115,13 +116,9 @@ def plot_encodings_grid(
     Returns:
         The matplotlib figure.
     """
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(settings), 2, figsize=(10, 3.3 * len(settings)), squeeze=False)
-    for row, (n, d, base) in zip(axes, settings):
-        plot_encodings(n, d, base, axes=row)
-    fig.tight_layout()
-    return fig
+    return figure_rows(
+        settings, lambda s, row: plot_encodings(*s, axes=row), ncols=2, row_size=(10, 3.3)
+    )
 
 
 def explorer(*, n: int = 64, d: int = 64, base: float = 10000.0):

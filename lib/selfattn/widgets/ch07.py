@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 
 from ..efficient.flash import online_softmax_steps
+from ._explorer import figure_rows
 
 __all__ = [
     "EXPLORER_BLOCKS",
@@ -102,10 +103,10 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
         c="tab:red",
         label="softmax attention (all keys)",
     )
+    ax_o.legend(loc="best", fontsize=7)
     ax_o.set_title("output O / ℓ in the plane of the values")
     ax_o.set_xlabel("value component 1")
     ax_o.set_ylabel("value component 2")
-    ax_o.legend(loc="best", fontsize=7)
     return axes
 
 
@@ -117,14 +118,9 @@ def plot_explorer_grid(
     Returns:
         The matplotlib figure.
     """
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(steps), 3, figsize=(11.0, 3.3 * len(steps)), squeeze=False)
-    for row, step in enumerate(steps):
-        plot_tile_step(step, n, block, seed, axes=axes[row])
-    fig.suptitle(f"Online softmax over {n} keys in blocks of {block}: μ, ℓ and O / ℓ")
-    fig.tight_layout()
-    return fig
+    title = f"Online softmax over {n} keys in blocks of {block}: μ, ℓ and O / ℓ"
+    draw = lambda step, row: plot_tile_step(step, n, block, seed, axes=row)
+    return figure_rows(steps, draw, ncols=3, row_size=(11.0, 3.3), suptitle=title)
 
 
 def explorer(*, n: int = 16, block: int = 4, seed: int = 0):

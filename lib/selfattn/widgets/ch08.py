@@ -16,6 +16,7 @@ import torch
 
 from ..efficient.sparse import block_sparse_mask, receptive_field, strided_mask
 from ..masks import sliding_window_mask
+from ._explorer import figure_rows
 
 __all__ = [
     "PATTERNS",
@@ -89,14 +90,9 @@ def plot_explorer_grid(
     Returns:
         The matplotlib figure.
     """
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(patterns), 2, figsize=(8.0, 3.7 * len(patterns)), squeeze=False)
-    for row, pattern in enumerate(patterns):
-        plot_pattern(pattern, n, size, layers, axes=axes[row])
-    fig.suptitle(f"Sparse patterns (n = {n}, size {size}): mask and reach after {layers} layers")
-    fig.tight_layout()
-    return fig
+    title = f"Sparse patterns (n = {n}, size {size}): mask and reach after {layers} layers"
+    draw = lambda pattern, row: plot_pattern(pattern, n, size, layers, axes=row)
+    return figure_rows(patterns, draw, ncols=2, row_size=(8.0, 3.7), suptitle=title)
 
 
 def explorer(*, pattern: str = "sliding window", n: int = 32, size: int = 4, layers: int = 1):
