@@ -11,7 +11,16 @@ from collections.abc import Callable
 
 import torch
 
-from ._checks import require_bool, require_bool_mask, require_int, require_number, require_tensor
+from ._checks import (
+    ALIGNMENTS,
+    check_alignment,
+    check_choice,
+    require_bool,
+    require_bool_mask,
+    require_int,
+    require_number,
+    require_tensor,
+)
 
 __all__ = [
     "causal_mask",
@@ -20,6 +29,7 @@ __all__ = [
     "to_ignore_mask",
     "to_additive_mask",
     "dependency_matrix",
+    "causal_diagonal",
 ]
 
 
@@ -41,13 +51,21 @@ def causal_mask(
     """
     n = require_int(n, "n", 1)
     m = n if m is None else require_int(m, "m", 1)
-    if align == "top_left":
-        offset = 0
-    elif align == "bottom_right":
-        offset = m - n
-    else:
-        raise ValueError(f"align must be 'top_left' or 'bottom_right', got {align!r}")
-    return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=offset)
+    check_choice(align, "align", ALIGNMENTS)
+    diagonal = causal_diagonal(n, m, align)
+    return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=diagonal)
+
+
+def causal_diagonal(n: int, m: int, alignment: str = "top_left") -> int:
+    """The causal mask's diagonal: key ``j`` is visible to query ``i`` iff ``j <= i + diag``.
+
+    ``"top_left"`` (SDPA's ``is_causal``): ``diag = 0``, query 0 sees key 0.
+    ``"bottom_right"`` (``torch.nn.attention.bias.causal_lower_right``, flash-attn >= 2.1):
+    ``diag = m - n``, the last query sees every key, as when ``n`` new queries are decoded
+    against a cache of ``m`` keys. With ``n > m`` the first ``n - m`` queries see no key.
+    :func:`causal_mask` and the tiled kernels (:mod:`selfattn.efficient`) all read it here.
+    """
+    return 0 if check_alignment(alignment) == "top_left" else m - n
 
 
 def padding_mask(lengths, max_len: int, *, device=None) -> torch.Tensor:

@@ -36,7 +36,8 @@ import math
 
 import torch
 
-from .._checks import check_alignment, check_qkv, check_scale, require_float, require_int
+from .._checks import check_qkv, check_scale, require_float, require_int
+from ..masks import causal_diagonal
 
 __all__ = ["flash_attention", "flash_attention_reference", "online_softmax_steps"]
 
@@ -50,15 +51,10 @@ __all__ = ["flash_attention", "flash_attention_reference", "online_softmax_steps
 _RESCALE_LIMIT = 2.0**64
 
 
-def _offset(n: int, m: int, alignment: str) -> int:
-    """Key j is on query i's diagonal when j = i + offset."""
-    return m - n if alignment == "bottom_right" else 0
-
-
 def _check_attention_args(q, k, v, alignment, scale) -> tuple[tuple[int, ...], int, float]:
     """The checks every tiled kernel starts with: ``(batch shape, diagonal offset, scale)``."""
     batch = check_qkv(q, k, v)  # also: one device for q, k and v
-    offset = _offset(q.shape[-2], k.shape[-2], check_alignment(alignment))
+    offset = causal_diagonal(q.shape[-2], k.shape[-2], alignment)
     return batch, offset, check_scale(scale, q.shape[-1])
 
 

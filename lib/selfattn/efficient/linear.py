@@ -36,8 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_alignment, check_qkv, require_int, require_same_device
-from .flash import _offset, _work_dtype
+from .._checks import check_qkv, require_int, require_same_device
+from ..masks import causal_diagonal
+from .flash import _work_dtype
 
 __all__ = [
     "elu_feature_map",
@@ -109,7 +110,7 @@ def linear_attention(
     batch = check_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
     chunk_size = require_int(chunk_size, "chunk_size", 1)
-    offset = _offset(n, m, check_alignment(alignment))
+    offset = causal_diagonal(n, m, alignment)
     dtype, work = q.dtype, _work_dtype(q.dtype)
     q, k, v = q.to(work), k.to(work), v.to(work)
     fq, fk = _features(q, k, feature_map)

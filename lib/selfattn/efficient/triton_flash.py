@@ -24,7 +24,8 @@ from dataclasses import replace
 
 import torch
 
-from .._checks import check_alignment, check_qkv, check_scale, require_power_of_two
+from .._checks import check_qkv, check_scale, require_power_of_two
+from ..masks import causal_diagonal
 from .triton_configs import (
     SHARED_MEMORY_BUDGET,
     LaunchConfig,
@@ -36,7 +37,6 @@ from .triton_configs import (
 __all__ = [
     "triton_flash_attention",
     "triton_available",
-    "causal_diagonal",
     "compile_for_gpu",
 ]
 
@@ -421,18 +421,6 @@ def _pow2(x: int, at_least: int = 16) -> int:
     return max(at_least, 1 << (x - 1).bit_length())
 
 
-def causal_diagonal(n: int, m: int, alignment: str = "top_left") -> int:
-    """The causal mask's diagonal: key ``j`` is visible to query ``i`` iff ``j <= i + diag``.
-
-    ``"top_left"`` (SDPA's ``is_causal``): ``diag = 0``, query 0 sees key 0.
-    ``"bottom_right"`` (``torch.nn.attention.bias.causal_lower_right``, flash-attn >= 2.1):
-    ``diag = m - n``, the last query sees every key, as when ``n`` new queries are decoded
-    against a cache of ``m`` keys. With ``n > m`` the first ``n - m`` queries see no key;
-    their output (and gradient) is 0.
-    """
-    return 0 if check_alignment(alignment) == "top_left" else m - n
-
-
 def _dot_in_fp32(dtype: torch.dtype, capability: int | None) -> bool:
     # bf16 tl.dot needs sm80. Triton's interpreter (capability None) computes bf16 x bf16 dots
     # wrongly (NumPy has no bfloat16), and sm75 (T4) has no bf16 tensor cores: there the tiles
@@ -616,7 +604,8 @@ def triton_flash_attention(
             (:func:`~selfattn.efficient.triton_configs.choose_config`); 16 in the interpreter.
         alignment: ``"top_left"`` (query ``i`` sees keys ``j <= i``, SDPA's ``is_causal``) or
             ``"bottom_right"`` (``j <= i + m - n``, ``causal_lower_right``: the last query sees
-            every key, as in decoding against a cache); see :func:`causal_diagonal`.
+            every key, as in decoding against a cache); see
+            :func:`~selfattn.masks.causal_diagonal`.
 
     Returns:
         ``(..., n, d_v)`` in the input dtype. fp32 inputs use exact fp32 dots (not TF32).
