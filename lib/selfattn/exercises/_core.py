@@ -18,7 +18,7 @@ and judged (:func:`expect_predicted`) the same way in every chapter.
 Exercise numbers are derived, never typed: a chapter's module ``selfattn.exercises.chNN``
 lists its exercises' labels once, in the chapter's order (``EXERCISES``, the suffixes of the
 ``ex-chNN-...`` labels of the notebook's exercise directives), and each checker names its
-exercise by label; :func:`exercise_number` turns the module and the label into the number the
+exercise by label; ``exercise_number`` turns the module and the label into the number the
 book shows (``"3.2"``).
 """
 
@@ -401,13 +401,13 @@ def checker(exercise: str, title: str):
     """Turn ``check(answer)`` (raising Mismatch, NotAttempted) into a checker printing one line.
 
     ``exercise`` names the exercise: in a chapter's module its label (``"softmax"``), which
-    :func:`exercise_number` turns into the number the book shows, so the line reads
+    ``exercise_number`` turns into the number the book shows, so the line reads
     ``Exercise 3.2 (stable softmax): passed``; elsewhere its number (``"0.1"``). The checker
     keeps both as its ``exercise`` and ``number`` attributes.
 
     Raises:
         ValueError: at import, when ``exercise`` is not one of the chapter's labels (see
-            :func:`exercise_number`).
+            ``exercise_number``).
     """
 
     def decorate(check: Callable) -> Callable[..., CheckResult]:

@@ -230,8 +230,8 @@ def check_reach_to_first(answer):
             )
 
 
-#: For "predict: layers for distance 100", width-``PREDICT_K`` causal convolutions, tokens
-#: ``PREDICT_N`` apart.
+#: The setting of the exercise "predict, then run (layers for distance 100)", width
+#: ``PREDICT_K`` causal convolutions and tokens ``PREDICT_N`` apart.
 PREDICT_N, PREDICT_K = 100, 5
 
 

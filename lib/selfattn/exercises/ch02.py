@@ -57,7 +57,8 @@ WORKED_W_Q = torch.tensor([[1.0, 0.0], [1.0, -1.0]])
 WORKED_W_K = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
 #: The hand-chosen value projection ``(2, 2)``, ``V = X W^V``.
 WORKED_W_V = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
-#: The fourth token of "predict: a score by hand", "tired", as a 2-D embedding ``(2,)``.
+#: The fourth token, "tired", of the exercise "predict, then run (a score by hand)", as a
+#: 2-D embedding ``(2,)``.
 TIRED_X = torch.tensor([2.0, 1.0])
 
 

@@ -102,7 +102,7 @@ class SelfAttention(nn.Module):
 
     @property
     def scale(self) -> float:
-        """Multiplier of the scores: ``1/sqrt(d_head)``, or 1 when ``scaled=False``."""
+        """The scores' multiplier, ``1/sqrt(d_head)`` (1 when ``scaled=False``)."""
         return 1.0 / self._root()
 
     def _root(self) -> float:
