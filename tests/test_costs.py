@@ -120,7 +120,9 @@ def test_cost_formulas_live_in_costs_only():
         assert getattr(selfattn, name) is getattr(costs, name)
         assert not hasattr(multihead, name)
     # the decoding benchmark lives in bench; selfattn imports it on first use
-    assert selfattn.generate is bench.generate and selfattn.attention_stack is bench.attention_stack
+    assert (
+        selfattn.generate is bench.generate and selfattn.attention_stack is bench.attention_stack
+    )
     assert not hasattr(multihead, "generate")
 
 
