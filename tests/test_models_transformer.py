@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from selfattn.data.images import patchify
 from selfattn.models import (
     Decoder,
     Encoder,
@@ -18,6 +19,7 @@ from selfattn.models import (
     count_parameters,
     mlm_loss,
 )
+from selfattn.positional import LearnedPositionalEmbedding
 
 D, H = 32, 4
 
@@ -154,6 +156,29 @@ def test_vit_shapes_and_class_token_attention():
         vit(torch.randn(3, 3, 20, 20))
     with pytest.raises(ValueError, match="multiple of patch"):
         PatchEmbedding(24, 5, 3, D)
+
+
+def test_vit_positions_are_the_learned_table_drawn_once():
+    # the same LearnedPositionalEmbedding as the word models, one row per token (class first);
+    # GPT-2's initialisation keeps its 0.02-scale draw instead of redrawing it
+    torch.manual_seed(0)
+    embed = PatchEmbedding(24, 6, 3, D)
+    assert isinstance(embed.pos, LearnedPositionalEmbedding)
+    assert embed.pos.weight.shape == (17, D)
+    assert [n for n, _ in embed.named_parameters()] == [
+        "cls",
+        "pos.weight",
+        "proj.weight",
+        "proj.bias",
+    ]
+    images = torch.randn(2, 3, 24, 24)
+    tokens = embed.proj(patchify(images, 6))
+    expected = torch.cat([embed.cls.expand(2, -1, -1), tokens], 1) + embed.pos.weight
+    torch.testing.assert_close(embed(images), expected)
+    torch.manual_seed(1)
+    vit = MiniViT(4, image_size=24, patch=6, d_model=D, num_heads=H, num_layers=1)
+    std = vit.embed.pos.weight.std().item()
+    assert 0.015 < std < 0.025, std
 
 
 def test_clip_embeddings_similarity_and_cross_attention():

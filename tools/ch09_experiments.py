@@ -151,8 +151,8 @@ def vision_part(seeds=SEEDS, out: Path | None = None) -> None:
                                     num_layers=2)  # fmt: skip
                     if name == "ViT without positions":
                         with torch.no_grad():
-                            model.embed.pos.zero_()
-                        model.embed.pos.requires_grad_(False)
+                            model.embed.pos.weight.zero_()
+                        model.embed.pos.weight.requires_grad_(False)
                 params[name] = sum(p.numel() for p in model.parameters() if p.requires_grad)
                 g = torch.Generator().manual_seed(100 + seed)
 

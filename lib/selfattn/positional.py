@@ -157,6 +157,7 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         self.max_len = require_int(max_len, "max_len", 1)
         self.d = require_int(d, "d", 1)
+        self.init_std = float(init_std)
         self.weight = nn.Parameter(torch.randn(max_len, d) * init_std)
 
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:

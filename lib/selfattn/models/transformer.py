@@ -56,12 +56,19 @@ __all__ = [
 ]
 
 
+#: GPT-2's standard deviation for every weight matrix and embedding.
+GPT2_STD = 0.02
+
+
 def _init_weights(module: nn.Module) -> None:
     # GPT-2's initialisation: small normal weights, zero biases, so a fresh model's
-    # logits are near zero and its first loss is close to log(V).
+    # logits are near zero and its first loss is close to log(V). A position table already
+    # drawn at that scale (the ViT's) is kept; the others are redrawn like every weight.
     for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Embedding, LearnedPositionalEmbedding)):
-            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+        if isinstance(m, (nn.Linear, nn.Embedding)) or (
+            isinstance(m, LearnedPositionalEmbedding) and m.init_std != GPT2_STD
+        ):
+            nn.init.normal_(m.weight, mean=0.0, std=GPT2_STD)
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
 
@@ -510,9 +517,13 @@ class PatchEmbedding(nn.Module):
             raise ValueError(f"image_size={image_size} must be a multiple of patch={patch}")
         self.image_size, self.patch, self.channels = image_size, patch, channels
         self.num_patches = (image_size // patch) ** 2
-        self.proj = nn.Linear(channels * patch * patch, d_model)
+        proj = nn.Linear(channels * patch * patch, d_model)
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model))
-        self.pos = nn.Parameter(0.02 * torch.randn(1, 1 + self.num_patches, d_model))
+        # one position per token, the class token's first; drawn once at GPT-2's scale
+        pos = LearnedPositionalEmbedding(1 + self.num_patches, d_model, init_std=GPT2_STD)
+        # registered before the projection: the parameter order of the recorded runs (class
+        # token, positions, projection), in which gradient clipping sums the norms
+        self.pos, self.proj = pos, proj
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """images ``(B, C, H, W)`` -> tokens ``(B, 1 + P, d)``, the class token first."""
@@ -531,7 +542,7 @@ class PatchEmbedding(nn.Module):
             )
         tokens = self.proj(patchify(images, self.patch))  # (B, P, d)
         cls = self.cls.expand(images.shape[0], -1, -1)
-        return torch.cat([cls, tokens], dim=1) + self.pos
+        return self.pos(torch.cat([cls, tokens], dim=1))
 
 
 def _patch_stack(
