@@ -60,10 +60,11 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -p no:cacheprovider -q tests/test_line_width.py
 
-# The website, warnings as errors.
+# The website, warnings as errors: both languages and the student edition, built side by side
+# (each build is one process; their folders are separate, see book-zh and book-student).
 test-build: install
 	rm -rf _build/html
-	$(MAKE) book
+	$(MAKE) -j3 --output-sync=target book-en book-zh book-student
 
 # The notebook editions for Jupyter and Colab (committed; tests/test_notebook_edition.py checks
 # they are current): notebooks/chapters/, the chapters with plain Jupyter markdown (glued values,
@@ -83,20 +84,25 @@ book-student: install
 	@echo "Built the student edition. Open $(CURDIR)/_build/student/html/index.html"
 
 # The website in a real browser (tests_site/): headless Chromium with the internet blocked,
-# against _build/html (built if absent) and the student edition (rebuilt). Skipped, and
-# says so, where Chromium is not installed; in CI (CI set) its absence is an error.
+# against _build/html (built if absent) and the student edition (rebuilt; `make test` passes
+# SITE_BUILT=1, as test-build has just built both). Skipped, and says so, where Chromium is
+# not installed; in CI (CI set) its absence is an error.
 CHROMIUM ?= /usr/bin/chromium
+SITE_BUILT ?=
 test-site: install
 	@if [ ! -x "$(CHROMIUM)" ]; then \
 	  if [ -n "$$CI" ]; then echo "make test-site: no Chromium at $(CHROMIUM) in CI (.ci/run installs it)"; exit 1; fi; \
 	  echo; echo "make test-site: SKIPPED the browser tests: no Chromium at $(CHROMIUM) (apt-get install chromium)"; echo; \
 	else \
-	  test -f _build/html/index.html || $(MAKE) test-build || exit 1; \
-	  $(MAKE) book-student || exit 1; \
+	  if [ -z "$(SITE_BUILT)" ]; then \
+	    test -f _build/html/index.html || $(MAKE) test-build || exit 1; \
+	    $(MAKE) book-student || exit 1; \
+	  fi; \
 	  CHROMIUM="$(CHROMIUM)" $(PY) -m pytest -p no:cacheprovider tests_site -q --durations=5; \
 	fi
 
-test: lint test-lib test-notebooks test-build test-site
+test: lint test-lib test-notebooks test-build
+	$(MAKE) test-site SITE_BUILT=1
 	@echo "make test: all passed"
 
 execute: install

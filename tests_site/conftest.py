@@ -127,9 +127,13 @@ class PageLog:
         )
 
 
-def _opener(browser, contexts: list):
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+def _opener(browser, contexts: list, *, viewport: dict = DESKTOP, is_mobile: bool = False):
     def _open(url: str, *, wait_until: str = "load"):
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context = browser.new_context(viewport=viewport, is_mobile=is_mobile)
         context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url_origin(url))
         contexts.append(context)
         log = PageLog()
@@ -189,11 +193,25 @@ def site_page(browser, site_url):
     yield from shared_pages(browser, site_url)
 
 
-def shared_pages(browser, base_url: str):
+@pytest.fixture(scope="session")
+def phone_page(browser, site_url):
+    """phone_page(html) -> (page, log): the built page in a 390 x 844 phone tab, opened once
+    and settled, shared by the tests that measure the page at a phone's width."""
+    yield from shared_pages(browser, site_url, viewport=PHONE, is_mobile=True)
+
+
+@pytest.fixture(scope="session")
+def student_page(browser, student_url):
+    """student_page(html) -> (page, log): the student edition's page, opened once and settled."""
+    yield from shared_pages(browser, student_url)
+
+
+def shared_pages(browser, base_url: str, **tab):
     """Generator behind the page fixtures: yields get(html) -> (page, log), each page opened
-    once under ``base_url`` and settled, and closes them all afterwards."""
+    once under ``base_url`` (in a tab made with ``tab``: viewport, is_mobile) and settled,
+    and closes them all afterwards."""
     contexts, pages = [], {}
-    opener = _opener(browser, contexts)
+    opener = _opener(browser, contexts, **tab)
 
     def _get(html: str):
         if html not in pages:

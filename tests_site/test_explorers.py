@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
-from conftest import CHAPTERS, LOCAL_HOSTS, PAGES, ROOT, SETTLE_MS, page_id, settle
+from conftest import CHAPTERS, PAGES, ROOT, page_id
 
 EXPLORER = ".selfattn-explorer"
 CONTROL = ".selfattn-explorer-control"
@@ -133,30 +132,10 @@ def test_every_explorer_control_selects_its_view(site_page, entry):
     assert not log.problems(), log.problems()
 
 
-@pytest.fixture(scope="module")
-def phone(browser, site_url):
-    """A 390 x 844 tab (a phone), internet blocked like the other tests' tabs."""
-    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
-
-    def route(r):
-        parts = urlsplit(r.request.url)
-        if parts.scheme in ("data", "blob") or parts.hostname in LOCAL_HOSTS:
-            r.continue_()
-        else:
-            r.abort("blockedbyclient")
-
-    context.route("**/*", route)
-    page = context.new_page()
-    page.set_default_timeout(SETTLE_MS)
-    yield page
-    context.close()
-
-
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
-def test_explorer_controls_keep_a_usable_width_on_a_phone(phone, site_url, entry):
+def test_explorer_controls_keep_a_usable_width_on_a_phone(phone_page, entry):
     _, html = entry
-    phone.goto(site_url + html)
-    settle(phone)
+    phone, log = phone_page(html)
     controls = phone.locator(f"{EXPLORER} {CONTROL}")
     for k in range(controls.count()):
         control = controls.nth(k)
@@ -174,6 +153,7 @@ def test_explorer_controls_keep_a_usable_width_on_a_phone(phone, site_url, entry
     for k in range(views.count()):
         box = views.nth(k).bounding_box()
         assert box is None or box["width"] <= 391, f"{html}: view {k} is wider than the phone"
+    assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
 
 
 # axe-core (npm package axe-core 4.x), run in each page. Not vendored: AXE_CORE_JS names its

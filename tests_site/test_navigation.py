@@ -13,23 +13,33 @@ def _path(page, site_url) -> str:
     return urlsplit(page.url).path.removeprefix(urlsplit(site_url).path)
 
 
-def test_next_and_previous_follow_the_toc(site_url, open_page):
+def _links(page, css: str, site_url: str) -> list[str]:
+    """The paths (below ``site_url``) that the page's links matching ``css`` lead to."""
+    hrefs = page.locator(css).evaluate_all("links => links.map(a => a.href)")
+    return [urlsplit(h).path.removeprefix(urlsplit(site_url).path) for h in hrefs]
+
+
+def test_next_and_previous_follow_the_toc(site_url, site_page):
+    # 'next' and 'previous' are plain links: the walk reads them from the pages already open
+    # (test_next_and_previous_are_followed_by_a_click clicks them).
     order = [html for _, html in PAGES]
-    page, log = open_page(site_url + order[0])
-    seen = [_path(page, site_url)]
-    while page.locator("a.right-next").count():
-        with page.expect_navigation(wait_until="load"):
-            page.locator("a.right-next").click()
-        seen.append(_path(page, site_url))
-        assert len(seen) <= len(order), f"'next' keeps going past the last page: {seen}"
-    assert seen == order, f"'next' visits {seen}, the toc says {order}"
-    back = [seen[-1]]
-    while page.locator("a.left-prev").count():
-        with page.expect_navigation(wait_until="load"):
-            page.locator("a.left-prev").click()
-        back.append(_path(page, site_url))
-        assert len(back) <= len(order), f"'previous' keeps going past the first page: {back}"
-    assert back == order[::-1], f"'previous' visits {back}"
+    for css, expected in (("a.right-next", order), ("a.left-prev", order[::-1])):
+        seen = [expected[0]]
+        while links := _links(site_page(seen[-1])[0], css, site_url):
+            seen.append(links[0])
+            assert len(seen) <= len(order), f"{css} keeps going past the end: {seen}"
+        assert seen == expected, f"{css} visits {seen}, the toc says {expected}"
+
+
+def test_next_and_previous_are_followed_by_a_click(site_url, open_page):
+    order = [html for _, html in PAGES]
+    page, log = open_page(site_url + order[1])
+    with page.expect_navigation(wait_until="load"):
+        page.locator("a.right-next").click()
+    assert _path(page, site_url) == order[2]
+    with page.expect_navigation(wait_until="load"):
+        page.locator("a.left-prev").click()
+    assert _path(page, site_url) == order[1]
     assert not log.problems(), "\n  ".join(log.problems())
 
 

@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from conftest import CHAPTERS, PAGES, ROOT, SCREENSHOTS, page_id, settle, widget_state
+from conftest import CHAPTERS, PAGES, PHONE, ROOT, SCREENSHOTS, page_id, widget_state
 from test_colab import expected_colab_url  # tests/test_colab.py: the link as configured
 
 
@@ -200,16 +200,11 @@ def test_code_fits_the_column(entry, site_page):
     assert not wide, f"{html}: {len(wide)} code or output blocks scroll sideways, e.g. {wide[:3]}"
 
 
-PHONE = {"width": 390, "height": 844}
-
-
 @pytest.mark.parametrize("entry", PAGES, ids=page_id)
-def test_page_fits_a_phone(entry, site_url, open_page):
+def test_page_fits_a_phone(entry, phone_page):
     """At a 390-px phone viewport the page never scrolls sideways; code blocks scroll inside."""
     toc_entry, html = entry
-    page, log = open_page(site_url + html)
-    page.set_viewport_size(PHONE)
-    settle(page)
+    page, log = phone_page(html)
     width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
     wide = page.evaluate(
         """() => [...document.querySelectorAll('article *')]

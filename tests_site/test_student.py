@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CHAPTERS, ROOT, page_id, settle
+from conftest import CHAPTERS, ROOT, page_id
 
 CODE_TEXT_JS = (
     "() => [...document.querySelectorAll('div.cell_input pre')]"
@@ -62,9 +62,7 @@ def _count(cells, directive: str) -> int:
 
 
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
-def test_student_edition_has_the_exercises_but_no_solutions(
-    entry, site_page, student_url, open_page
-):
+def test_student_edition_has_the_exercises_but_no_solutions(entry, site_page, student_page):
     toc_entry, html = entry
     cells = _cells(toc_entry)
     exercises, lines = _count(cells, "exercise-start"), solution_only_lines(cells)
@@ -75,8 +73,7 @@ def test_student_edition_has_the_exercises_but_no_solutions(
     missing = [line for line in lines if line not in code_lines(page)]
     assert not missing, f"{html}: solution code missing from the full edition: {missing[:5]}"
 
-    page, log = open_page(student_url + html)
-    settle(page)
+    page, log = student_page(html)
     assert page.locator("div.solution").count() == 0, (
         f"{html}: the student edition shows solutions"
     )
@@ -128,12 +125,12 @@ def test_student_notebooks_are_current_and_solution_free():
 
 
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
-def test_student_colab_link_opens_the_student_notebook(entry, student_url, open_page):
+def test_student_colab_link_opens_the_student_notebook(entry, student_page):
     """The student edition's Colab button names student/<chapter>.ipynb, a file in the repo."""
     from test_colab import COLAB, repo_parts
 
     toc_entry, html = entry
-    page, log = open_page(student_url + html)
+    page, log = student_page(html)
     colab = page.locator('a[href^="https://colab.research.google.com/"]')
     assert colab.count() == 1, f"{html}: {colab.count()} Colab links in the student edition"
     href = colab.get_attribute("href")

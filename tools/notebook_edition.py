@@ -379,9 +379,15 @@ def write() -> None:
         target.mkdir(parents=True, exist_ok=True)
         for stale in set(target.glob("*.ipynb")) - set(expected):
             stale.unlink()
+    written = 0
     for path, text in expected.items():
-        path.write_text(text, encoding="utf-8")
-    print(f"wrote {len(expected)} notebooks to {', '.join(f + '/chapters/' for f in EDITIONS)}")
+        # Unchanged files are left alone: a build reading them meanwhile (make -j) never
+        # sees one half-written.
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            written += 1
+    folders = ", ".join(f + "/chapters/" for f in EDITIONS)
+    print(f"wrote {written} of {len(expected)} notebooks to {folders}")
 
 
 def stale() -> list[str]:
