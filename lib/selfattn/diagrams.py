@@ -1062,14 +1062,19 @@ def sparse_patterns(n: int = 16, window: int = 4, stride: int = 4, n_global: int
         f"{grid_label}; the full causal triangle has {full} entries",
         show_inf=False,
     )
+    # each pattern as the alt text describes it, closed by its count of kept entries
+    what = [
+        f"a sliding window of {window} (a band along the diagonal",
+        f"the strided pattern with stride {stride} (the band plus every {stride}-th earlier "
+        "position",
+        f"the window plus {n_global} global token(s) that every query sees (a band plus the "
+        "first column(s)",
+    ]
+    win_d, strided_d, glob_d = (f"{w}, {c} entries)" for w, c in zip(what, counts))
     alt = (
         f"Three causal sparse masks, mask (n \u00d7 n) = {n} \u00d7 {n}, blue where a query "
-        "may attend: "
-        f"a sliding window of {window} (a band along the diagonal, {counts[0]} entries); the "
-        f"strided pattern with stride {stride} (the band plus every {stride}-th earlier "
-        f"position, {counts[1]} entries); and the window plus {n_global} global token(s) that "
-        f"every query sees (a band plus the first column(s), {counts[2]} entries), against "
-        f"{full} in the full causal triangle."
+        f"may attend: {win_d}; {strided_d}; and {glob_d}, against {full} in the full causal "
+        "triangle."
     )
     return _finish(fig, alt)
 

@@ -341,16 +341,18 @@ def _token_stack(
     return embed, stack(d_model, num_heads, num_layers)
 
 
-class MiniBERT(nn.Module):
-    """A bidirectional encoder trained to fill in masked words (BERT in miniature).
+class _LanguageModel(nn.Module):
+    """What MiniBERT and MiniGPT share: word and position embeddings (``embed``), a stack of
+    blocks, and a linear head from the last layer back to the ``V`` words (``head``), all
+    GPT-2-initialised.
 
-    Every word sees every other real word, left and right; padding positions are masked out
-    of the keys, so a sentence's outputs do not depend on how much padding follows it.
-
-    Args:
-        vocab_size: ``V``. pad_id: id of the padding token (never attended to).
-        d_model, num_heads, num_layers: the encoder's size. max_len: longest sequence.
+    A subclass names its stack (``_stack_name``, ``_stack``: an Encoder for BERT, a Decoder
+    for GPT) and its default context length.
     """
+
+    _stack_name: str
+    _stack: type[Encoder] | type[Decoder]
+    _default_max_len: int
 
     def __init__(
         self,
@@ -359,16 +361,43 @@ class MiniBERT(nn.Module):
         d_model: int = 64,
         num_heads: int = 4,
         num_layers: int = 2,
-        max_len: int = 32,
-        pad_id: int = 0,
+        max_len: int | None = None,
     ):
         super().__init__()
-        self.embed, self.encoder = _token_stack(
-            Encoder, vocab_size, d_model, num_heads, num_layers, max_len
+        max_len = self._default_max_len if max_len is None else max_len
+        embed, stack = _token_stack(
+            self._stack, vocab_size, d_model, num_heads, num_layers, max_len
         )
+        self.embed = embed
+        self.add_module(self._stack_name, stack)  # self.encoder or self.decoder
         self.head = nn.Linear(d_model, vocab_size)
-        self.pad_id = require_int(pad_id, "pad_id", 0)
+        self.max_len = max_len
         _init_weights(self)
+
+    def _logits(self, out, return_weights: bool):
+        # the stack's output ``y`` or ``(y, weights)`` -> logits (and the weights)
+        if return_weights:
+            return self.head(out[0]), out[1]
+        return self.head(out)
+
+
+class MiniBERT(_LanguageModel):
+    """A bidirectional encoder trained to fill in masked words (BERT in miniature).
+
+    Every word sees every other real word, left and right; padding positions are masked out
+    of the keys, so a sentence's outputs do not depend on how much padding follows it.
+
+    Args:
+        vocab_size: ``V``. pad_id: id of the padding token (never attended to).
+        d_model, num_heads, num_layers: the encoder's size (default 64, 4, 2).
+        max_len: longest sequence (default 32).
+    """
+
+    _stack_name, _stack, _default_max_len = "encoder", Encoder, 32
+
+    def __init__(self, vocab_size: int, *, pad_id: int = 0, **size):
+        super().__init__(vocab_size, **size)
+        self.pad_id = require_int(pad_id, "pad_id", 0)
 
     def padding_mask(self, ids: torch.Tensor) -> torch.Tensor:
         """``(B, 1, n)`` bool: ``True`` at real tokens (keys that may be attended to)."""
@@ -377,11 +406,10 @@ class MiniBERT(nn.Module):
     def forward(self, ids: torch.Tensor, *, return_weights: bool = False):
         """ids ``(B, n)`` -> logits ``(B, n, V)`` (and per-layer weights ``(B, h, n, n)`` on
         request)."""
-        x = self.embed(ids)
-        out = self.encoder(x, mask=self.padding_mask(ids), return_weights=return_weights)
-        if return_weights:
-            return self.head(out[0]), out[1]
-        return self.head(out)
+        out = self.encoder(
+            self.embed(ids), mask=self.padding_mask(ids), return_weights=return_weights
+        )
+        return self._logits(out, return_weights)
 
 
 def mlm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -396,30 +424,16 @@ def mlm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     )
 
 
-class MiniGPT(nn.Module):
+class MiniGPT(_LanguageModel):
     """A causal decoder that predicts the next token (GPT in miniature), with KV-cache generation.
 
     Args:
-        vocab_size: ``V``. d_model, num_heads, num_layers: the decoder's size.
-        max_len: context length (positions are learned, so generation stops there).
+        vocab_size: ``V``. d_model, num_heads, num_layers: the decoder's size (default 64, 4,
+            2). max_len: context length (default 128; positions are learned, so generation
+            stops there).
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        *,
-        d_model: int = 64,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        max_len: int = 128,
-    ):
-        super().__init__()
-        self.embed, self.decoder = _token_stack(
-            Decoder, vocab_size, d_model, num_heads, num_layers, max_len
-        )
-        self.head = nn.Linear(d_model, vocab_size)
-        self.max_len = max_len
-        _init_weights(self)
+    _stack_name, _stack, _default_max_len = "decoder", Decoder, 128
 
     def forward(
         self, ids: torch.Tensor, *, caches: list | None = None, return_weights: bool = False
@@ -430,11 +444,12 @@ class MiniGPT(nn.Module):
         the cached ones: positions start at the cache length.
         """
         start = len(caches[0]["self"]) if caches is not None else 0
-        x = self.embed(ids, start=start)
-        out = self.decoder(x, caches=caches, return_weights=return_weights)
+        out = self.decoder(
+            self.embed(ids, start=start), caches=caches, return_weights=return_weights
+        )
         if return_weights:
-            return self.head(out[0]), [w["self"] for w in out[1]]
-        return self.head(out)
+            out = out[0], [w["self"] for w in out[1]]
+        return self._logits(out, return_weights)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy (nats); ids and targets ``(B, n)``."""
