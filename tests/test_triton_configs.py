@@ -190,16 +190,17 @@ def test_offsets_are_int64_beyond_2_to_the_31(bh, n, d, block):
     assert kernel_offset(np.int64) == exact
     with np.errstate(over="ignore"):
         assert kernel_offset(np.int32) != exact  # what int32 offsets would compute
-    # ... and the kernels do cast: every base offset is built from an int64 value. The four
-    # kernels take (head, first row) from one helper, which casts the head, and build the
-    # pointers to a block of rows with another, which casts the first row.
+    # ... and the kernels do cast: every base offset is built from an int64 value. The
+    # kernels (forward, D, the backward's two passes) take (head, first row) from one
+    # helper, which casts the head, and build the pointers to a block of rows with another,
+    # which casts the first row.
     src = inspect.getsource(triton_flash._jit_kernels)
     assert src.count("bh = (tl.program_id(0) // blocks).to(tl.int64)") == 1
     assert src.count("= _program_rows(") == 4
     assert "return X + bh * stride_b + row0.to(tl.int64) * stride_n + local" in src
     assert src.count("_row_ptrs(") == 12  # its definition and the eleven blocks of rows
     assert "lo.to(tl.int64) * stride_qn" in src  # the causal dK/dV loop's first query
-    assert "offs_m[:, None] * stride_qn" not in src.split("_flash_bwd_dkdv")[0]
+    assert "offs_m[:, None] * stride_qn" not in src.split("def _flash_bwd(")[0]
 
 
 def test_preferred_dtype(monkeypatch):

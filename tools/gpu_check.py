@@ -469,7 +469,8 @@ def shared_memory_report(device) -> list[dict]:
     from selfattn.efficient import triton_flash
 
     rows = []
-    for jit_fn in triton_flash._kernels():
+    # the backward kernel is listed once per pass; its cache holds both passes' variants
+    for jit_fn in dict.fromkeys(triton_flash._kernels()):
         try:
             caches = jit_fn.device_caches[device.index or 0][0]
             for compiled in caches.values():

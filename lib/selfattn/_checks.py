@@ -44,6 +44,14 @@ def require_float(x, name: str) -> torch.Tensor:
     return x
 
 
+def require_float_tensors(**tensors) -> None:
+    """Each value a floating-point tensor, checked in the order given; the short message
+    (the argument's name and the type it got) of the low-level helpers."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {type(t).__name__}")
+
+
 def require_ndim(x: torch.Tensor, name: str, at_least: int, shape_doc: str) -> None:
     if x.dim() < at_least:
         raise ValueError(

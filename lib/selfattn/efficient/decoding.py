@@ -28,7 +28,13 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_qkv, check_scale, require_int, require_same_device
+from .._checks import (
+    check_qkv,
+    check_scale,
+    require_float_tensors,
+    require_int,
+    require_same_device,
+)
 from .flash import _work_dtype
 
 __all__ = ["partial_attention", "merge_attention_states", "flash_decoding"]
@@ -86,9 +92,7 @@ def merge_attention_states(
     Returns:
         ``(out, lse)`` with the same shapes (broadcast).
     """
-    for name, t in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got {type(t).__name__}")
+    require_float_tensors(out_a=out_a, lse_a=lse_a, out_b=out_b, lse_b=lse_b)
     if out_a.shape[:-1] != lse_a.shape or out_b.shape[:-1] != lse_b.shape:
         raise ValueError(
             f"each lse must have its output's shape without the last dim, got out_a "

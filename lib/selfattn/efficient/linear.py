@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_qkv, require_int, require_same_device
+from .._checks import check_qkv, require_float_tensors, require_int, require_same_device
 from ..masks import causal_diagonal
 from .flash import _work_dtype
 
@@ -209,9 +209,7 @@ def linear_attention_step(
         ``(out_t, new_state)`` with ``out_t`` of shape ``(..., d_v)``. Memory and time per
         step are O(d d_v), whatever the number of tokens before.
     """
-    for name, t in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got {type(t).__name__}")
+    require_float_tensors(q_t=q_t, k_t=k_t, v_t=v_t)
     if (
         q_t.shape[-1] != state.s.shape[-2]
         or v_t.shape[-1] != state.s.shape[-1]

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from .._checks import check_qkv, require_int
+from .._checks import check_qkv, require_float_tensors, require_int
 from .flash import _work_dtype
 from .linear import linear_attention
 
@@ -84,8 +84,7 @@ def positive_random_features(
             the largest exponent over the last two dimensions (for keys: one factor for all of
             them, which cancels too). Either keeps ``exp`` from overflowing.
     """
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got {type(x).__name__}")
+    require_float_tensors(x=x)
     if (
         not isinstance(projection, torch.Tensor)
         or projection.dim() != 2

@@ -4,9 +4,10 @@ The same algorithm as :func:`~selfattn.efficient.flash.flash_attention`. Forward
 per (batch x head, block of queries); it keeps its queries, the running max ``m``, the running
 sum ``l`` and the unnormalised output on chip, streams the keys and values through in blocks,
 and writes the output and each row's log-sum-exp. Backward (FlashAttention-2, Algorithm 2):
-a small kernel computes D = rowsum(dO * O); one kernel per block of keys accumulates dK and dV
-over the queries, one per block of queries accumulates dQ over the keys, both recomputing P
-tile by tile from the log-sum-exp. fp16, bf16 and fp32 inputs; the tiles accumulate in fp32.
+a small kernel computes D = rowsum(dO * O); then one backward kernel runs twice, a constexpr
+picking its pass: a program per block of keys accumulates dK and dV over the queries, then a
+program per block of queries accumulates dQ over the keys, both recomputing P tile by tile
+from the log-sum-exp. fp16, bf16 and fp32 inputs; the tiles accumulate in fp32.
 Launch settings fit the device's shared memory (:mod:`~selfattn.efficient.triton_configs`).
 
 Triton is imported lazily, on the first call, so ``import selfattn`` works on a
@@ -57,7 +58,9 @@ def _interpreting() -> bool:
 
 
 def _kernels():
-    """The four kernels: compiled for the GPU, or run by the interpreter if TRITON_INTERPRET=1."""
+    """(forward, D, dK/dV pass, dQ pass) kernels: compiled for the GPU, or run by the interpreter
+    if TRITON_INTERPRET=1. The two passes are one kernel, launched with DKDV=True, then False.
+    """
     return _define_kernels(_interpreting())
 
 
@@ -65,7 +68,7 @@ def _kernels():
 def _define_kernels(interpret: bool):
     """Define the kernels on first use (importing triton here, not at module import).
 
-    Conventions shared by the four kernels: tensors are ``(batch x heads, rows, head dim)``
+    Conventions shared by the kernels: tensors are ``(batch x heads, rows, head dim)``
     with a contiguous last dim; a one-axis grid of ``batch x heads x row blocks`` programs,
     the row block varying fastest (:func:`~selfattn.efficient.triton_configs.launch_grid`); base
     offsets are int64 (a tensor may hold more than 2^31 elements), offsets inside a tile int32.
@@ -98,10 +101,11 @@ def _jit_kernels():
     def _program_rows(n, BLOCK):
         # One grid axis: program = head * blocks + block, so neighbouring programs share a
         # head (its keys and values stay in L2) and batch x heads meets no 65535 limit.
-        # Returns (head, first row of the block): the head as int64, a base offset's factor.
+        # Returns the head (int64: a base offset's factor), the block's first row and its rows.
         blocks = tl.cdiv(n, BLOCK)
         bh = (tl.program_id(0) // blocks).to(tl.int64)
-        return bh, (tl.program_id(0) % blocks) * BLOCK
+        row0 = (tl.program_id(0) % blocks) * BLOCK
+        return bh, row0, row0 + tl.arange(0, BLOCK)
 
     @triton.jit
     def _row_ptrs(X, bh, stride_b, row0, stride_n, BLOCK, offs_d):
@@ -191,8 +195,7 @@ def _jit_kernels():
         PRECISION: tl.constexpr,
         DOT_IN_FP32: tl.constexpr,
     ):
-        bh, row0 = _program_rows(n_q, BLOCK_M)
-        offs_m = row0 + tl.arange(0, BLOCK_M)
+        bh, row0, offs_m = _program_rows(n_q, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_dk = tl.arange(0, BLOCK_DK)
         offs_dv = tl.arange(0, BLOCK_DV)
@@ -272,8 +275,7 @@ def _jit_kernels():
         BLOCK_DV: tl.constexpr,
     ):
         # D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij: the term dS = P (dP - D) needs.
-        bh, row0 = _program_rows(n_q, BLOCK_M)
-        offs_m = row0 + tl.arange(0, BLOCK_M)
+        bh, row0, offs_m = _program_rows(n_q, BLOCK_M)
         offs_dv = tl.arange(0, BLOCK_DV)
         o_ptrs = _row_ptrs(Out, bh, stride_ob, row0, stride_on, BLOCK_M, offs_dv)
         do_ptrs = _row_ptrs(DO, bh, stride_dob, row0, stride_don, BLOCK_M, offs_dv)
@@ -282,13 +284,14 @@ def _jit_kernels():
         tl.store(DELTA + bh * n_q + offs_m, tl.sum(o * do, 1), mask=offs_m < n_q)
 
     @triton.jit(do_not_specialize=sizes)
-    def _flash_bwd_dkdv(
+    def _flash_bwd(
         Q,
         K,
         V,
         DO,
         LSE,
         DELTA,
+        DQ,
         DK,
         DV,
         sm_scale,
@@ -306,6 +309,7 @@ def _jit_kernels():
         stride_vn,
         stride_dob,
         stride_don,
+        DKDV: tl.constexpr,
         CAUSAL: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
@@ -314,107 +318,77 @@ def _jit_kernels():
         PRECISION: tl.constexpr,
         DOT_IN_FP32: tl.constexpr,
     ):
-        # One program per block of keys: it keeps k, v, dK, dV on chip and streams the queries.
-        bh, col0 = _program_rows(n_k, BLOCK_N)
-        offs_n = col0 + tl.arange(0, BLOCK_N)
-        offs_m = tl.arange(0, BLOCK_M)
+        # The backward's two passes, launched one after the other. DKDV, a constexpr, picks
+        # the pass: each compiles to a kernel of its own, with the other branch left out.
         offs_dk = tl.arange(0, BLOCK_DK)
         offs_dv = tl.arange(0, BLOCK_DV)
-        k_ptrs = _row_ptrs(K, bh, stride_kb, col0, stride_kn, BLOCK_N, offs_dk)
-        v_ptrs = _row_ptrs(V, bh, stride_vb, col0, stride_vn, BLOCK_N, offs_dv)
-        k = _load(k_ptrs, offs_n, n_k, offs_dk, d_k, DOT_IN_FP32)
-        v = _load(v_ptrs, offs_n, n_k, offs_dv, d_v, DOT_IN_FP32)
-        dk = tl.zeros([BLOCK_N, BLOCK_DK], tl.float32)
-        dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
-        q_ptrs = Q + bh * stride_qb + offs_m[:, None] * stride_qn + offs_dk[None, :]
-        do_ptrs = DO + bh * stride_dob + offs_m[:, None] * stride_don + offs_dv[None, :]
-        lo = 0
-        if CAUSAL:
-            # Query i sees key j iff i >= j - diag: earlier query blocks see none of these keys.
-            lo = tl.maximum(col0 - diag, 0) // BLOCK_M * BLOCK_M
-            q_ptrs += lo.to(tl.int64) * stride_qn
-            do_ptrs += lo.to(tl.int64) * stride_don
-        for start_m in range(lo, n_q, BLOCK_M):
-            rows = start_m + offs_m
-            q = _load(q_ptrs, rows, n_q, offs_dk, d_k, DOT_IN_FP32)
-            do = _load(do_ptrs, rows, n_q, offs_dv, d_v, DOT_IN_FP32)
-            lse, delta = _row_stats(LSE, DELTA, bh, n_q, rows)
-            # Transposed tiles (keys x queries).
-            valid = _visible(rows[None, :], offs_n[:, None], n_q, n_k, diag, CAUSAL)
-            pt = _probs(k, q, lse[None, :], valid, qk_scale, PRECISION)
-            dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)
-            dst = _dscores(pt, v, do, delta[None, :], PRECISION)
-            dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
-            q_ptrs += BLOCK_M * stride_qn
-            do_ptrs += BLOCK_M * stride_don
-        dk_ptrs = _row_ptrs(DK, bh, stride_kb, col0, stride_kn, BLOCK_N, offs_dk)
-        _store(dk_ptrs, dk * sm_scale, offs_n, n_k, offs_dk, d_k)
-        dv_ptrs = _row_ptrs(DV, bh, stride_vb, col0, stride_vn, BLOCK_N, offs_dv)
-        _store(dv_ptrs, dv, offs_n, n_k, offs_dv, d_v)
+        if DKDV:
+            # The dK/dV pass (_flash_bwd_dkdv in compile_for_gpu's report): one program per
+            # block of keys; it keeps k, v, dK, dV on chip and streams the queries.
+            bh, col0, offs_n = _program_rows(n_k, BLOCK_N)
+            k_ptrs = _row_ptrs(K, bh, stride_kb, col0, stride_kn, BLOCK_N, offs_dk)
+            v_ptrs = _row_ptrs(V, bh, stride_vb, col0, stride_vn, BLOCK_N, offs_dv)
+            k = _load(k_ptrs, offs_n, n_k, offs_dk, d_k, DOT_IN_FP32)
+            v = _load(v_ptrs, offs_n, n_k, offs_dv, d_v, DOT_IN_FP32)
+            dk = tl.zeros([BLOCK_N, BLOCK_DK], tl.float32)
+            dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+            offs_m = tl.arange(0, BLOCK_M)
+            q_ptrs = Q + bh * stride_qb + offs_m[:, None] * stride_qn + offs_dk[None, :]
+            do_ptrs = DO + bh * stride_dob + offs_m[:, None] * stride_don + offs_dv[None, :]
+            lo = 0
+            if CAUSAL:
+                # Query i sees key j iff i >= j - diag: earlier query blocks see none of them.
+                lo = tl.maximum(col0 - diag, 0) // BLOCK_M * BLOCK_M
+                q_ptrs += lo.to(tl.int64) * stride_qn
+                do_ptrs += lo.to(tl.int64) * stride_don
+            for start_m in range(lo, n_q, BLOCK_M):
+                rows = start_m + offs_m
+                q = _load(q_ptrs, rows, n_q, offs_dk, d_k, DOT_IN_FP32)
+                do = _load(do_ptrs, rows, n_q, offs_dv, d_v, DOT_IN_FP32)
+                lse, delta = _row_stats(LSE, DELTA, bh, n_q, rows)
+                # Transposed tiles (keys x queries).
+                valid = _visible(rows[None, :], offs_n[:, None], n_q, n_k, diag, CAUSAL)
+                pt = _probs(k, q, lse[None, :], valid, qk_scale, PRECISION)
+                dv += tl.dot(pt.to(do.dtype), do, input_precision=PRECISION)
+                dst = _dscores(pt, v, do, delta[None, :], PRECISION)
+                dk += tl.dot(dst.to(q.dtype), q, input_precision=PRECISION)
+                q_ptrs += BLOCK_M * stride_qn
+                do_ptrs += BLOCK_M * stride_don
+            dk_ptrs = _row_ptrs(DK, bh, stride_kb, col0, stride_kn, BLOCK_N, offs_dk)
+            _store(dk_ptrs, dk * sm_scale, offs_n, n_k, offs_dk, d_k)
+            dv_ptrs = _row_ptrs(DV, bh, stride_vb, col0, stride_vn, BLOCK_N, offs_dv)
+            _store(dv_ptrs, dv, offs_n, n_k, offs_dv, d_v)
+        else:
+            # The dQ pass (_flash_bwd_dq): one program per block of queries; it keeps q, dO, dQ
+            # on chip and streams the keys.
+            bh, row0, offs_m = _program_rows(n_q, BLOCK_M)
+            q_ptrs = _row_ptrs(Q, bh, stride_qb, row0, stride_qn, BLOCK_M, offs_dk)
+            do_ptrs = _row_ptrs(DO, bh, stride_dob, row0, stride_don, BLOCK_M, offs_dv)
+            q = _load(q_ptrs, offs_m, n_q, offs_dk, d_k, DOT_IN_FP32)
+            do = _load(do_ptrs, offs_m, n_q, offs_dv, d_v, DOT_IN_FP32)
+            lse, delta = _row_stats(LSE, DELTA, bh, n_q, offs_m)
+            dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
+            offs_n = tl.arange(0, BLOCK_N)
+            k_ptrs = K + bh * stride_kb + offs_n[:, None] * stride_kn + offs_dk[None, :]
+            v_ptrs = V + bh * stride_vb + offs_n[:, None] * stride_vn + offs_dv[None, :]
+            hi = n_k
+            if CAUSAL:
+                hi = tl.minimum(n_k, row0 + BLOCK_M + diag)
+            for start_n in range(0, hi, BLOCK_N):
+                cols = start_n + offs_n
+                k = _load(k_ptrs, cols, n_k, offs_dk, d_k, DOT_IN_FP32)
+                v = _load(v_ptrs, cols, n_k, offs_dv, d_v, DOT_IN_FP32)
+                valid = _visible(offs_m[:, None], cols[None, :], n_q, n_k, diag, CAUSAL)
+                p = _probs(q, k, lse[:, None], valid, qk_scale, PRECISION)
+                ds = _dscores(p, do, v, delta[:, None], PRECISION)
+                dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+                k_ptrs += BLOCK_N * stride_kn
+                v_ptrs += BLOCK_N * stride_vn
+            dq_ptrs = _row_ptrs(DQ, bh, stride_qb, row0, stride_qn, BLOCK_M, offs_dk)
+            _store(dq_ptrs, dq * sm_scale, offs_m, n_q, offs_dk, d_k)
 
-    @triton.jit(do_not_specialize=sizes)
-    def _flash_bwd_dq(
-        Q,
-        K,
-        V,
-        DO,
-        LSE,
-        DELTA,
-        DQ,
-        sm_scale,
-        qk_scale,
-        n_q,
-        n_k,
-        d_k,
-        d_v,
-        diag,
-        stride_qb,
-        stride_qn,
-        stride_kb,
-        stride_kn,
-        stride_vb,
-        stride_vn,
-        stride_dob,
-        stride_don,
-        CAUSAL: tl.constexpr,
-        BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        BLOCK_DK: tl.constexpr,
-        BLOCK_DV: tl.constexpr,
-        PRECISION: tl.constexpr,
-        DOT_IN_FP32: tl.constexpr,
-    ):
-        # One program per block of queries: it keeps q, dO, dQ on chip and streams the keys.
-        bh, row0 = _program_rows(n_q, BLOCK_M)
-        offs_m = row0 + tl.arange(0, BLOCK_M)
-        offs_n = tl.arange(0, BLOCK_N)
-        offs_dk = tl.arange(0, BLOCK_DK)
-        offs_dv = tl.arange(0, BLOCK_DV)
-        q_ptrs = _row_ptrs(Q, bh, stride_qb, row0, stride_qn, BLOCK_M, offs_dk)
-        do_ptrs = _row_ptrs(DO, bh, stride_dob, row0, stride_don, BLOCK_M, offs_dv)
-        q = _load(q_ptrs, offs_m, n_q, offs_dk, d_k, DOT_IN_FP32)
-        do = _load(do_ptrs, offs_m, n_q, offs_dv, d_v, DOT_IN_FP32)
-        lse, delta = _row_stats(LSE, DELTA, bh, n_q, offs_m)
-        dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
-        k_ptrs = K + bh * stride_kb + offs_n[:, None] * stride_kn + offs_dk[None, :]
-        v_ptrs = V + bh * stride_vb + offs_n[:, None] * stride_vn + offs_dv[None, :]
-        hi = n_k
-        if CAUSAL:
-            hi = tl.minimum(n_k, row0 + BLOCK_M + diag)
-        for start_n in range(0, hi, BLOCK_N):
-            cols = start_n + offs_n
-            k = _load(k_ptrs, cols, n_k, offs_dk, d_k, DOT_IN_FP32)
-            v = _load(v_ptrs, cols, n_k, offs_dv, d_v, DOT_IN_FP32)
-            valid = _visible(offs_m[:, None], cols[None, :], n_q, n_k, diag, CAUSAL)
-            p = _probs(q, k, lse[:, None], valid, qk_scale, PRECISION)
-            ds = _dscores(p, do, v, delta[:, None], PRECISION)
-            dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-            k_ptrs += BLOCK_N * stride_kn
-            v_ptrs += BLOCK_N * stride_vn
-        dq_ptrs = _row_ptrs(DQ, bh, stride_qb, row0, stride_qn, BLOCK_M, offs_dk)
-        _store(dq_ptrs, dq * sm_scale, offs_m, n_q, offs_dk, d_k)
-
-    return _flash_fwd, _flash_bwd_delta, _flash_bwd_dkdv, _flash_bwd_dq
+    # (forward, D, dK/dV pass, dQ pass): one backward kernel serves both passes.
+    return _flash_fwd, _flash_bwd_delta, _flash_bwd, _flash_bwd
 
 
 def _pow2(x: int, at_least: int = 16) -> int:
@@ -476,7 +450,7 @@ def _constants(
     dot_fp32: bool,
     on_gpu: bool = True,
 ) -> dict:
-    """The compile-time arguments of the forward, dK/dV and dQ kernels."""
+    """The compile-time arguments of the forward and backward kernels, but the backward's pass."""
     # fp32 inputs, and bf16 tiles upcast on a GPU: exact fp32 dots, not TF32.
     ieee = dtype == torch.float32 or (dot_fp32 and on_gpu)
     return {
@@ -490,12 +464,15 @@ def _constants(
     }
 
 
-def _launch(kernel, grid, leading, qf, kf, vf, x, scale, causal, diag, cfg, dot_fp32) -> None:
-    """Launch the forward, dK/dV or dQ kernel on ``grid``.
+def _launch(
+    kernel, grid, leading, qf, kf, vf, x, scale, causal, diag, cfg, dot_fp32, **flags
+) -> None:
+    """Launch the forward kernel, or a pass of the backward kernel, on ``grid``.
 
     Their arguments: ``leading`` (the pointers, and the backward's softmax scale), then the
-    ones the three share: the base-2 score scale, the sizes, the diagonal, the strides of q,
-    k, v and of ``x`` (the output for the forward, dO for the backward), the constants.
+    ones the two share: the base-2 score scale, the sizes, the diagonal, the strides of q,
+    k, v and of ``x`` (the output for the forward, dO for the backward), the constants, and
+    ``flags``, the constants of one kernel only (the backward's ``DKDV``).
     """
     _, n, d_k = qf.shape
     m, d_v = kf.shape[1], vf.shape[2]
@@ -512,6 +489,7 @@ def _launch(kernel, grid, leading, qf, kf, vf, x, scale, causal, diag, cfg, dot_
         *vf.stride()[:2],
         *x.stride()[:2],
         **_constants(qf.dtype, causal, d_k, d_v, cfg, dot_fp32, qf.device.type != "cpu"),
+        **flags,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
@@ -528,7 +506,7 @@ def _forward(qf, kf, vf, scale, causal, diag, cfg, dot_fp32):
 
 
 def _backward(qf, kf, vf, out, lse, do, scale, causal, diag, cfg, dot_fp32):
-    _, delta_k, dkdv_k, dq_k = _kernels()
+    _, delta_k, dkdv_k, dq_k = _kernels()  # the backward kernel, once per pass
     bh, n, m, d_v = qf.shape[0], qf.shape[1], kf.shape[1], vf.shape[2]
     do = do.contiguous()
     delta = torch.empty(bh, n, dtype=torch.float32, device=qf.device)
@@ -544,10 +522,10 @@ def _backward(qf, kf, vf, out, lse, do, scale, causal, diag, cfg, dot_fp32):
         BLOCK_DV=_pow2(d_v),
     )
     dq, dk, dv = torch.empty_like(qf), torch.empty_like(kf), torch.empty_like(vf)
-    inputs = (qf, kf, vf, do, lse, delta)
+    leading = (qf, kf, vf, do, lse, delta, dq, dk, dv, scale)
     shared = (qf, kf, vf, do, scale, causal, diag, cfg, dot_fp32)
-    _launch(dkdv_k, launch_grid(bh, m, cfg.block_n), (*inputs, dk, dv, scale), *shared)
-    _launch(dq_k, launch_grid(bh, n, cfg.block_m), (*inputs, dq, scale), *shared)
+    _launch(dkdv_k, launch_grid(bh, m, cfg.block_n), leading, *shared, DKDV=True)  # key blocks
+    _launch(dq_k, launch_grid(bh, n, cfg.block_m), leading, *shared, DKDV=False)  # query blocks
     return dq, dk, dv
 
 
@@ -590,8 +568,9 @@ def triton_flash_attention(
 
     The forward kernel writes the output and each row's log-sum-exp; the backward pass
     (FlashAttention-2, Algorithm 2) computes D = rowsum(dO * O) in a small kernel, then dK, dV
-    in a kernel over key blocks and dQ in a kernel over query blocks, recomputing P tile by
-    tile from the log-sum-exp. Extra memory: O(n) floats per head, never the n x m matrix.
+    over key blocks and dQ over query blocks (one kernel, launched once for each), recomputing
+    P tile by tile from the log-sum-exp. Extra memory: O(n) floats per head, never the n x m
+    matrix.
 
     Args:
         q: queries ``(..., n, d_k)``; k: keys ``(..., m, d_k)``; v: values ``(..., m, d_v)``,
@@ -674,7 +653,8 @@ def compile_for_gpu(
     :func:`~selfattn.efficient.triton_configs.shared_memory_bytes` and the device's budget.
 
     Args:
-        kernel: ``"forward"`` (the forward kernel) or ``"backward"`` (the dK/dV and dQ kernels).
+        kernel: ``"forward"`` (the forward kernel) or ``"backward"`` (the backward kernel's
+            dK/dV and dQ passes, each compiled on its own).
         capability: compute capability as ``major * 10 + minor``, e.g. 75 (T4), 80, 90.
         dtype: float16, bfloat16 or float32.
         d_k, d_v: head dims (1..256).
@@ -683,7 +663,8 @@ def compile_for_gpu(
             :data:`~selfattn.efficient.triton_configs.SHARED_MEMORY_BUDGET` would get.
 
     Returns:
-        ``{kernel name: shared memory in bytes}``.
+        ``{kernel name: shared memory in bytes}``; the backward's passes are named
+        ``_flash_bwd_dkdv`` and ``_flash_bwd_dq``.
 
     Raises:
         ImportError: Triton is not installed.
@@ -700,12 +681,19 @@ def compile_for_gpu(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    fwd, _, dkdv, dq = _define_kernels(interpret=False)
-    fns = [fwd] if kernel == "forward" else [dkdv, dq]
-    constants = _constants(dtype, causal, d_k, d_v, config, _dot_in_fp32(dtype, capability))
+    fwd, _, bwd, _ = _define_kernels(interpret=False)
+    if kernel == "forward":
+        passes = {"_flash_fwd": (fwd, {})}
+    else:
+        passes = {
+            "_flash_bwd_dkdv": (bwd, {"DKDV": True}),
+            "_flash_bwd_dq": (bwd, {"DKDV": False}),
+        }
+    common = _constants(dtype, causal, d_k, d_v, config, _dot_in_fp32(dtype, capability))
     pointers = {"Q", "K", "V", "Out", "DO", "DQ", "DK", "DV"}
     shared = {}
-    for fn in fns:
+    for label, (fn, flags) in passes.items():
+        constants = {**common, **flags}
         signature = {}
         for name in fn.arg_names:
             if name in constants:
@@ -723,5 +711,5 @@ def compile_for_gpu(
             target=GPUTarget("cuda", capability, 32),
             options={"num_warps": config.num_warps, "num_stages": config.num_stages},
         )
-        shared[compiled.metadata.name] = int(compiled.metadata.shared)
+        shared[label] = int(compiled.metadata.shared)
     return shared
