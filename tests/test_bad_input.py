@@ -433,7 +433,7 @@ def test_model_sizes_and_token_ids_are_validated():
     _raises_naming(lambda: OrderModel(num_layers=-1), "num_layers")
     _raises_naming(lambda: OrderModel(d_model=2.5), "d_model")
     _raises_naming(lambda: Decoder(8, 2, 0), "num_layers")
-    _raises_naming(lambda: TransformerBlock(8, 2, mlp_ratio=0), "mlp_ratio")
+    _raises_naming(lambda: TransformerBlock(8, 2, mlp_ratio=-1), "mlp_ratio")  # 0: no MLP
     ids = torch.tensor([[1, 2, 99]])
     _raises_naming(lambda: OrderModel(vocab_size=16)(ids), "tokens")
     _raises_naming(lambda: MiniGPT(16, d_model=8, num_heads=2, num_layers=1)(ids), "ids")

@@ -129,7 +129,8 @@ def test_the_former_argument_names_still_work():
     new = AttentionClassifier(7, 2, d_model=8, num_layers=2, num_heads=2)
     torch.manual_seed(3)
     old = AttentionClassifier(7, 2, d_model=8, n_layers=2, n_heads=2)
-    assert len(old.attn) == 2 and old.attn[0].num_heads == old.attn[0].n_heads == 2
+    layers = [block.attn for block in old.blocks]
+    assert len(layers) == 2 and layers[0].num_heads == layers[0].n_heads == 2
     ids = torch.randint(0, 7, (2, 5))
     assert torch.equal(new(ids), old(ids))
     assert SelfAttention(8, n_heads=4).num_heads == 4
@@ -182,3 +183,73 @@ def test_learned_positions_are_one_module():
     assert isinstance(LookupHeadsModel().pos, LearnedPositionalEmbedding)
     # the table comes first in the parameter order (that of the recorded runs)
     assert next(model.parameters()) is model.pos.weight
+
+
+@pytest.mark.parametrize("num_layers,mlp", [(1, False), (2, False), (2, True)])
+def test_classifier_is_transformer_blocks_drawn_in_the_recorded_order(num_layers, mlp):
+    """Blocks of the library (attention-only unless ``mlp``), whose attention is the chapter-2
+    layer with its W_O; the weights are drawn all W_Q, W_K, W_V first, then every W_O, then
+    the MLPs, the head last: the order the recorded runs of chapters 1-2 drew them in."""
+    from selfattn.models import TransformerBlock
+    from selfattn.models.transformer import MLP
+
+    torch.manual_seed(5)
+    model = AttentionClassifier(9, 4, d_model=8, num_layers=num_layers, num_heads=2, mlp=mlp)
+    torch.manual_seed(5)
+    embed = torch.nn.Embedding(9, 8)
+    layers = [SelfAttention(8, num_heads=2) for _ in range(num_layers)]
+    w_o = [torch.nn.Linear(8, 8, bias=False) for _ in range(num_layers)]
+    mlps = [MLP(8, 16) for _ in range(num_layers)] if mlp else []
+    head = torch.nn.Linear(8, 4)
+    assert torch.equal(model.embed.weight, embed.weight)
+    assert len(model.blocks) == num_layers
+    for i, block in enumerate(model.blocks):
+        assert isinstance(block, TransformerBlock) and isinstance(block.attn, SelfAttention)
+        for name in ("w_q", "w_k", "w_v"):
+            assert torch.equal(getattr(block.attn, name).weight, getattr(layers[i], name).weight)
+        assert torch.equal(block.attn.out.weight, w_o[i].weight)
+        assert (block.mlp is None) == (not mlp) and (block.ln2 is None) == (not mlp)
+        if mlp:
+            assert torch.equal(block.mlp.fc.weight, mlps[i].fc.weight)
+            assert torch.equal(block.mlp.proj.bias, mlps[i].proj.bias)
+    assert torch.equal(model.head.weight, head.weight)
+
+
+def test_classifier_blocks_compute_the_residual_layers():
+    """Each block is x + W_O attn(LN(x)) [+ MLP(LN(x))], the temperature reaching the scores."""
+    torch.manual_seed(0)
+    model = AttentionClassifier(11, 3, d_model=8, num_layers=2, mlp=True).double()
+    ids = torch.randint(0, 11, (4, 6))
+    x = model.embed_tokens(ids)
+    weights = []
+    for block in model.blocks:
+        out, w = block.attn(block.ln1(x), temperature=0.5, return_weights=True)
+        x = x + out
+        x = x + block.mlp.proj(torch.nn.functional.gelu(block.mlp.fc(block.ln2(x))))
+        weights.append(w)
+    logits, got = model(ids, temperature=0.5, return_weights=True)
+    torch.testing.assert_close(logits, model.head(model.final_norm(x[:, -1])))
+    for a, b in zip(got, weights):
+        torch.testing.assert_close(a, b)
+
+
+def test_self_attention_output_projection_and_block_call():
+    torch.manual_seed(1)
+    layer = SelfAttention(8, d_v=6, num_heads=2)
+    x = torch.randn(2, 5, 8)
+    plain = layer(x)
+    w_o = torch.nn.Linear(6, 8, bias=False)
+    assert layer.with_output(w_o) is layer and layer.out is w_o
+    torch.testing.assert_close(layer(x), w_o(plain))
+    for bad in (torch.nn.Linear(8, 8), torch.nn.Conv1d(6, 8, 1)):
+        with pytest.raises(ValueError, match=r"out must be an nn.Linear\(6, 8\)"):
+            SelfAttention(8, d_v=6).with_output(bad)
+    # called like MultiHeadAttention inside a block: no score bias, no cache
+    with pytest.raises(ValueError, match="no score_bias and no cache"):
+        layer(x, score_bias=torch.zeros(5, 5))
+    with pytest.raises(ValueError, match="no score_bias and no cache"):
+        layer(x, cache=object())
+    # to_multihead takes the layer's own W_O by default
+    square = SelfAttention(8, num_heads=2).double().with_output(torch.nn.Linear(8, 8).double())
+    xd = x.double()
+    torch.testing.assert_close(square.to_multihead()(xd), square(xd))

@@ -227,3 +227,26 @@ def test_gpt_learns_a_repeating_pattern():
     assert first > 1.0 and loss.item() < 0.05
     out = gpt.generate(seq[:, :2], 10, greedy=True)
     assert out[0].tolist() == [0, 1, 2, 3] * 3
+
+
+def test_block_without_mlp_and_with_a_given_attention():
+    from selfattn.models import SelfAttention
+
+    torch.manual_seed(0)
+    block = TransformerBlock(8, 2, mlp_ratio=0)
+    assert block.mlp is None and block.ln2 is None
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(block(x), x + block.attn(block.ln1(x)))
+    layer = SelfAttention(8, num_heads=2).with_output(torch.nn.Linear(8, 8, bias=False))
+    given = TransformerBlock(8, 2, attention=layer)
+    assert given.attn is layer
+    y, w = given(x, temperature=2.0, return_weights=True)
+    a, aw = layer(given.ln1(x), temperature=2.0, return_weights=True)
+    torch.testing.assert_close(w["self"], aw)
+    torch.testing.assert_close(y, x + a + given.mlp(given.ln2(x + a)))
+    with pytest.raises(ValueError, match="attention has 2 heads, the block num_heads=4"):
+        TransformerBlock(8, 4, attention=layer)
+    with pytest.raises(ValueError, match="pass rope to the attention module"):
+        TransformerBlock(8, 2, attention=layer, rope=torch.nn.Identity())
+    with pytest.raises(ValueError, match="mlp_ratio"):
+        TransformerBlock(8, 2, mlp_ratio=-1)

@@ -811,3 +811,23 @@ def test_dropout_in_training_is_the_attention_function_s():
     q, k, v = (split_heads(t, 4) for t in layer.qkv(x).split(16, -1))
     attended = scaled_dot_product_attention(q, k, v, causal_mask(5), dropout=0.3)
     torch.testing.assert_close(got, layer.out(merge_heads(attended)))
+
+
+@pytest.mark.parametrize("kernel", ["reference", "flash"])
+def test_temperature_divides_the_scaled_scores(kernel):
+    """temperature T: softmax(q k^T / (sqrt(d_head) T)), checked against torch's SDPA."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(12, 3, kernel=kernel).double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    q, k, v = (split_heads(t, 3) for t in layer.qkv(x).split(12, dim=-1))
+    for t in (0.25, 1.0, 4.0):
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=1 / (2.0 * t)
+        )
+        got = layer(x, mask="causal", temperature=t)
+        torch.testing.assert_close(got, layer.out(merge_heads(ref)))
+    assert torch.equal(layer(x, temperature=1.0), layer(x))
+    with pytest.raises(ValueError, match="temperature must be"):
+        layer(x, temperature=0.0)
+    with pytest.raises(TypeError, match="temperature must be a real number"):
+        layer(x, temperature="hot")

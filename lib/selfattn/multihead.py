@@ -487,10 +487,9 @@ class MultiHeadAttention(nn.Module):
             return score_bias.masked_fill(~mask, float("-inf"))
         return score_bias + mask
 
-    def _flash(self, q, k, v, causal: bool) -> torch.Tensor:
+    def _flash(self, q, k, v, causal: bool, scale: float) -> torch.Tensor:
         batch, h, n, d_head = q.shape
         group = h // self.num_kv_heads
-        scale = 1.0 / math.sqrt(self.d_head)
         if causal and n > 1:
             # (B, h, n, d) -> (B, h_kv, group, n, d) against K/V (B, h_kv, 1, m, d): the
             # batch axes broadcast, and the causal diagonal is each head's own
@@ -514,6 +513,7 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | str | None = None,
         score_bias: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None,
         cache: KVCache | None = None,
+        temperature: float = 1.0,
         return_weights: bool = False,
     ):
         """Attend from ``x`` to itself (or to ``context``).
@@ -534,6 +534,8 @@ class MultiHeadAttention(nn.Module):
             cache: a :class:`KVCache`; self-attention appends the new keys/values to it
                 and attends over everything cached; cross-attention fills it from
                 ``context`` once and reuses it (``context`` may then be ``None``).
+            temperature: divides the scaled scores (chapter 2): below 1 sharpens the weights,
+                above 1 flattens them; 1 (the default) is the trained layer.
             return_weights: also return the per-head weights.
 
         Returns:
@@ -548,6 +550,7 @@ class MultiHeadAttention(nn.Module):
         """
         require_float(x, "x")
         return_weights = require_bool(return_weights, "return_weights")
+        temperature = require_number(temperature, "temperature", positive=True)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a selfattn.KVCache, got {type(cache).__name__}")
         if context is not None:
@@ -655,8 +658,9 @@ class MultiHeadAttention(nn.Module):
         # nothing moves). The scores are scaled, masked and normalised in the book's one
         # attention function.
         group = self.num_heads // self.num_kv_heads
+        scale = 1.0 / (math.sqrt(self.d_head) * temperature)
         if self.kernel == "flash":
-            y = self.out(merge_heads(self._flash(q, k, v, causal)))
+            y = self.out(merge_heads(self._flash(q, k, v, causal, scale)))
             return y.squeeze(0) if unbatched else y
         q = _stack_group(q, group, n)
         if mask is not None:
@@ -666,7 +670,7 @@ class MultiHeadAttention(nn.Module):
             k,
             v,
             mask,
-            scale=1.0 / math.sqrt(self.d_head),
+            scale=scale,
             return_weights=True,
             dropout=self.dropout if self.training else 0.0,
         )  # (B, h_kv, group * n, d_head), (B, h_kv, group * n, m)

@@ -2,9 +2,10 @@
 
 * :class:`SelfAttention`: learned projections ``Q = X W_Q``, ``K = C W_K``, ``V = C W_V``
   with ``C = X`` (self-attention) or another sequence (cross-attention).
-* :class:`AttentionClassifier`: embeddings + positions, a few residual attention layers,
-  and a linear read-out at one chosen position (the ``?`` of the long-range task, the
-  ``it`` of the coreference task).
+* :class:`AttentionClassifier`: embeddings + positions, a few attention-only
+  :class:`~selfattn.models.transformer.TransformerBlock` (the attention is
+  :class:`SelfAttention` with an output projection), and a linear read-out at one chosen
+  position (the ``?`` of the long-range task, the ``it`` of the coreference task).
 
 Multi-head attention proper (with its output projection and KV cache) is chapter 5's
 :mod:`selfattn.multihead`; here heads are only a reshape, enough to look at them.
@@ -28,6 +29,7 @@ from .._checks import (
 from ..attention import scaled_dot_product_attention
 from ..multihead import MultiHeadAttention, heads_mask, merge_heads, split_heads
 from ..positional import LearnedPositionalEmbedding, sinusoidal_encoding
+from .transformer import TransformerBlock
 
 __all__ = ["SelfAttention", "AttentionClassifier"]
 
@@ -56,18 +58,18 @@ class SelfAttention(nn.Module):
 
     Shapes:
         ``forward(x, context=None)``: x ``(B, n, d_model)``; context ``(B, m, d_model)``
-        (default ``x``). Returns ``(B, n, d_v)``, plus weights ``(B, num_heads, n, m)`` with
-        ``return_weights=True``.
+        (default ``x``). Returns ``(B, n, d_v)`` (``(B, n, d_model)`` after an output
+        projection), plus weights ``(B, num_heads, n, m)`` with ``return_weights=True``.
 
     It is :class:`~selfattn.multihead.MultiHeadAttention` before two engineering steps:
     ``W_Q``, ``W_K``, ``W_V`` are kept apart (``w_q``, ``w_k``, ``w_v``, as the formula writes
-    them) instead of fused into one ``qkv``, and there is no output projection (a model adds
-    its own ``W_O``), so ``d_k`` and ``d_v`` may differ from ``d_model``. Everything else is
-    shared: the heads are split and merged by :func:`~selfattn.multihead.split_heads` and
-    :func:`~selfattn.multihead.merge_heads`, the masks read by
-    :func:`~selfattn.multihead.heads_mask`, and the scores scaled, masked and normalised by
-    :func:`~selfattn.attention.scaled_dot_product_attention`. :meth:`to_multihead` makes the
-    fused layer that computes the same function (tested equal).
+    them) instead of fused into one ``qkv``, and the output projection is optional
+    (:meth:`with_output` adds ``W_O``), so ``d_k`` and ``d_v`` may differ from ``d_model``.
+    Everything else is shared: the heads are split and merged by
+    :func:`~selfattn.multihead.split_heads` and :func:`~selfattn.multihead.merge_heads`, the
+    masks read by :func:`~selfattn.multihead.heads_mask`, and the scores scaled, masked and
+    normalised by :func:`~selfattn.attention.scaled_dot_product_attention`.
+    :meth:`to_multihead` makes the fused layer that computes the same function (tested equal).
     """
 
     def __init__(
@@ -94,6 +96,21 @@ class SelfAttention(nn.Module):
         self.w_q = nn.Linear(d_model, d_k, bias=bias)
         self.w_k = nn.Linear(d_model, d_k, bias=bias)
         self.w_v = nn.Linear(d_model, d_v, bias=bias)
+        self.out: nn.Linear | None = None  # W_O, once with_output has given one
+
+    def with_output(self, out: nn.Linear) -> SelfAttention:
+        """Give the layer the output projection ``W_O`` (``out``, ``d_v -> d_model``), applied
+        to the merged heads; returns the layer.
+
+        ``W_O`` is passed in rather than made here so that a model decides when its weights
+        are drawn (:class:`AttentionClassifier` draws every layer's ``W_Q``, ``W_K``, ``W_V``
+        first).
+        """
+        shape = (self.d_v, self.d_model)
+        if not isinstance(out, nn.Linear) or (out.in_features, out.out_features) != shape:
+            raise ValueError(f"out must be an nn.Linear({self.d_v}, {self.d_model}), got {out}")
+        self.out = out
+        return self
 
     @property
     def n_heads(self) -> int:
@@ -119,13 +136,14 @@ class SelfAttention(nn.Module):
         """The fused :class:`~selfattn.multihead.MultiHeadAttention` computing the same function.
 
         Its ``qkv`` stacks ``w_q``, ``w_k``, ``w_v`` (rows q, k, v) and its ``out`` is ``out``
-        (the model's ``W_O``; default the identity), so
+        (the model's ``W_O``; default the layer's own, else the identity), so
         ``to_multihead(W_O)(x) == W_O(self(x))`` to float rounding.
 
         Raises:
             ValueError: ``d_k`` or ``d_v`` differs from ``d_model``, or ``scaled=False``
                 (the fused layer always scales).
         """
+        out = self.out if out is None else out
         if not (self.d_k == self.d_v == self.d_model) or not self.scaled:
             raise ValueError(
                 "to_multihead needs d_k == d_v == d_model and scaled=True, got "
@@ -166,6 +184,8 @@ class SelfAttention(nn.Module):
         context: torch.Tensor | None = None,
         *,
         mask: torch.Tensor | None = None,
+        score_bias: None = None,
+        cache: None = None,
         temperature: float = 1.0,
         return_weights: bool = False,
     ):
@@ -176,6 +196,9 @@ class SelfAttention(nn.Module):
             context: keys and values come from here, ``(B, m, d_model)``; ``None`` = ``x``.
             mask: bool (``True`` = may attend) or float (added), ``(n, m)``, ``(B, n, m)``
                 (one mask per sequence, shared by the heads) or ``(B, num_heads, n, m)``.
+            score_bias, cache: must be ``None``; they are taken so that the layer is called
+                like :class:`~selfattn.multihead.MultiHeadAttention` (inside a
+                :class:`~selfattn.models.transformer.TransformerBlock`), which has both.
             temperature: divides the scaled scores: below 1 sharpens the weights, above 1
                 flattens them (the trained model uses 1).
             return_weights: also return the weights ``(B, num_heads, n, m)``.
@@ -188,6 +211,11 @@ class SelfAttention(nn.Module):
                     f"{name} must have shape (B, n, d_model={self.d_model}), got {shape}"
                 )
         temperature = require_number(temperature, "temperature", positive=True)
+        if score_bias is not None or cache is not None:
+            raise ValueError(
+                "SelfAttention takes no score_bias and no cache (MultiHeadAttention does); got "
+                f"score_bias={type(score_bias).__name__}, cache={type(cache).__name__}"
+            )
         if mask is not None:
             mask = heads_mask(mask)
         q, k, v = (
@@ -200,13 +228,17 @@ class SelfAttention(nn.Module):
             q, k, v, mask, scale=scale, return_weights=True
         )
         out = merge_heads(out)  # heads side by side again
+        if self.out is not None:
+            out = self.out(out)
         return (out, weights) if return_weights else out
 
 
 class AttentionClassifier(nn.Module):
-    """Token and position embeddings, ``num_layers`` residual attention layers, a read-out.
+    """Token and position embeddings, ``num_layers`` Transformer blocks, a read-out.
 
-    Each layer is ``x = x + W_O attention(LayerNorm(x))``, followed (when ``mlp``) by
+    Each block (:class:`~selfattn.models.transformer.TransformerBlock`, pre-LayerNorm) is
+    ``x = x + W_O attention(LayerNorm(x))``, its attention a :class:`SelfAttention` (``W_Q``,
+    ``W_K``, ``W_V`` apart, as chapter 2 writes them), followed (when ``mlp``) by
     ``x = x + MLP(LayerNorm(x))``. The class logits come from the final vector at the
     read-out position, after a LayerNorm.
 
@@ -260,25 +292,14 @@ class AttentionClassifier(nn.Module):
         # Registered positions first: the parameter order of the recorded runs (gradient
         # clipping sums the norms in this order; another order rounds differently).
         self.pos, self.embed = pos, embed
-        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(num_layers))
-        self.attn = nn.ModuleList(
-            SelfAttention(d_model, num_heads=num_heads) for _ in range(num_layers)
-        )
-        self.out_proj = nn.ModuleList(
-            nn.Linear(d_model, d_model, bias=False) for _ in range(num_layers)
-        )
-        self.mlps = (
-            nn.ModuleList(
-                nn.Sequential(
-                    nn.LayerNorm(d_model),
-                    nn.Linear(d_model, 2 * d_model),
-                    nn.GELU(),
-                    nn.Linear(2 * d_model, d_model),
-                )
-                for _ in range(num_layers)
-            )
-            if mlp
-            else None
+        # Every layer's W_Q, W_K, W_V are drawn, then every W_O, then the MLPs (as the blocks
+        # are built): the order of the recorded runs' random draws.
+        attention = [SelfAttention(d_model, num_heads=num_heads) for _ in range(num_layers)]
+        for layer in attention:
+            layer.with_output(nn.Linear(d_model, d_model, bias=False))
+        self.blocks = nn.ModuleList(
+            TransformerBlock(d_model, num_heads, mlp_ratio=2 if mlp else 0, attention=layer)
+            for layer in attention
         )
         self.final_norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, n_classes)
@@ -309,12 +330,9 @@ class AttentionClassifier(nn.Module):
         """
         x = self.embed_tokens(ids)
         all_weights = []
-        for i, (norm, attn, proj) in enumerate(zip(self.norms, self.attn, self.out_proj)):
-            out, weights = attn(norm(x), temperature=temperature, return_weights=True)
-            x = x + proj(out)
-            if self.mlps is not None:
-                x = x + self.mlps[i](x)
-            all_weights.append(weights)
+        for block in self.blocks:
+            x, weights = block(x, temperature=temperature, return_weights=True)
+            all_weights.append(weights["self"])
         b, n = ids.shape
         if query_position is None:
             query_position = torch.full((b,), n - 1, dtype=torch.long, device=ids.device)

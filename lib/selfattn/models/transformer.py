@@ -106,10 +106,16 @@ class TransformerBlock(nn.Module):
     Args:
         d_model: width ``d``.
         num_heads: heads of each attention.
-        mlp_ratio: MLP hidden width is ``mlp_ratio * d``.
+        mlp_ratio: MLP hidden width is ``mlp_ratio * d``; 0 leaves the MLP out (an
+            attention-only block, chapters 1-2).
         cross_attention: add a cross-attention sub-layer (a decoder reading an encoder).
         rope: a rotary module for the self-attention (see
             :class:`~selfattn.multihead.MultiHeadAttention`), or ``None``.
+        attention: the self-attention sub-layer, in place of a new
+            :class:`~selfattn.multihead.MultiHeadAttention`: a module called like it
+            (``attention(x, mask=, score_bias=, cache=, temperature=, return_weights=True)``
+            returns ``(y (B, n, d), weights)``) with ``num_heads`` heads, such as chapter 2's
+            :class:`~selfattn.models.tiny_attention.SelfAttention` with its ``W_O``.
     """
 
     def __init__(
@@ -120,19 +126,33 @@ class TransformerBlock(nn.Module):
         mlp_ratio: int = 4,
         cross_attention: bool = False,
         rope: nn.Module | None = None,
+        attention: nn.Module | None = None,
     ):
         super().__init__()
         d_model = require_int(d_model, "d_model", 1)
         num_heads = require_int(num_heads, "num_heads", 1)
-        mlp_ratio = require_int(mlp_ratio, "mlp_ratio", 1)
+        mlp_ratio = require_int(mlp_ratio, "mlp_ratio", 0)
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, num_heads, rope=rope)
+        if attention is None:
+            attention = MultiHeadAttention(d_model, num_heads, rope=rope)
+        elif rope is not None:
+            raise ValueError("pass rope to the attention module given, not to the block")
+        else:
+            require_module(attention, "attention")
+            if getattr(attention, "num_heads", None) != num_heads:
+                raise ValueError(
+                    f"attention has {getattr(attention, 'num_heads', None)} heads, the block "
+                    f"num_heads={num_heads}"
+                )
+        self.attn = attention
         self.cross = None
         if cross_attention:
             self.ln_cross = nn.LayerNorm(d_model)
             self.cross = MultiHeadAttention(d_model, num_heads)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = MLP(d_model, mlp_ratio * d_model)
+        self.ln2 = self.mlp = None
+        if mlp_ratio:
+            self.ln2 = nn.LayerNorm(d_model)
+            self.mlp = MLP(d_model, mlp_ratio * d_model)
 
     def forward(
         self,
@@ -144,6 +164,7 @@ class TransformerBlock(nn.Module):
         context_mask=None,
         cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
+        temperature: float = 1.0,
         return_weights: bool = False,
     ):
         """Apply the block.
@@ -160,6 +181,7 @@ class TransformerBlock(nn.Module):
             context_mask: mask for the cross-attention, e.g. ``(B, 1, m)`` padding.
             cache, cross_cache: :class:`~selfattn.multihead.KVCache` of each attention, for
                 decoding.
+            temperature: divides the self-attention's scaled scores (1: as trained).
             return_weights: also return the attention weights.
 
         Returns:
@@ -184,7 +206,12 @@ class TransformerBlock(nn.Module):
             )
         weights = {}
         a, weights["self"] = self.attn(
-            self.ln1(x), mask=mask, score_bias=score_bias, cache=cache, return_weights=True
+            self.ln1(x),
+            mask=mask,
+            score_bias=score_bias,
+            cache=cache,
+            temperature=temperature,
+            return_weights=True,
         )
         x = x + a
         if self.cross is not None:
@@ -198,7 +225,8 @@ class TransformerBlock(nn.Module):
                 return_weights=True,
             )
             x = x + c
-        x = x + self.mlp(self.ln2(x))
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln2(x))
         return (x, weights) if return_weights else x
 
 

@@ -178,7 +178,7 @@ def explorer(
         raise ValueError("explorer needs at least one example sentence")
     if temperature not in TEMPERATURES:
         raise ValueError(f"temperature must be one of {TEMPERATURES}, got {temperature!r}")
-    n_layers, n_heads = len(model.attn), model.attn[0].n_heads
+    n_layers, n_heads = len(model.blocks), model.blocks[0].attn.num_heads
     if not 0 <= head < n_heads:
         raise ValueError(f"head must be in 0..{n_heads - 1}, got {head}")
     shown = list(examples[:n_sentences])
