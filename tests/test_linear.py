@@ -236,3 +236,21 @@ def test_decayed_step_state_and_bad_decay():
         linear_attention_recurrent(q, q, q, decay=torch.full((5, 1), 1.5))
     with pytest.raises(ValueError, match="queries"):
         decayed_linear_attention(q, torch.randn(6, d), torch.randn(6, d), 0.5)
+
+
+def test_recurrent_form_passes_the_step_options_and_names_unknown_ones():
+    from selfattn.efficient.linear import linear_attention_recurrent
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    phi = torch.exp  # positive features: the normaliser never vanishes
+    got = linear_attention_recurrent(q, k, v, feature_map=phi, eps=1e-3)
+    torch.testing.assert_close(
+        got, linear_attention(q, k, v, causal=True, feature_map=phi, eps=1e-3)
+    )
+    unnormalised = linear_attention_recurrent(q, k, v, feature_map=phi, normalize=False)
+    torch.testing.assert_close(unnormalised, (phi(q) @ phi(k).mT).tril() @ v)
+    empty = linear_attention_recurrent(q[:, :0], k[:, :0], v[:, :0])
+    assert empty.shape == (2, 0, 4)
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['feature'\]"):
+        linear_attention_recurrent(q, k, v, feature=phi)

@@ -1,5 +1,7 @@
 """Sliding-window attention (band only) against dense attention with the band mask; masks."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -384,3 +386,13 @@ def test_layout_from_mask_marks_touched_tiles():
     mask[4, 0] = True
     lay = layout_from_mask(mask, 2)
     assert lay.shape == (3, 3) and lay.nonzero().tolist() == [[2, 0]]
+
+
+def test_bigbird_mask_expands_the_layout_its_keywords_describe():
+    from selfattn.efficient.sparse import bigbird_layout, bigbird_mask, block_sparse_mask
+
+    options = {"window_blocks": 5, "global_blocks": 2, "random_blocks": 0}
+    layout = bigbird_layout(math.ceil(30 / 4), **options)
+    assert bigbird_mask(30, 4, **options).equal(block_sparse_mask(30, 4, layout))
+    with pytest.raises(TypeError, match="window"):
+        bigbird_mask(30, 4, window=3)

@@ -263,18 +263,18 @@ def linear_attention_recurrent(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    feature_map: FeatureMap | None = None,
-    eps: float = 1e-6,
     decay: float | torch.Tensor | None = None,
-    normalize: bool = True,
+    **step,
 ) -> torch.Tensor:
     """Causal linear attention as an RNN: a loop over tokens with :func:`linear_attention_step`.
 
     Args:
         q, k: ``(..., n, d)``; v: ``(..., n, d_v)``.
-        feature_map, eps, normalize: as :func:`linear_attention_step`.
         decay: ``None``, a float in ``(0, 1]``, or gates ``(..., n, 1)`` / ``(..., n, d)``
             (step t uses ``decay[..., t, :]``).
+        step: the rest of :func:`linear_attention_step`'s keyword arguments
+            (``feature_map``, ``eps``, ``normalize``), passed to every step; its defaults
+            unless given.
 
     Returns:
         ``(..., n, d_v)``, equal to ``linear_attention(q, k, v, causal=True)`` (no decay) or
@@ -296,7 +296,13 @@ def linear_attention_recurrent(
                 f"decay must have shape (..., n={n}, 1) or (..., n={n}, d), "
                 f"got {tuple(decay.shape)}"
             )
-    outs = []
+    unknown = sorted(set(step) - {"feature_map", "eps", "normalize"})
+    if unknown:
+        raise TypeError(
+            f"linear_attention_recurrent got unexpected keyword arguments {unknown}; it takes "
+            "decay and linear_attention_step's feature_map, eps and normalize"
+        )
+    outs = [v.new_empty(*batch, 0, v.shape[-1])]  # n = 0: no step, an empty output
     for t in range(n):
         gate = decay[..., t, :] if isinstance(decay, torch.Tensor) else decay
         out, state = linear_attention_step(
@@ -304,13 +310,11 @@ def linear_attention_recurrent(
             q[..., t, :],
             k[..., t, :],
             v[..., t, :],
-            feature_map=feature_map,
-            eps=eps,
             decay=gate,
-            normalize=normalize,
+            **step,
         )
-        outs.append(out.expand(*batch, v.shape[-1]))
-    return torch.stack(outs, dim=-2)
+        outs.append(out.expand(*batch, v.shape[-1]).unsqueeze(-2))
+    return torch.cat(outs, dim=-2)
 
 
 def decayed_linear_attention(

@@ -413,32 +413,21 @@ def bigbird_layout(
     return layout
 
 
-def bigbird_mask(
-    n: int,
-    block: int,
-    *,
-    window_blocks: int = 3,
-    global_blocks: int = 1,
-    random_blocks: int = 1,
-    generator: torch.Generator | None = None,
-    device=None,
-) -> torch.Tensor:
+def bigbird_mask(n: int, block: int, **layout) -> torch.Tensor:
     """BigBird's token mask: :func:`bigbird_layout` over ``ceil(n / block)`` blocks, expanded.
+
+    Args:
+        n: sequence length. block: tokens per block.
+        layout: :func:`bigbird_layout`'s keyword arguments (``window_blocks``,
+            ``global_blocks``, ``random_blocks``, ``generator``, ``device``), its defaults
+            unless given.
 
     Returns:
         Bool ``(n, n)``, True = may attend.
     """
     require_int(n, "n", 1)
     require_int(block, "block", 1)
-    layout = bigbird_layout(
-        math.ceil(n / block),
-        window_blocks=window_blocks,
-        global_blocks=global_blocks,
-        random_blocks=random_blocks,
-        generator=generator,
-        device=device,
-    )
-    return block_sparse_mask(n, block, layout)
+    return block_sparse_mask(n, block, bigbird_layout(math.ceil(n / block), **layout))
 
 
 def sink_window_mask(n: int, window: int, sinks: int, *, device=None) -> torch.Tensor:
