@@ -346,14 +346,37 @@ def test_timeit_on_a_gpu_uses_triton_do_bench(monkeypatch):
     assert calls == []
 
 
-def test_recorder_binds_the_chapter_prefix(tmp_path):
+def test_recorder_binds_the_chapter_prefix(tmp_path, monkeypatch):
     import json
 
     import pytest
     from selfattn import recorder
 
     rec = recorder("ch99", results_dir=tmp_path)
-    assert rec("speed", 3) == 3 and rec.key("ch99_x") == "ch99_x"
+    assert rec("speed", 3) == 3 and rec.key("x") == "ch99_x"
+    assert json.loads((tmp_path / "ch99.json").read_text()) == {"ch99_speed": 3}
+    with pytest.raises(ValueError, match="pass 'x', not 'ch99_x'"):
+        rec("ch99_x", 1)  # the prefix is the recorder's to add
+    glued = []
+    monkeypatch.setattr("myst_nb.glue", lambda *a, **k: glued.append((a, k)))
+    assert rec.glue("live_ms", 2.5) == 2.5  # glued, not stored
+    assert glued == [(("ch99_live_ms", 2.5), {"display": False})]
     assert json.loads((tmp_path / "ch99.json").read_text()) == {"ch99_speed": 3}
     with pytest.raises(ValueError):
         recorder("ch 9")
+
+
+def test_goal_met_reads_a_target_as_the_results_file_writes_it():
+    assert bench.goal_met("<= 1.25", 1.25) and not bench.goal_met("<= 1.25", 1.26)
+    assert bench.goal_met(">= 5", 5.0) and not bench.goal_met(">= 5", 4.99)
+    assert bench.goal_met("<= 1.2 (at most linear)", 1.19)
+    for bad in (bench.REPORTED, "== 3", "<=", "<= fast", 5):
+        with pytest.raises(ValueError, match="goal must read"):
+            bench.goal_met(bad, 1.0)
+    with pytest.raises(TypeError, match="value"):
+        bench.goal_met("<= 1", "1")
+    # every target the harness writes carries the verdict goal_met gives on its value
+    for row in bench.evaluate_targets(_new_cases()):
+        assert row["met"] == (
+            row["goal"] == bench.REPORTED or bench.goal_met(row["goal"], row["value"])
+        )

@@ -456,7 +456,7 @@ def test_gqa_bad_input():
     assert "num_kv_heads=2" in repr(MultiHeadAttention(16, 4, num_kv_heads=2))
 
 
-# ---- decoding against a cache: bottom-right causal alignment (issue 12) -------------
+# ---- decoding against a cache: bottom-right causal alignment ------------------------
 
 
 def _torch_cached_reference(layer, x, start):

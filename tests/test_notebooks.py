@@ -47,13 +47,15 @@ def test_chapter_names_follow_the_book_numbering():
 @pytest.mark.parametrize("path", CHAPTERS, ids=IDS)
 def test_records_use_the_chapters_own_recorder(path):
     """One chapter identity: ``rec = recorder("chNN")`` with NN from the file name, and no
-    ``record("chNN", ...)`` call repeating it."""
+    ``record("chNN", ...)`` or ``glue("chNN_...")`` call repeating it."""
     cells = code_cells(load(path))
     source = "\n".join("".join(c["source"]) for c in cells)
     if "record(" not in source and "recorder(" not in source:
         pytest.skip("this chapter records nothing")
     chapter = f"ch{path.stem[:2]}"
     assert not re.search(r"\brecord\(", source), f"{path.name}: use rec = recorder(...)"
+    # live figures too are glued through the recorder (rec.glue), never by a bare glue()
+    assert not re.search(r"(?<!\.)\bglue\(", source), f"{path.name}: use rec.glue(...)"
     found = set(re.findall(r"\brecorder\(\s*[\"'](\w+)[\"']", source))
     assert found == {chapter}, f"{path.name}: recorder{tuple(found)}, expected {chapter!r}"
 

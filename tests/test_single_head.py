@@ -34,7 +34,7 @@ def test_single_head_mask_and_bad_input():
         ValueError, match=r"x must have shape \(\.\.\., n, d_model=4\), got \(2, 3, 5\)"
     ):
         att(torch.randn(2, 3, 5))
-    with pytest.raises(ValueError, match="d_k must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="d_k must be >= 1, got 0"):
         SingleHeadSelfAttention(4, 0)
 
 

@@ -59,16 +59,19 @@ def require_ndim(x: torch.Tensor, name: str, at_least: int, shape_doc: str) -> N
         )
 
 
-def require_int(value, name: str, minimum: int | None = 0) -> int:
-    """An integer size or index (Python or NumPy int, not bool, not float), ``>= minimum``."""
+def require_int(value, name: str, minimum: int | None = 0, maximum: int | None = None) -> int:
+    """An integer size or index (Python or NumPy int, not bool, not float), ``>= minimum``
+    (and ``<= maximum`` when given)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point():
             if value.dtype != torch.bool:
-                value = int(value)
-                return require_int(value, name, minimum)
+                return require_int(int(value), name, minimum, maximum)
         raise TypeError(f"{name} must be an int, got {describe(value)}")
     value = int(value)
-    if minimum is not None and value < minimum:
+    too_small = minimum is not None and value < minimum
+    if maximum is not None and (too_small or value > maximum):
+        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    if too_small:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
 

@@ -34,6 +34,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Arc, FancyArrowPatch, FancyBboxPatch, Rectangle
 
+from ._checks import require_int
+
 __all__ = [
     "PALETTE",
     "cache_alignment",
@@ -75,13 +77,9 @@ _TIMES = "\u00d7"
 
 
 # ----------------------------------------------------------------------------- helpers
-def _int(value, name: str, minimum: int = 1, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return int(value)
+def _size(value, name: str, minimum: int = 1, maximum: int | None = None) -> int:
+    # a figure's size argument: at least 1 unless said, at most what fits the drawing
+    return require_int(value, name, minimum, maximum)
 
 
 def _shape(name: str, symbols: str, *sizes: int) -> str:
@@ -240,8 +238,8 @@ def information_paths(n: int = 6, k: int = 3) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _int(n, "n", 2, 12)
-    k = _int(k, "k", 2, n)
+    n = _size(n, "n", 2, 12)
+    k = _size(k, "k", 2, n)
     layers = math.ceil((n - 1) / (k - 1))
     fig, axes = _figure(3, size=(7.0, 3.0), xlim=(-0.7, n - 0.3), ylim=(-1.6, 4.4))
     col = PALETTE["highlight"]
@@ -411,10 +409,10 @@ def five_steps(n: int = 5, d_model: int = 6, d_k: int = 4, d_v: int = 3) -> Figu
     Returns:
         The Figure; ``fig.alt`` lists each step with its shape.
     """
-    n = _int(n, "n", 1, 64)
-    d_model = _int(d_model, "d_model", 1, 4096)
-    d_k = _int(d_k, "d_k", 1, 4096)
-    d_v = _int(d_v, "d_v", 1, 4096)
+    n = _size(n, "n", 1, 64)
+    d_model = _size(d_model, "d_model", 1, 4096)
+    d_k = _size(d_k, "d_k", 1, 4096)
+    d_v = _size(d_v, "d_v", 1, 4096)
     fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
     # one cell size for every matrix, so the widths and heights compare
     cell = min(1.1 / n, 1.25 / max(d_model, d_k, d_v, n))
@@ -502,8 +500,8 @@ def mask_grids(n: int = 5, length: int = 3) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _int(n, "n", 2, 16)
-    length = _int(length, "length", 1, n)
+    n = _size(n, "n", 2, 16)
+    length = _size(length, "length", 1, n)
     i, j = np.indices((n, n))
     causal = j <= i
     padding = np.broadcast_to(j < length, (n, n))
@@ -539,8 +537,8 @@ def cache_alignment(n: int = 2, m: int = 6) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    m = _int(m, "m", 1, 16)
-    n = _int(n, "n", 1, m)
+    m = _size(m, "m", 1, 16)
+    n = _size(n, "n", 1, m)
     i, j = np.indices((n, m))
     fig = _Diagram(figsize=(7.0, 2.6), layout="constrained")
     axes = fig.subplots(1, 2)
@@ -592,9 +590,9 @@ def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _int(n, "n", 1, 64)
-    h = _int(h, "h", 1, 8)
-    d_model = _int(d_model, "d_model", 1, 8192)
+    n = _size(n, "n", 1, 64)
+    h = _size(h, "h", 1, 8)
+    d_model = _size(d_model, "d_model", 1, 8192)
     if d_model % h:
         raise ValueError(f"d_model must be divisible by h = {h}, got d_model = {d_model}")
     d_head = d_model // h
@@ -689,8 +687,8 @@ def grouped_query(h: int = 8, h_kv: int = 2) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    h = _int(h, "h", 1, 16)
-    h_kv = _int(h_kv, "h_kv", 1, h)
+    h = _size(h, "h", 1, 16)
+    h_kv = _size(h_kv, "h_kv", 1, h)
     if h % h_kv:
         raise ValueError(f"h_kv must divide h = {h}, got h_kv = {h_kv}")
     group = h // h_kv
@@ -759,9 +757,9 @@ def kv_cache(prefill: int = 5, steps: int = 3, d_head: int = 16) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    prefill = _int(prefill, "prefill", 1, 16)
-    steps = _int(steps, "steps", 1, 4)
-    d_head = _int(d_head, "d_head", 1, 64)
+    prefill = _size(prefill, "prefill", 1, 16)
+    steps = _size(steps, "steps", 1, 4)
+    d_head = _size(d_head, "d_head", 1, 64)
     total = prefill + steps
     panels = steps + 1
     cell = min(4.2 / total, 2.6 / d_head)
@@ -828,10 +826,10 @@ def rope_rotation(
     Returns:
         The Figure; ``fig.alt`` names every angle.
     """
-    d = _int(d, "d", 2, 4096)
+    d = _size(d, "d", 2, 4096)
     if d % 2:
         raise ValueError(f"d must be even (pairs of dimensions), got {d}")
-    position = _int(position, "position", 0, 10**6)
+    position = _size(position, "position", 0, 10**6)
     if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
         raise ValueError(f"base must be a number > 1, got {base!r}")
     if not isinstance(symbol, str) or not symbol:
@@ -915,11 +913,11 @@ def flash_tiles(
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _int(n, "n", 1, 64)
-    m = _int(m, "m", 1, 64)
-    d = _int(d, "d", 1, 16)
-    br = _int(block_rows, "block_rows", 1, n)
-    bc = _int(block_cols, "block_cols", 1, m)
+    n = _size(n, "n", 1, 64)
+    m = _size(m, "m", 1, 64)
+    d = _size(d, "d", 1, 16)
+    br = _size(block_rows, "block_rows", 1, n)
+    bc = _size(block_cols, "block_cols", 1, m)
     tr, tc = math.ceil(n / br), math.ceil(m / bc)
     fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
     ax.add_patch(
@@ -1040,10 +1038,10 @@ def sparse_patterns(n: int = 16, window: int = 4, stride: int = 4, n_global: int
     Returns:
         The Figure; ``fig.alt`` gives the number of kept entries of each pattern.
     """
-    n = _int(n, "n", 2, 32)
-    window = _int(window, "window", 1, n)
-    stride = _int(stride, "stride", 1, n)
-    n_global = _int(n_global, "n_global", 0, n)
+    n = _size(n, "n", 2, 32)
+    window = _size(window, "window", 1, n)
+    stride = _size(stride, "stride", 1, n)
+    n_global = _size(n_global, "n_global", 0, n)
     i, j = np.indices((n, n))
     diff = i - j
     causal = diff >= 0
@@ -1091,9 +1089,9 @@ def receptive_field_growth(n: int = 12, window: int = 3, layers: int = 3) -> Fig
     Returns:
         The Figure; ``fig.alt`` gives the reach per layer.
     """
-    n = _int(n, "n", 2, 24)
-    window = _int(window, "window", 2, n)
-    layers = _int(layers, "layers", 1, 6)
+    n = _size(n, "n", 2, 24)
+    window = _size(window, "window", 2, n)
+    layers = _size(layers, "layers", 1, 6)
     fig, (ax,) = _figure(1, size=(7.0, 3.0), xlim=(-3.6, n), ylim=(-0.6, layers + 1.0))
     reach = {n - 1}
     cones = [set(reach)]
@@ -1186,16 +1184,16 @@ def transformer_family(
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _int(n, "n", 2, 12)
-    padding = _int(padding, "padding", 0, n - 1)
-    patch = _int(patch, "patch", 1)
-    image_size = _int(image_size, "image_size", patch)
+    n = _size(n, "n", 2, 12)
+    padding = _size(padding, "padding", 0, n - 1)
+    patch = _size(patch, "patch", 1)
+    image_size = _size(image_size, "image_size", patch)
     if image_size % patch or image_size // patch > 6:
         raise ValueError(
             f"image_size must be a multiple of patch = {patch} with at most 6 patches per side, "
             f"got image_size = {image_size}"
         )
-    batch = _int(batch, "batch", 2, 8)
+    batch = _size(batch, "batch", 2, 8)
     g = image_size // patch
     P = g * g
     fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))

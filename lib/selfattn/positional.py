@@ -36,6 +36,7 @@ from ._checks import (
     require_int,
     require_tensor,
 )
+from .masks import causal_mask
 
 __all__ = [
     "sinusoidal_encoding",
@@ -238,8 +239,9 @@ def alibi_bias(
     k_pos = torch.arange(m, device=device)[None, :]
     distance = (q_pos - k_pos).abs().float()  # (n, m)
     bias = -alibi_slopes(num_heads).to(device)[:, None, None] * distance  # (h, n, m)
-    if causal:
-        bias = bias.masked_fill(k_pos > q_pos, float("-inf"))
+    if causal:  # the queries are the last n of the m positions: bottom-right alignment
+        visible = causal_mask(n, m, align="bottom_right", device=device)
+        bias = bias.masked_fill(~visible, float("-inf"))
     return bias
 
 

@@ -67,6 +67,15 @@ def _to_jsonable(value):
     return value
 
 
+def _glue(name: str, value, display: bool) -> None:
+    """myst-nb's glue, or nothing where myst-nb is missing (on Colab: no prose to glue into)."""
+    try:
+        from myst_nb import glue
+    except ImportError:
+        return
+    glue(name, value, display=display)
+
+
 def record(
     chapter: str,
     name: str,
@@ -88,12 +97,7 @@ def record(
         ``value``, unchanged.
     """
     value = _to_jsonable(value)
-    try:
-        from myst_nb import glue
-    except ImportError:  # on Colab myst-nb is not needed: there is no prose to glue into
-        glue = None
-    if glue is not None:
-        glue(name, value, display=display)
+    _glue(name, value, display)
     directory = Path(results_dir) if results_dir is not None else RESULTS_DIR
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{chapter}.json"
@@ -109,7 +113,8 @@ class Recorder:
 
     The chapter's identity is written once, here; every figure it records is glued and
     stored under ``<chapter>_<name>`` in ``results/<chapter>.json``, so the prose quotes
-    ``{glue:text}`ch07_speedup```, and no ``record`` call repeats the prefix.
+    ``{glue:text}`ch07_speedup```, and no call repeats the prefix. A figure that differs from
+    run to run (a live timing) is glued only: ``rec.glue("live_ms", t)``.
 
     Args:
         chapter: the chapter's file stem, such as ``"ch07"``.
@@ -129,13 +134,27 @@ class Recorder:
         if not isinstance(name, str) or not name:
             raise TypeError(f"recorder: name must be a non-empty str, got {name!r}")
         prefix = f"{self.chapter}_"
-        return name if name.startswith(prefix) else prefix + name
+        if name.startswith(prefix):
+            raise ValueError(
+                f"recorder({self.chapter!r}) adds the prefix itself: pass "
+                f"{name[len(prefix) :]!r}, not {name!r}"
+            )
+        return prefix + name
 
     def __call__(self, name: str, value, *, display: bool = False):
         """Glue and store ``value`` under ``<chapter>_<name>``; returns ``value``."""
         return record(
             self.chapter, self.key(name), value, display=display, results_dir=self.results_dir
         )
+
+    def glue(self, name: str, value, *, display: bool = False):
+        """Glue ``value`` under ``<chapter>_<name>`` without storing it; returns ``value``.
+
+        For figures the prose quotes but ``results/`` must not hold because they differ from
+        run to run (live timings). Where myst-nb is missing (Colab) it only returns ``value``.
+        """
+        _glue(self.key(name), _to_jsonable(value), display)
+        return value
 
     def __repr__(self) -> str:
         return f"recorder({self.chapter!r})"

@@ -38,9 +38,7 @@ class SingleHeadSelfAttention(SelfAttention):
     """
 
     def __init__(self, d_model: int, d_k: int, d_v: int | None = None, *, scaled: bool = True):
-        for name, value in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        # SelfAttention checks the sizes (require_int: ints >= 1)
         super().__init__(d_model, d_k, d_v, num_heads=1, bias=False, scaled=scaled)
 
     def forward(
