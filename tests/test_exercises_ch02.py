@@ -87,9 +87,10 @@ def test_antecedent_share():
 def test_chapter_uses_the_checkers_worked_example():
     """The checker of "predict: a score by hand" and the chapter's worked example agree."""
     import json
-    from pathlib import Path
 
-    path = Path(__file__).parent.parent / "chapters" / "02_queries_keys_values.ipynb"
+    from book import chapter
+
+    path = chapter(2)
     source = "\n".join(
         "".join(c["source"])
         for c in json.loads(path.read_text())["cells"]

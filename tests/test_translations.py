@@ -21,7 +21,7 @@ import sys
 from collections import Counter
 
 import pytest
-from book import ROOT
+from book import ROOT, chapter
 
 sys.path.insert(0, str(ROOT / "tools"))
 import i18n  # noqa: E402
@@ -96,7 +96,7 @@ def glossary() -> list[tuple[str, str]]:
     A parenthesis adds a note (the source article's own wording, an explanation) and is
     left out; "a / b" and "a + b" pair up term by term when both columns split alike.
     """
-    (path,) = [p for p in (ROOT / "chapters").glob("10_*.ipynb")]
+    path = chapter(10)
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     text = next(
         "".join(c["source"]) for c in cells if "| English | 中文 |" in "".join(c["source"])

@@ -47,6 +47,14 @@ def toc_chapters() -> list[Path]:
     return [ROOT / f"{f}.ipynb" for f in toc_files() if f.startswith("chapters/")]
 
 
+def chapter(number: int) -> Path:
+    """The notebook of chapter ``number`` (1-based, in the table of contents' order)."""
+    chapters = toc_chapters()
+    if not 1 <= number <= len(chapters):
+        raise ValueError(f"the book has chapters 1 to {len(chapters)}, not {number}")
+    return chapters[number - 1]
+
+
 def setup_cell_source() -> str:
     """The first code cell of every chapter.
 
