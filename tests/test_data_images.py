@@ -67,7 +67,7 @@ def test_patch_coverage_sums_to_the_area():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="n must be >= 1, got 0"):
         make_shapes(0)
     with pytest.raises(ValueError, match="at least 16"):
         make_shapes(2, image_size=8)

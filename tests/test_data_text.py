@@ -93,7 +93,7 @@ def test_char_windows_are_shifted_by_one():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="n must be >= 1, got 0"):
         generate_sentences(0)
     with pytest.raises(ValueError, match="clause_prob"):
         generate_sentences(3, clause_prob=2.0)

@@ -140,7 +140,7 @@ def test_steps_to_loss_matches_the_moving_average():
     assert steps_to_loss([1.0] * 30, 0.5) is None
     assert steps_to_loss([0.0] * 20, 0.1) == 20  # the earliest possible step is the window
     assert steps_to_loss([0.0] * 19, 0.1) is None  # shorter than one window
-    with pytest.raises(ValueError, match="window must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="window must be >= 1, got 0"):
         steps_to_loss([1.0], 0.1, window=0)
 
 

@@ -351,7 +351,7 @@ def test_explorer_curves_and_plots():
     # only its refusals are checked here.
     with pytest.raises(ValueError, match="the explorer's grid"):
         ch06.explorer(n=16, d=8, base=100.0)
-    with pytest.raises(ValueError, match="d must be an even int"):
+    with pytest.raises(ValueError, match="d must be even"):
         ch06.distance_curves(16, 7)
     with pytest.raises(ValueError, match="base must be one of"):
         ch06.explorer(base=5.0)

@@ -24,7 +24,7 @@ def test_ch01_profiles_are_gradient_reach_and_shorter_lengths_reuse_the_draw():
     assert profiles["LSTM"].dtype == np.float64
     # the RNN's reach at distance 15 is far below its reach at distance 0
     assert profiles["RNN (tanh)"][0] < 1e-2 * profiles["RNN (tanh)"][-1]
-    with pytest.raises(ValueError, match="n must be an int from 1 to 256, got 0"):
+    with pytest.raises(ValueError, match="n must be between 1 and 256, got 0"):
         ch01.reach_profiles(0)
     with pytest.raises(ValueError, match="dtype must be torch.float32 or torch.float64"):
         ch01.reach_profiles(8, dtype=torch.float16)

@@ -34,7 +34,7 @@ def test_entropy_bounds_and_saturation():
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match="d_k must be an int from 1 to 1024, got 2048"):
+    with pytest.raises(ValueError, match="d_k must be between 1 and 1024, got 2048"):
         ch03.query_weights(2048)
     with pytest.raises(ValueError, match="n_keys must be >= 1"):
         ch03.query_weights(4, n_keys=0)

@@ -94,8 +94,7 @@ def make_shapes(
     Returns:
         A :class:`ShapeImages`.
     """
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = require_int(n, "n", 1)
     if image_size < 16:
         raise ValueError(f"image_size must be at least 16 pixels, got {image_size}")
     seed = require_int(seed, "seed", None)

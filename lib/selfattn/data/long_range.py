@@ -13,6 +13,7 @@ import string
 
 import torch
 
+from .._checks import require_int
 from .vocab import Vocab
 
 __all__ = ["LongRangeTask"]
@@ -76,10 +77,8 @@ class LongRangeTask:
             ``key, distractors..., ?``; targets ``(B,)`` long, the key's class in
             ``0..n_symbols-1``.
         """
-        if not isinstance(distance, int) or distance < 0:
-            raise ValueError(f"distance must be an int >= 0, got {distance!r}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        distance = require_int(distance, "distance", 0)
+        batch_size = require_int(batch_size, "batch_size", 1)
         if seed is not None and generator is not None:
             raise ValueError("give seed or generator, not both")
         if seed is not None:

@@ -57,16 +57,10 @@ def shifted_copy_batch(
         ``(x, y)``: ``x`` long ``(B, n)``; ``y`` long ``(B, n)`` with ``y[:, i] = x[:, i - shift]``
         and ``IGNORE_INDEX`` for ``i < shift``.
     """
-    for name, value, minimum in (
-        ("batch_size", batch_size, 1),
-        ("n", n, 1),
-        ("shift", shift, 0),
-        ("vocab_size", vocab_size, 3),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        if value < minimum:
-            raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    batch_size = require_int(batch_size, "batch_size", 1)
+    n = require_int(n, "n", 1)
+    shift = require_int(shift, "shift", 0)
+    vocab_size = require_int(vocab_size, "vocab_size", 3)
     if n <= shift:
         raise ValueError(
             f"n must exceed shift (some position must have a target), got n={n}, shift={shift}"

@@ -77,8 +77,7 @@ def generate_sentences(n: int, *, seed: int = 0, clause_prob: float = 0.5) -> li
     Example: ``"the small cats chase the ball because they are tired ."``.
     Deterministic given ``seed``.
     """
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = require_int(n, "n", 1)
     if not 0.0 <= clause_prob <= 1.0:
         raise ValueError(f"clause_prob must lie in [0, 1], got {clause_prob}")
     rng = random.Random(seed)

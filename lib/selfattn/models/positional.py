@@ -232,8 +232,7 @@ def steps_to_loss(losses, threshold: float = 0.1, *, window: int = 20) -> int | 
     Returns:
         The step (an int), or ``None`` if the average never gets below ``threshold``.
     """
-    if not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    window = require_int(window, "window", 1)
     losses = [float(v) for v in losses]
     running = sum(losses[:window])
     for end in range(window, len(losses) + 1):
@@ -274,8 +273,7 @@ def extrapolation_run(
         (list of ``n_test`` accuracies, NaN where nothing is scored) and ``steps_to_loss01``
         (:func:`steps_to_loss` at 0.1, or ``None``).
     """
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    seed = require_int(seed, "seed", None)
     if n_test <= n_train:
         raise ValueError(f"n_test must exceed n_train={n_train}, got {n_test}")
     device = require_device(device)

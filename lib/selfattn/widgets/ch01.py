@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from .._checks import require_int
 from ..gradient_reach import gradient_reach
 from ..models.tiny_attention import SelfAttention
 
@@ -65,8 +66,7 @@ def reach_profiles(
     One array per encoder of :func:`random_encoders`, computed in ``dtype`` (float64 by
     default; pass ``torch.float32`` to see where float32 gradients become exactly 0).
     """
-    if not isinstance(n, int) or not 1 <= n <= LENGTHS[-1]:
-        raise ValueError(f"n must be an int from 1 to {LENGTHS[-1]}, got {n!r}")
+    n = require_int(n, "n", 1, LENGTHS[-1])
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
     gen = torch.Generator().manual_seed(seed + 1)

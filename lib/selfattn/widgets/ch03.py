@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .._checks import require_int
 from ..attention import softmax
 
 __all__ = [
@@ -62,8 +63,7 @@ def query_weights(
     Returns:
         :class:`QueryWeights` with ``(n_keys,)`` scores and weights, their entropy and maximum.
     """
-    if not isinstance(d_k, int) or not 1 <= d_k <= D_K_CHOICES[-1]:
-        raise ValueError(f"d_k must be an int from 1 to {D_K_CHOICES[-1]}, got {d_k!r}")
+    d_k = require_int(d_k, "d_k", 1, D_K_CHOICES[-1])
     if n_keys < 1:
         raise ValueError(f"n_keys must be >= 1, got {n_keys}")
     q, k = _draw(n_keys, seed)

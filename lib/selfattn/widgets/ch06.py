@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from .._checks import require_even, require_int
 from ..positional import apply_rope, sinusoidal_encoding
 from ._explorer import figure_rows
 
@@ -31,10 +32,9 @@ EXPLORER_DS: tuple[int, ...] = (16, 64, 128)  #: the explorer's dimensions
 
 
 def _check(n: int, d: int, base: float) -> None:
-    if not isinstance(n, int) or not 2 <= n <= 512:
-        raise ValueError(f"n must be an int from 2 to 512, got {n!r}")
-    if not isinstance(d, int) or d < 2 or d % 2 or d > 512:
-        raise ValueError(f"d must be an even int from 2 to 512, got {d!r}")
+    require_int(n, "n", 2, 512)
+    require_int(d, "d", 2, 512)
+    require_even(d, "d")
     if not base > 1:
         raise ValueError(f"base must be > 1, got {base!r}")
 
