@@ -45,11 +45,9 @@ def require_float(x, name: str) -> torch.Tensor:
 
 
 def require_float_tensors(**tensors) -> None:
-    """Each value a floating-point tensor, checked in the order given; the short message
-    (the argument's name and the type it got) of the low-level helpers."""
+    """:func:`require_float` on each keyword argument, in the order given."""
     for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got {type(t).__name__}")
+        require_float(t, name)
 
 
 def require_ndim(x: torch.Tensor, name: str, at_least: int, shape_doc: str) -> None:
