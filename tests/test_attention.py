@@ -221,6 +221,50 @@ def test_flash_kernel_is_the_same_function(n, m, mask):
     torch.testing.assert_close(ref, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("n,m", [(6, 6), (3, 8), (8, 3), (1, 5), (0, 4), (4, 0)])
+@pytest.mark.parametrize("mask", [None, "causal", "bool", "float"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_torch_kernel_is_the_same_function(n, m, mask, dtype):
+    g = torch.Generator().manual_seed(n * 10 + m)
+    q, k, v = (torch.randn(2, 3, r, 8, generator=g).to(dtype) for r in (n, m, m))
+    if mask in ("bool", "float"):
+        allowed = torch.rand(3, n, m, generator=g) < 0.6
+        if n > 1:
+            allowed[:, 0] = False  # a fully masked query: zeros, not NaN
+        mask = allowed if mask == "bool" else torch.zeros(3, n, m).masked_fill(~allowed, -math.inf)
+    if mask == "causal" and 0 in (n, m):  # no causal mask of an empty side, either kernel
+        for kernel in ("reference", "torch"):
+            with pytest.raises(ValueError, match="must be >= 1"):
+                scaled_dot_product_attention(q, k, v, mask, kernel=kernel)
+        return
+    ref = scaled_dot_product_attention(q, k, v, mask)
+    fast = scaled_dot_product_attention(q, k, v, mask, kernel="torch")
+    assert fast.dtype == dtype and fast.shape == ref.shape and not fast.isnan().any()
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(fast, ref, atol=tol, rtol=tol)
+
+
+def test_torch_kernel_backward_matches_the_reference():
+    g = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(2, r, 4, generator=g, dtype=torch.float64) for r in (5, 7, 7)]
+    grads = []
+    for kernel in ("reference", "torch"):
+        q, k, v = (t.clone().requires_grad_() for t in inputs)
+        scaled_dot_product_attention(q, k, v, "causal", kernel=kernel).pow(2).sum().backward()
+        grads.append((q.grad, k.grad, v.grad))
+    for ref, fast in zip(*grads):
+        torch.testing.assert_close(fast, ref)
+
+
+def test_torch_kernel_causal_self_attention_is_torch_itself():
+    # n = m causal goes straight to torch's is_causal path: the very same numbers
+    q, k, v = torch.randn(3, 2, 9, 16).unbind(0)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.equal(scaled_dot_product_attention(q, k, v, "causal", kernel="torch"), expected)
+    with pytest.raises(ValueError, match="kernel='torch' returns no weights"):
+        scaled_dot_product_attention(q, k, v, kernel="torch", return_weights=True)
+
+
 def test_causal_string_is_the_bottom_right_causal_mask():
     from selfattn import causal_mask
 

@@ -62,7 +62,7 @@ def test_bad_batch_arguments(kwargs, message):
 
 
 def test_bad_constructor_and_sampler():
-    with pytest.raises(ValueError, match="n_symbols must be an int in 2..26, got 1"):
+    with pytest.raises(ValueError, match="n_symbols must be between 2 and 26, got 1"):
         LongRangeTask(1)
     with pytest.raises(ValueError, match=r"distances must be \(lo, hi\)"):
         LongRangeTask(4).sampler((5, 2), 8)

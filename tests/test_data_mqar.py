@@ -31,6 +31,17 @@ def test_mixers_are_causal(mixer):
     torch.testing.assert_close(model(keys, b.values)[:, :-1], out[:, :-1])
 
 
+def test_softmax_mixer_is_torch_sdpa_to_the_bit():
+    # The recorded MQAR runs were trained with torch's causal kernel: the library's
+    # kernel="torch" path must give the very same numbers.
+    torch.manual_seed(0)
+    model = RecallMixerModel("softmax", d_model=16, n_keys=20, n_values=9)
+    x = torch.randn(3, 10, 16)
+    q, k, v = model.qkv(x).chunk(3, dim=-1)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.equal(model.attend(x), expected)
+
+
 def test_state_budgets():
     soft = RecallMixerModel("softmax", d_model=32)
     window = RecallMixerModel("sliding_window", d_model=32, window=16)

@@ -688,6 +688,33 @@ def test_flash_kernel_trains_and_refuses_what_it_cannot_do():
     assert len(cache) == 0  # a refused call leaves the cache empty
 
 
+@pytest.mark.parametrize("num_kv_heads", [None, 3, 1])
+def test_torch_kernel_layer_matches_the_reference(num_kv_heads):
+    torch.manual_seed(4)
+    ref = MultiHeadAttention(24, 6, num_kv_heads=num_kv_heads)
+    fast = MultiHeadAttention(24, 6, num_kv_heads=num_kv_heads, kernel="torch")
+    fast.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 7, 24, requires_grad=True)
+    pad = padding_mask(torch.tensor([7, 4]), 7)
+    for mask in (None, "causal", pad):
+        torch.testing.assert_close(fast(x, mask=mask), ref(x, mask=mask), atol=1e-5, rtol=1e-5)
+    for layer in (ref, fast):
+        layer(x, mask="causal").square().sum().backward()
+    torch.testing.assert_close(fast.qkv.weight.grad, ref.qkv.weight.grad, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # decoding against a cache: bottom-right causal, n != m
+        caches = [KVCache(), KVCache()]
+        for layer, cache in zip((ref, fast), caches):
+            layer(x[:, :5], mask="causal", cache=cache)
+        torch.testing.assert_close(
+            fast(x[:, 5:], mask="causal", cache=caches[1]),
+            ref(x[:, 5:], mask="causal", cache=caches[0]),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+    with pytest.raises(ValueError, match="kernel='torch' returns no weights"):
+        fast(x, return_weights=True)
+
+
 def test_library_sdpa_accepts_broadcast_kv_heads_like_enable_gqa():
     # The other way to share K/V heads: queries (B, h_kv, group, n, d) against K/V
     # (B, h_kv, 1, m, d). The book's function broadcasts it correctly, but torch.matmul

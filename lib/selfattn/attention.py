@@ -3,7 +3,8 @@
 This is the book's reference implementation and its one attention path: the layers and
 models of the library call :func:`scaled_dot_product_attention`, the one place where scores
 are scaled, masked and normalised. Its ``kernel="flash"`` runs
-:func:`selfattn.efficient.flash.flash_attention` behind the same signature; every faster
+:func:`selfattn.efficient.flash.flash_attention` behind the same signature, and
+``kernel="torch"`` torch's fused kernel (for speed where no weights are needed); every faster
 variant in ``selfattn.efficient`` is tested against the reference and against torch's own
 ``torch.nn.functional.scaled_dot_product_attention``.
 """
@@ -29,8 +30,9 @@ from .masks import causal_mask
 __all__ = ["softmax", "scaled_dot_product_attention", "KERNELS"]
 
 #: The kernels :func:`scaled_dot_product_attention` can run: ``"reference"`` (the formula,
-#: any mask, weights on request) and ``"flash"`` (tiled, the ``n x m`` scores never stored).
-KERNELS = ("reference", "flash")
+#: any mask, weights on request), ``"flash"`` (tiled, the ``n x m`` scores never stored) and
+#: ``"torch"`` (``torch.nn.functional.scaled_dot_product_attention``: any mask, no weights).
+KERNELS = ("reference", "flash", "torch")
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -99,6 +101,8 @@ def scaled_dot_product_attention(
         kernel: one of :data:`KERNELS`. ``"flash"`` computes the same output tile by tile
             with :func:`~selfattn.efficient.flash.flash_attention` (differentiable); it
             takes ``mask=None`` or ``"causal"``, no ``return_weights`` and no ``dropout``.
+            ``"torch"`` runs torch's fused ``scaled_dot_product_attention`` (any mask and
+            dropout, no ``return_weights``); a fully masked query still gets zeros.
         dropout: probability of zeroing each weight before the weighted sum (the survivors
             scaled by ``1 / (1 - dropout)``, as ``torch.nn.functional.dropout``); the
             returned weights are those before dropout. Pass 0 outside training.
@@ -141,10 +145,24 @@ def scaled_dot_product_attention(
         from .efficient.flash import flash_attention  # the reference needs nothing from it
 
         return flash_attention(q, k, v, causal=causal, alignment="bottom_right", scale=scale)
+    if kernel == "torch" and return_weights:
+        raise ValueError("kernel='torch' returns no weights: use kernel='reference' for them")
+    if kernel == "torch" and causal and n == m:  # torch's own causal path, nothing stored
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout, is_causal=True, scale=scale
+        )
     if causal:
         mask = causal_mask(n, m, align="bottom_right", device=q.device)
     if mask is not None:
         check_mask(mask, batch + (n, m), q.device)
+    if kernel == "torch":
+        out = F.scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout, scale=scale)
+        if mask is None:
+            return out
+        # A query with no key to attend to gets zeros, as in the reference (some of torch's
+        # backends give NaN there).
+        allowed = mask if mask.dtype == torch.bool else mask > float("-inf")
+        return out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
     dtype = q.dtype
     if is_half(q):
         # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch

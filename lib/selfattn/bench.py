@@ -491,11 +491,9 @@ def timeit(
     fns = [fns] if single else list(fns)
     if not fns or not all(callable(f) for f in fns):
         raise TypeError(f"timeit: fns must be a callable or a sequence of callables, got {fns!r}")
-    for name, value in (("rounds", rounds), ("number", number)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"timeit: {name} must be an int >= 1, got {value!r}")
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-        raise ValueError(f"timeit: warmup must be an int >= 0, got {warmup!r}")
+    rounds = require_int(rounds, "timeit: rounds", 1)
+    number = require_int(number, "timeit: number", 1)
+    warmup = require_int(warmup, "timeit: warmup", 0)
     clocks = {"wall": time.perf_counter, "cpu": time.process_time}
     if clock not in clocks:
         raise ValueError(f"timeit: clock must be 'wall' or 'cpu', got {clock!r}")
@@ -538,12 +536,10 @@ def time_case(
     fn = _CASES[method].run
     x = make_inputs(method, n)
     with torch.no_grad():
-        for _ in range(warmup):
-            t0 = time.perf_counter()
-            fn(x)
-            first = time.perf_counter() - t0
-        if warmup and first * repeats > budget_s:
-            repeats = max(3, int(budget_s / max(first, 1e-9)))
+        if warmup:  # the last warm-up call is timed: a slow case gets fewer repeats
+            first = timeit(lambda: fn(x), rounds=1, warmup=warmup - 1)
+            if first * repeats > budget_s:
+                repeats = max(3, int(budget_s / max(first, 1e-9)))
         wall, cpu = [], []
         for _ in range(repeats):  # each run timed by both clocks, so the two rows match
             c0 = time.process_time()

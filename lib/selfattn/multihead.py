@@ -27,8 +27,9 @@ The pieces, and how they fit:
   query head).
 * **One attention path.** The scores are scaled, masked and normalised by
   :func:`selfattn.attention.scaled_dot_product_attention`, with the layer's ``kernel``:
-  ``"reference"`` (the default) or ``"flash"`` (tiled, for ``mask=None`` or ``"causal"``,
-  the causal diagonal aligned bottom-right). Positional information enters through two
+  ``"reference"`` (the default), ``"flash"`` (tiled, for ``mask=None`` or ``"causal"``,
+  the causal diagonal aligned bottom-right) or ``"torch"`` (torch's fused kernel, no
+  weights). Positional information enters through two
   hooks: a rotary module (``rope=``) turns queries and keys, a score bias
   (``score_bias=``, ALiBi or T5's relative bias) is added to the scores.
 
@@ -278,8 +279,9 @@ class MultiHeadAttention(nn.Module):
             any mask, weights on request. ``"flash"``:
             :func:`selfattn.efficient.flash.flash_attention` with ``alignment="bottom_right"``,
             the n x m scores never stored; it takes ``mask=None`` or ``"causal"`` only,
-            no ``return_weights`` and no dropout in training. Settable later
-            (``layer.kernel = "flash"``); both give the same result (to float rounding).
+            no ``return_weights`` and no dropout in training. ``"torch"``: torch's fused
+            ``scaled_dot_product_attention``, any mask, no ``return_weights``. Settable later
+            (``layer.kernel = "flash"``); all give the same result (to float rounding).
         rope: a rotary module (:class:`selfattn.positional.RotaryEmbedding` of ``d_head``)
             that rotates every head's queries and new keys by their positions before the
             scores; with a cache, the new positions start at ``len(cache)`` (the cached keys
@@ -610,6 +612,8 @@ class MultiHeadAttention(nn.Module):
                     f"x is {x.dtype} on {x.device}"
                 )
         check_choice(self.kernel, "kernel", KERNELS)  # it may have been set after __init__
+        if self.kernel == "torch" and return_weights:
+            raise ValueError("kernel='torch' returns no weights: use kernel='reference' for them")
         causal = isinstance(mask, str) and mask == "causal"
         if self.kernel == "flash" and (
             not (mask is None or causal)
@@ -665,19 +669,24 @@ class MultiHeadAttention(nn.Module):
         q = _stack_group(q, group, n)
         if mask is not None:
             mask = _stack_group(mask, group, n)
-        attended, weights = scaled_dot_product_attention(
+        attended = scaled_dot_product_attention(
             q,
             k,
             v,
             mask,
             scale=scale,
-            return_weights=True,
+            return_weights=return_weights,
             dropout=self.dropout if self.training else 0.0,
-        )  # (B, h_kv, group * n, d_head), (B, h_kv, group * n, m)
+            kernel=self.kernel,
+        )  # (B, h_kv, group * n, d_head), and (B, h_kv, group * n, m) weights on request
+        if return_weights:
+            attended, weights = attended
         # (B, h_kv, group * n, .) -> (B, h, n, .): rows j * n + i are head j of the group
         attended = attended.reshape(batch, self.num_heads, n, self.d_head)
-        weights = weights.reshape(batch, self.num_heads, n, m)
         y = self.out(merge_heads(attended))
         if unbatched:
-            y, weights = y.squeeze(0), weights.squeeze(0)
-        return (y, weights) if return_weights else y
+            y = y.squeeze(0)
+        if not return_weights:
+            return y
+        weights = weights.reshape(batch, self.num_heads, n, m)
+        return y, weights.squeeze(0) if unbatched else weights

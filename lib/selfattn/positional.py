@@ -125,8 +125,7 @@ def sinusoidal_shift_matrix(
     Returns:
         ``(d, d)`` tensor. For row vectors: ``PE[pos + k] = PE[pos] @ M_k.T``.
     """
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"k must be an int, got {type(k).__name__} {k!r}")
+    k = require_int(k, "k", minimum=None)  # any shift, negative ones too
     require_even(d)
     base = require_base(base)
     angle = k * _frequencies(d, base)  # (d/2,)

@@ -111,7 +111,8 @@ def make_shapes(
         cy = margin + torch.rand(n, generator=g) * (image_size - 1 - 2 * margin)
         cx = margin + torch.rand(n, generator=g) * (image_size - 1 - 2 * margin)
     else:
-        if not isinstance(grid, int) or grid < 1 or image_size % grid or image_size // grid < 6:
+        grid = require_int(grid, "grid", 1)
+        if image_size % grid or image_size // grid < 6:
             raise ValueError(
                 f"grid must be an int dividing image_size={image_size} into cells of >= 6 pixels, "
                 f"got {grid!r}"
@@ -159,7 +160,7 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
     if images.dim() != 4:
         raise ValueError(f"images must be (N, C, H, W), got shape {tuple(images.shape)}")
     N, C, H, W = images.shape
-    if patch < 1 or H % patch or W % patch:
+    if H % patch or W % patch:
         raise ValueError(f"image size {H}x{W} is not a multiple of patch={patch}")
     x = images.reshape(N, C, H // patch, patch, W // patch, patch)
     return x.permute(0, 2, 4, 1, 3, 5).reshape(N, (H // patch) * (W // patch), C * patch * patch)

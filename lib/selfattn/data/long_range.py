@@ -39,10 +39,9 @@ class LongRangeTask:
     """
 
     def __init__(self, n_symbols: int = 8):
-        if not isinstance(n_symbols, int) or not 2 <= n_symbols <= 26:
-            raise ValueError(f"n_symbols must be an int in 2..26, got {n_symbols!r}")
-        self.n_symbols = n_symbols
-        self.symbols: list[str] = list(string.ascii_uppercase[:n_symbols])
+        # One letter a symbol, A to Z.
+        self.n_symbols = require_int(n_symbols, "n_symbols", 2, len(string.ascii_uppercase))
+        self.symbols: list[str] = list(string.ascii_uppercase[: self.n_symbols])
         self.vocab = Vocab(self.symbols + ["?"])
         self.query_id: int = self.vocab.stoi["?"]
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import require_int
+from ..attention import scaled_dot_product_attention
 from ..efficient.linear import decayed_linear_attention, linear_attention
 from ..efficient.sparse import sliding_window_attention
 
@@ -126,7 +127,7 @@ class RecallMixerModel(nn.Module):
         """The mixer on ``x`` ``(B, n, d)``: causal, one head."""
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         if self.mixer == "softmax":
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return scaled_dot_product_attention(q, k, v, "causal", kernel="torch")
         if self.mixer == "sliding_window":
             return sliding_window_attention(q, k, v, self.window)
         scale = q.shape[-1] ** -0.25  # as softmax's 1/sqrt(d), split between q and k
