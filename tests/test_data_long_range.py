@@ -12,7 +12,7 @@ def test_layout_and_answer_is_the_first_token():
     assert (ids[:, -1] == task.query_id).all()
     assert (ids[:, :-1] >= 1).all() and (ids[:, :-1] <= 5).all()  # symbols only, no pad, no '?'
     assert torch.equal(task.symbol_ids(y), ids[:, 0])
-    assert (y >= 0).all() and (y < task.n_classes).all()
+    assert (y >= 0).all() and (y < task.num_classes).all()
     assert set(task.decode(ids[0])[:-1]) <= set(task.symbols) and task.decode(ids[0])[-1] == "?"
 
 

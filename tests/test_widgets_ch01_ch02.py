@@ -61,7 +61,7 @@ def test_ch02_weights_figures_and_explorer():
     torch.manual_seed(0)
     model = AttentionClassifier(
         len(task.vocab),
-        task.n_classes,
+        task.num_classes,
         d_model=8,
         n_layers=2,
         n_heads=2,

@@ -6,6 +6,7 @@ python tools/book.py setup-cell   # the canonical setup cell every chapter opens
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -53,6 +54,26 @@ def chapter(number: int) -> Path:
     if not 1 <= number <= len(chapters):
         raise ValueError(f"the book has chapters 1 to {len(chapters)}, not {number}")
     return chapters[number - 1]
+
+
+def chapter_titles() -> dict[str, str]:
+    """``{"ch01": "1. Why self-attention", ...}``: every chapter in book order, by the name its
+    recorder uses (``ch`` and the notebook's two-digit number), with its heading."""
+    titles = {}
+    for path in toc_chapters():
+        first = json.loads(path.read_text(encoding="utf-8"))["cells"][0]
+        heading = "".join(first["source"]).splitlines()[0]
+        titles[f"ch{path.stem[:2]}"] = heading.lstrip("# ").strip()
+    return titles
+
+
+#: The chapter registry shipped with the library (``selfattn.chapter_titles()`` reads it):
+#: chapters/results/ is the package data ``selfattn.recorded``. ``make notebooks`` writes it.
+REGISTRY = ROOT / "chapters" / "results" / "toc.json"
+
+
+def registry_text() -> str:
+    return json.dumps(chapter_titles(), indent=1, ensure_ascii=False) + "\n"
 
 
 def setup_cell_source() -> str:

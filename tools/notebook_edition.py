@@ -23,7 +23,8 @@ markdown is plain Jupyter markdown:
 Two editions: ``notebooks/chapters/`` (everything; the website's Colab button and ``.ipynb``
 download) and ``student/chapters/`` (the same without solutions: nbconvert's
 ``TagRemovePreprocessor`` drops every cell tagged ``solution``). Both are committed and
-kept in sync by ``tests/test_notebook_edition.py``.
+kept in sync by ``tests/test_notebook_edition.py``, as is the chapter registry
+``chapters/results/toc.json`` (``tools/book.py``), which ``make notebooks`` also writes.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from nbformat import from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-from book import toc_chapters  # noqa: E402
+from book import REGISTRY, registry_text, toc_chapters  # noqa: E402
 
 EDITIONS = {"notebooks": True, "student": False}  # folder -> with solutions
 GLUE_MIME = "application/papermill.record/text/plain"
@@ -373,6 +374,9 @@ def editions() -> dict[Path, str]:
 
 
 def write() -> None:
+    if not REGISTRY.exists() or REGISTRY.read_text(encoding="utf-8") != registry_text():
+        REGISTRY.write_text(registry_text(), encoding="utf-8")
+        print(f"wrote the chapter registry {REGISTRY.relative_to(ROOT)}")
     expected = editions()
     for folder in EDITIONS:
         target = ROOT / folder / "chapters"
@@ -401,6 +405,8 @@ def stale() -> list[str]:
     for folder in EDITIONS:
         present = set((ROOT / folder / "chapters").glob("*.ipynb"))
         wrong += [str(p.relative_to(ROOT)) for p in sorted(present - set(expected))]
+    if not REGISTRY.exists() or REGISTRY.read_text(encoding="utf-8") != registry_text():
+        wrong.append(str(REGISTRY.relative_to(ROOT)))
     return wrong
 
 

@@ -25,7 +25,16 @@ from .multihead import *  # noqa: F401,F403
 from .multihead import __all__ as _multihead_all
 from .positional import *  # noqa: F401,F403
 from .positional import __all__ as _positional_all
-from .results import ClaimError, Recorder, claim, load_recorded, load_results, record, recorder
+from .results import (
+    ClaimError,
+    Recorder,
+    chapter_titles,
+    claim,
+    load_recorded,
+    load_results,
+    record,
+    recorder,
+)
 from .runtime import get_device, setup
 from .train import train_loop
 from .viz import plot_attention
@@ -46,6 +55,7 @@ __all__ = [
     "claim",
     "get_device",
     "load_recorded",
+    "chapter_titles",
     "load_results",
     "plot_attention",
     "record",

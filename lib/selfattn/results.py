@@ -29,6 +29,7 @@ __all__ = [
     "Recorder",
     "load_results",
     "load_recorded",
+    "chapter_titles",
     "claim",
     "ClaimError",
     "RESULTS_DIR",
@@ -220,3 +221,13 @@ def load_recorded(name: str, *, results_dir: Path | str | None = None, default=N
 def load_results(results_dir: Path | str | None = None) -> dict[str, dict]:
     """All recorded results, ``{file stem: {name: value}}`` (local ``results/`` over packaged)."""
     return {stem: json.loads(text) for stem, text in _all_recorded(results_dir).items()}
+
+
+def chapter_titles(*, results_dir: Path | str | None = None) -> dict[str, str]:
+    """The book's chapters in order, ``{"ch01": "1. Why self-attention", ...}``.
+
+    The key is the name the chapter's :func:`recorder` uses. The registry is written from the
+    table of contents (``make notebooks``) and ships with the package, so a chapter run alone
+    (on Colab) knows the others; a local ``results/toc.json`` wins, as for every record.
+    """
+    return load_recorded("toc", results_dir=results_dir)

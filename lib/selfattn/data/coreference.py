@@ -113,7 +113,7 @@ class CorefTask:
         self.vocab = Vocab(words + self.nouns + self.adjectives)
 
     @property
-    def n_classes(self) -> int:
+    def num_classes(self) -> int:
         """Number of answer classes (the nouns)."""
         return len(self.nouns)
 

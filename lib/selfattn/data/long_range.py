@@ -46,7 +46,7 @@ class LongRangeTask:
         self.query_id: int = self.vocab.stoi["?"]
 
     @property
-    def n_classes(self) -> int:
+    def num_classes(self) -> int:
         """Number of answer classes (= ``n_symbols``)."""
         return self.n_symbols
 

@@ -20,19 +20,19 @@ class RecurrentClassifier(nn.Module):
 
     Args:
         vocab_size: number of token ids (embedding rows).
-        n_classes: number of answer classes.
+        num_classes: number of answer classes.
         d_embed: embedding width.
         d_hidden: hidden-state width.
         cell: ``"lstm"`` (default) or ``"rnn"`` (Elman, tanh).
 
     Shapes:
-        ``forward(ids)``: ids ``(B, n)`` long -> logits ``(B, n_classes)``.
+        ``forward(ids)``: ids ``(B, n)`` long -> logits ``(B, num_classes)``.
     """
 
     def __init__(
         self,
         vocab_size: int,
-        n_classes: int,
+        num_classes: int,
         *,
         d_embed: int = 16,
         d_hidden: int = 32,
@@ -42,17 +42,17 @@ class RecurrentClassifier(nn.Module):
         if cell not in ("lstm", "rnn"):
             raise ValueError(f"cell must be 'lstm' or 'rnn', got {cell!r}")
         vocab_size = require_int(vocab_size, "vocab_size", 1)
-        n_classes = require_int(n_classes, "n_classes", 1)
+        num_classes = require_int(num_classes, "num_classes", 1)
         d_embed = require_int(d_embed, "d_embed", 1)
         d_hidden = require_int(d_hidden, "d_hidden", 1)
         self.cell = cell
         self.embed = nn.Embedding(vocab_size, d_embed)
         rnn_class = nn.LSTM if cell == "lstm" else nn.RNN
         self.rnn = rnn_class(d_embed, d_hidden, batch_first=True)
-        self.head = nn.Linear(d_hidden, n_classes)
+        self.head = nn.Linear(d_hidden, num_classes)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits ``(B, n_classes)`` from the hidden state after the last token of ids ``(B,
+        """Logits ``(B, num_classes)`` from the hidden state after the last token of ids ``(B,
         n)``."""
         if not isinstance(ids, torch.Tensor) or ids.dtype != torch.long or ids.dim() != 2:
             got = (

@@ -244,7 +244,7 @@ class AttentionClassifier(nn.Module):
 
     Args:
         vocab_size: number of token ids.
-        n_classes: number of answer classes.
+        num_classes: number of answer classes.
         d_model: width of every vector.
         num_layers: number of attention layers.
         num_heads: heads per layer.
@@ -256,14 +256,14 @@ class AttentionClassifier(nn.Module):
 
     Shapes:
         ``forward(ids, query_position=None)``: ids ``(B, n)`` long; query_position ``(B,)``
-        long (default: the last position). Returns logits ``(B, n_classes)``, plus a list of
+        long (default: the last position). Returns logits ``(B, num_classes)``, plus a list of
         ``num_layers`` weight tensors ``(B, num_heads, n, n)`` with ``return_weights=True``.
     """
 
     def __init__(
         self,
         vocab_size: int,
-        n_classes: int,
+        num_classes: int,
         *,
         d_model: int = 32,
         num_layers: int = 1,
@@ -282,7 +282,7 @@ class AttentionClassifier(nn.Module):
                 f"positions must be 'sinusoidal', 'learned' or None, got {positions!r}"
             )
         vocab_size = require_int(vocab_size, "vocab_size", 1)
-        n_classes = require_int(n_classes, "n_classes", 1)
+        num_classes = require_int(num_classes, "num_classes", 1)
         num_layers = require_int(num_layers, "num_layers", 1)
         d_model = require_int(d_model, "d_model", 1)
         max_len = require_int(max_len, "max_len", 1)
@@ -302,7 +302,7 @@ class AttentionClassifier(nn.Module):
             for layer in attention
         )
         self.final_norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, n_classes)
+        self.head = nn.Linear(d_model, num_classes)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Token plus position vectors ``(B, n, d_model)`` for ids ``(B, n)``."""
