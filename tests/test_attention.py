@@ -244,6 +244,55 @@ def test_torch_kernel_is_the_same_function(n, m, mask, dtype):
     torch.testing.assert_close(fast, ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("scale", [0.0, -1.0, 0.3])
+@pytest.mark.parametrize("mask", [None, "causal"])
+def test_torch_kernel_takes_any_scale(scale, mask):
+    # torch's causal CPU kernel gives NaN for a scale <= 0; the reference takes any finite one
+    q, k, v = torch.randn(3, 2, 3, 9, 16, generator=torch.Generator().manual_seed(1)).unbind(0)
+    ref = scaled_dot_product_attention(q, k, v, mask, scale=scale)
+    fast = scaled_dot_product_attention(q, k, v, mask, scale=scale, kernel="torch")
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("mask_dtype", [torch.float64, torch.float32, torch.float16])
+def test_torch_kernel_takes_a_float_mask_of_another_dtype(dtype, mask_dtype):
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, r, 8, generator=g).to(dtype) for r in (4, 6, 6))
+    bias = torch.randn(4, 6, generator=g).to(mask_dtype)
+    bias[1] = -math.inf  # and a fully masked query
+    ref = scaled_dot_product_attention(q, k, v, bias)
+    fast = scaled_dot_product_attention(q, k, v, bias, kernel="torch")
+    assert fast.dtype == dtype and torch.equal(fast[:, 1], torch.zeros_like(fast[:, 1]))
+    tol = 2e-3 if dtype == torch.float16 else 1e-5
+    torch.testing.assert_close(fast, ref, atol=tol, rtol=tol)
+
+
+def test_torch_kernel_zeroes_an_empty_row_whatever_torch_does(monkeypatch):
+    # Some of torch's backends (and older versions) give NaN for a query with no key: stand-in
+    # for one that does, to show the guard acts, forward and backward.
+    torch_sdpa = F.scaled_dot_product_attention
+
+    def nan_on_empty_rows(q, k, v, attn_mask=None, **kwargs):
+        out = torch_sdpa(q, k, v, attn_mask, **kwargs)
+        if attn_mask is None:
+            return out
+        allowed = attn_mask if attn_mask.dtype == torch.bool else attn_mask > -math.inf
+        return out.masked_fill(~allowed.any(-1, keepdim=True), math.nan)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", nan_on_empty_rows)
+    q = torch.randn(2, 4, 8, requires_grad=True)
+    allowed = torch.ones(4, 4, dtype=torch.bool).tril()
+    allowed[2] = False
+    for mask in (allowed, torch.zeros(4, 4).masked_fill(~allowed, -math.inf)):
+        out = scaled_dot_product_attention(q, q, q, mask, kernel="torch")
+        assert torch.equal(out[:, 2], torch.zeros(2, 8)) and not out.isnan().any()
+        out.sum().backward()
+        assert torch.isfinite(q.grad).all()
+        torch.testing.assert_close(out, scaled_dot_product_attention(q, q, q, mask))
+        q.grad = None
+
+
 def test_torch_kernel_backward_matches_the_reference():
     g = torch.Generator().manual_seed(3)
     inputs = [torch.randn(2, r, 4, generator=g, dtype=torch.float64) for r in (5, 7, 7)]

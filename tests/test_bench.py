@@ -313,6 +313,36 @@ def test_timeit_orders_a_slow_and_a_fast_function_and_rejects_bad_arguments():
         timeit([fast, 3])
 
 
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_timeit_calls_each_function_warmup_plus_rounds_times_number(clock):
+    # No hidden extra calls (Timer.timeit's own warm-up): a slow case costs what it says,
+    # and time_case's CPU clock, read around one timed call, reads that call alone.
+    from selfattn.bench import timeit
+
+    calls = {"a": 0, "b": 0}
+
+    def a():
+        calls["a"] += 1
+
+    def b():
+        calls["b"] += 1
+
+    timeit([a, b], rounds=3, number=4, warmup=2, clock=clock)
+    assert calls == {"a": 2 + 3 * 4, "b": 2 + 3 * 4}
+
+
+def test_time_case_times_one_call_per_repeat(monkeypatch):
+    from selfattn import bench
+
+    calls = []
+    case = bench._CASES["sdpa"]
+    monkeypatch.setitem(
+        bench._CASES, "sdpa", bench._Case(lambda x: calls.append(1), case.description)
+    )
+    row = bench.time_case("sdpa", 64, repeats=4, warmup=2)
+    assert len(calls) == 2 + 4 and len(row["times_s"]) == len(row["cpu_times_s"]) == 4
+
+
 def test_timeit_on_a_gpu_uses_triton_do_bench(monkeypatch):
     """device="cuda" routes every round through triton.testing.do_bench (seconds from ms)."""
     import sys

@@ -3,6 +3,7 @@
 Strict nbval (``make test-notebooks``) then checks that the outputs reproduce.
 """
 
+import ast
 import json
 import re
 
@@ -58,6 +59,31 @@ def test_records_use_the_chapters_own_recorder(path):
     assert not re.search(r"(?<!\.)\bglue\(", source), f"{path.name}: use rec.glue(...)"
     found = set(re.findall(r"\brecorder\(\s*[\"'](\w+)[\"']", source))
     assert found == {chapter}, f"{path.name}: recorder{tuple(found)}, expected {chapter!r}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=IDS)
+def test_no_cell_ends_by_echoing_a_recorded_value(path):
+    """``rec(...)`` and ``rec.glue(...)`` return their value, so a cell whose last line is one
+    shows the bare number under the cell on the website: such a line is ``_ = rec(...)``."""
+    for cell in code_cells(load(path)):
+        # IPython magics (the setup cell's %pip) become pass: Python can parse the rest
+        lines = [
+            line[: len(line) - len(line.lstrip())] + "pass"
+            if line.lstrip().startswith(("%", "!"))
+            else line
+            for line in "".join(cell["source"]).splitlines()
+        ]
+        body = ast.parse("\n".join(lines))
+        last = body.body[-1] if body.body else None
+        if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+            called = ast.unparse(last.value.func)
+            assert called not in ("rec", "rec.glue"), (
+                f"{path.name}: a cell ends with {called}(...), whose value is shown: "
+                f"write _ = {called}(...)"
+            )
+        echoed = [o for o in cell.get("outputs", []) if o["output_type"] == "execute_result"]
+        if isinstance(last, ast.Assign):
+            assert not echoed, f"{path.name}: a cell ending in an assignment shows a value"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=IDS)

@@ -147,7 +147,8 @@ def scaled_dot_product_attention(
         return flash_attention(q, k, v, causal=causal, alignment="bottom_right", scale=scale)
     if kernel == "torch" and return_weights:
         raise ValueError("kernel='torch' returns no weights: use kernel='reference' for them")
-    if kernel == "torch" and causal and n == m:  # torch's own causal path, nothing stored
+    if kernel == "torch" and causal and n == m and scale > 0:
+        # torch's own causal path, no mask stored (its CPU kernel gives NaN for a scale <= 0)
         return F.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout, is_causal=True, scale=scale
         )
@@ -156,13 +157,7 @@ def scaled_dot_product_attention(
     if mask is not None:
         check_mask(mask, batch + (n, m), q.device)
     if kernel == "torch":
-        out = F.scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout, scale=scale)
-        if mask is None:
-            return out
-        # A query with no key to attend to gets zeros, as in the reference (some of torch's
-        # backends give NaN there).
-        allowed = mask if mask.dtype == torch.bool else mask > float("-inf")
-        return out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+        return _torch_kernel(q, k, v, mask, scale, dropout)
     dtype = q.dtype
     if is_half(q):
         # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch
@@ -180,3 +175,24 @@ def scaled_dot_product_attention(
     if return_weights:
         return output.to(dtype), weights.to(dtype)
     return output.to(dtype)
+
+
+def _torch_kernel(q, k, v, mask, scale: float, dropout: float) -> torch.Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention`` with the reference's conventions.
+
+    A float mask is given q's dtype (float32 for half inputs, which torch accepts and which keeps
+    a large negative bias from rounding to ``-inf``). A query that may attend to no key gets
+    zeros: its row is opened for torch's kernel (some backends give NaN for an empty row, and
+    NaN gradients behind it) and its output zeroed.
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale)
+    if mask.dtype == torch.bool:
+        empty = ~mask.any(dim=-1, keepdim=True)
+        mask = mask | empty
+    else:
+        mask = mask.to(torch.float32 if is_half(q) else q.dtype)
+        empty = ~(mask > float("-inf")).any(dim=-1, keepdim=True)
+        mask = mask.masked_fill(empty, 0.0)
+    out = F.scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout, scale=scale)
+    return out.masked_fill(empty, 0.0)
