@@ -373,8 +373,12 @@ def editions() -> dict[Path, str]:
     return out
 
 
+def _registry_stale() -> bool:
+    return not REGISTRY.exists() or REGISTRY.read_text(encoding="utf-8") != registry_text()
+
+
 def write() -> None:
-    if not REGISTRY.exists() or REGISTRY.read_text(encoding="utf-8") != registry_text():
+    if _registry_stale():
         REGISTRY.write_text(registry_text(), encoding="utf-8")
         print(f"wrote the chapter registry {REGISTRY.relative_to(ROOT)}")
     expected = editions()
@@ -405,7 +409,7 @@ def stale() -> list[str]:
     for folder in EDITIONS:
         present = set((ROOT / folder / "chapters").glob("*.ipynb"))
         wrong += [str(p.relative_to(ROOT)) for p in sorted(present - set(expected))]
-    if not REGISTRY.exists() or REGISTRY.read_text(encoding="utf-8") != registry_text():
+    if _registry_stale():
         wrong.append(str(REGISTRY.relative_to(ROOT)))
     return wrong
 
