@@ -39,6 +39,12 @@ POT_BUILD = ROOT / "_build" / "gettext"
 #: Documents that stay English in the Chinese edition (generated from docstrings).
 ENGLISH_ONLY = {"api"}
 TITLE = "可运行的自注意力"
+#: The licence statement in the footer (_config.yml's html.extra_footer), in Chinese.
+FOOTER = (
+    '<p>文字与图采用 <a href="https://creativecommons.org/licenses/by/4.0/" rel="license">'
+    "CC BY 4.0</a> 许可；代码（<code>selfattn</code> 库、工具和笔记本中的代码单元）采用 "
+    '<a href="https://opensource.org/license/mit" rel="license">MIT 许可证</a>。</p>'
+)
 BIN = Path(sys.executable).parent
 
 
@@ -275,6 +281,7 @@ def config(out_dir: Path | None = None) -> dict:
     """_config.yml for the Chinese edition (same sources, language zh_CN)."""
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     cfg["title"] = TITLE
+    cfg.setdefault("html", {})["extra_footer"] = FOOTER
     sphinx = cfg.setdefault("sphinx", {})
     conf = sphinx.setdefault("config", {})
     conf["language"] = LANGUAGE
