@@ -105,11 +105,13 @@ test: lint test-lib test-notebooks test-build
 	$(MAKE) test-site SITE_BUILT=1
 	@echo "make test: all passed"
 
+# Recording the book (SELFATTN_RECORD=1, set by tools/execute.py): claims raise and each chapter
+# writes chapters/results/<chNN>.json. Any other run of a chapter writes nothing there.
 execute: install
 	$(PY) tools/execute.py $(NOTEBOOKS)
 
 bench: install
-	$(PY) -m selfattn.bench
+	SELFATTN_RECORD=1 $(PY) -m selfattn.bench
 
 # The book on a GPU in one command (tools/gpu_check.py, at most ~8 minutes): versions, the
 # kernels against SDPA in float64, every chapter executed on the GPU, the Triton-vs-SDPA-flash
@@ -123,3 +125,13 @@ gpu-check:
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis
+
+# A release (tools/release.py): sets the version (lib/selfattn/__init__.py, the one place),
+# pins every chapter's Colab setup cell and the launch buttons to the tag vVERSION, dates
+# CHANGELOG.md's Unreleased section, updates CITATION.cff and builds the wheel into dist/.
+# It commits nothing: it prints the commands that commit, tag and push.
+# `python tools/release.py --check` says whether the version's places agree.
+.PHONY: release
+release: install
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z"; exit 1; }
+	$(PY) tools/release.py $(VERSION)

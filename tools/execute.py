@@ -26,6 +26,8 @@ def execute(path: Path, timeout: int = 900) -> float:
     nb = nbformat.read(path, as_version=4)
     # Same environment as the nbval tests: no progress bars, one thread (set by selfattn.setup).
     os.environ["SELFATTN_PROGRESS"] = "0"
+    # Recording the book: claims raise, and each chapter writes chapters/results/<chNN>.json.
+    os.environ["SELFATTN_RECORD"] = "1"
     client = NotebookClient(
         nb,
         timeout=timeout,

@@ -3,6 +3,7 @@
     python tools/reader_run.py                         # every chapter in _toc.yml
     python tools/reader_run.py chapters/07_*.ipynb     # just these
     python tools/reader_run.py --keep                  # keep the temporary folder, print it
+    python tools/reader_run.py --paths native          # only this CPU's own floating-point path
 
 A reader on Colab has one notebook and ``pip install selfattn @ git+...``: no repository,
 no ``chapters/results`` folder beside the notebook, no editable install. This script
@@ -22,7 +23,15 @@ reproduces exactly that, then runs strict nbval on the copies:
    run without error and reproduce its committed output (``tests/nbval_sanitize.cfg``).
 
 So one pass proves both that the committed outputs reproduce and that every chapter runs
-alone from the installed package (``make test-notebooks`` runs it). Recorded results are
+alone from the installed package (``make test-notebooks`` runs it).
+
+Two floating-point paths. Another reader's CPU rounds differently (another instruction set,
+another BLAS code path), and a GPU more so. The script runs every chapter twice: on this
+machine's own path, and on a second one that stands for another machine (:data:`SECOND_PATH`:
+PyTorch's unvectorised kernels and MKL's compatible code path, one thread as always). Both
+passes run with claims raising (``SELFATTN_RECORD=1``) and strict nbval, so every committed
+output and every claim must hold on both. After the first pass it prints each chapter's wall
+time beside its budget (a benchmark: nothing fails on time). Recorded results are
 written into the copies' folders, never into the repository. Whether the wheel declares
 every package the library and chapters import is checked statically by
 ``tests/test_packaging.py``.
@@ -40,10 +49,22 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import xml.etree.ElementTree as ET
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from book import ROOT, toc_chapters  # noqa: E402
+
+#: The environment of the second floating-point path: ATen's scalar ("default") kernels instead
+#: of this CPU's AVX2/AVX-512 ones, and MKL's conditional-numerical-reproducibility mode
+#: "COMPATIBLE" (SSE2 code paths) instead of the fastest one for this CPU. Each changes a
+#: float32 training run's loss in its sixth digit (tests/test_fp_paths.py shows it).
+SECOND_PATH = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+PATHS = {"native": {}, "second": SECOND_PATH}
+
+#: A reader's time budget per chapter on 2 CPU cores (design.md), by chapter number.
+BUDGET_S = {n: 90 if 6 <= n <= 9 else 60 for n in range(1, 11)}
 
 
 def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -165,12 +186,63 @@ def copy_alone(chapters: list[Path], work: Path) -> list[Path]:
     return copies
 
 
+def chapter_times(junit: Path) -> dict[str, float]:
+    """``{notebook stem: seconds}``: the sum of each chapter's cell times in a pytest report."""
+    times: dict[str, float] = defaultdict(float)
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        stem = Path(case.get("file") or case.get("classname", "").replace(".", "/")).stem
+        times[stem] += float(case.get("time", 0.0))
+    return dict(times)
+
+
+def print_budget_table(times: dict[str, float]) -> None:
+    """Each chapter's wall time (its cells, one kernel) beside its budget."""
+    print("\nreader run, one kernel per chapter (cells' wall time; budget from design.md):")
+    print(f"  {'chapter':32} {'time':>7} {'budget':>7}  within")
+    for stem, seconds in sorted(times.items()):
+        budget = BUDGET_S.get(int(stem[:2]), 60) if stem[:2].isdigit() else 60
+        within = "yes" if seconds <= budget else "NO"
+        print(f"  {stem:32} {seconds:6.0f}s {budget:6d}s  {within}")
+    print(flush=True)
+
+
+def run_pass(python: Path, chapters: list[Path], work: Path, name: str, workers: str) -> int:
+    """Strict nbval on fresh copies of ``chapters`` on one floating-point path."""
+    folder = work / f"reader-{name}"
+    copies = copy_alone(chapters, folder)
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    env |= {"SELFATTN_PROGRESS": "0", "SELFATTN_RECORD": "1", **PATHS[name]}
+    env.pop("SELFATTN_RECORD_TO", None)
+    junit = folder / "report.xml"
+    cmd = [python, "-m", "pytest", "-p", "no:cacheprovider", "--nbval", "--nbval-current-env"]
+    cmd += ["--nbval-cell-timeout=900", "--nbval-sanitize-with"]
+    cmd += [ROOT / "tests" / "nbval_sanitize.cfg", "-q", "--rootdir", folder / "reader"]
+    cmd += ["--junitxml", junit, "-o", "junit_family=xunit1"]
+    if workers not in {"0", "1"} and len(copies) > 1:
+        cmd += ["-n", workers, "--dist", "loadfile"]
+    shown = " ".join(f"{k}={v}" for k, v in PATHS[name].items()) or "this CPU's own"
+    print(f"\n=== floating-point path {name!r} ({shown}) ===", flush=True)
+    result = subprocess.run([str(c) for c in cmd + copies], cwd=folder / "reader", env=env)
+    if name == "native" and junit.exists():
+        print_budget_table(chapter_times(junit))
+    return result.returncode
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument("--workers", default="2", help="pytest-xdist workers (default 2)")
+    parser.add_argument(
+        "--paths",
+        default="native,second",
+        help="floating-point paths to run, comma-separated: native, second (default both)",
+    )
     args = parser.parse_args(argv)
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    unknown = sorted(set(paths) - set(PATHS))
+    if unknown or not paths:
+        parser.error(f"--paths takes {sorted(PATHS)}, got {args.paths!r}")
     chapters = [p.resolve() for p in args.notebooks] or toc_chapters()
     if not chapters:
         print("reader_run: no chapter in _toc.yml yet")
@@ -178,16 +250,10 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="selfattn-reader-"))
     try:
         python = build_reader_env(work)
-        copies = copy_alone(chapters, work)
-        env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
-        env["SELFATTN_PROGRESS"] = "0"
-        cmd = [python, "-m", "pytest", "-p", "no:cacheprovider", "--nbval", "--nbval-current-env"]
-        cmd += ["--nbval-cell-timeout=900", "--nbval-sanitize-with"]
-        cmd += [ROOT / "tests" / "nbval_sanitize.cfg", "-q", "--rootdir", work / "reader"]
-        if args.workers not in {"0", "1"} and len(copies) > 1:
-            cmd += ["-n", args.workers, "--dist", "loadfile"]
-        result = subprocess.run([str(c) for c in cmd + copies], cwd=work / "reader", env=env)
-        return result.returncode
+        failed = [name for name in paths if run_pass(python, chapters, work, name, args.workers)]
+        if failed:
+            print(f"reader_run: strict nbval failed on the path(s) {failed}")
+        return 1 if failed else 0
     finally:
         if args.keep:
             print(f"reader_run: kept {work}")

@@ -30,10 +30,12 @@ from .results import (
     Recorder,
     chapter_titles,
     claim,
+    failed_claims,
     load_recorded,
     load_results,
     record,
     recorder,
+    recording,
 )
 from .runtime import get_device, setup
 from .train import train_loop
@@ -53,6 +55,7 @@ __all__ = [
     *_positional_all,
     "ClaimError",
     "claim",
+    "failed_claims",
     "get_device",
     "load_recorded",
     "chapter_titles",
@@ -60,6 +63,7 @@ __all__ = [
     "plot_attention",
     "record",
     "recorder",
+    "recording",
     "Recorder",
     "diagrams",
     "efficient",
