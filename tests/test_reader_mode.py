@@ -36,6 +36,7 @@ def test_a_failed_claim_prints_a_note_in_a_readers_run(reader, capsys):
     assert "does not support the sentence 'one is more than two'" in out
     assert "This run measured: 1 vs 2." in out
     assert "the run goes on" in out
+    assert selfattn.claim_note("one is more than two", "1 vs 2") in out
     assert selfattn.failed_claims() == ["one is more than two"]
     selfattn.claim(True, "true things pass silently")
     assert capsys.readouterr().out == ""

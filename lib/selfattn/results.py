@@ -44,6 +44,7 @@ __all__ = [
     "RESULTS_DIR",
     "recording",
     "failed_claims",
+    "claim_note",
 ]
 
 #: Where :func:`record` stores each chapter's figures, relative to the notebook's folder.
@@ -105,17 +106,25 @@ def claim(condition, sentence: str, *, measured=None) -> None:
         detail = "" if measured is None else f" (this run: {measured})"
         raise ClaimError(f"the data contradict the prose: {sentence!r}{detail}")
     _FAILED.append(sentence)
+    print(claim_note(sentence, measured), flush=True)
+
+
+def claim_note(sentence: str, measured=None) -> str:
+    """The note a reader's run prints where :func:`claim` finds ``sentence`` unsupported.
+
+    Chapter 1 shows it; :func:`claim` prints it (outside recording mode) instead of raising.
+    """
     lines = [
         f"Note: this run does not support the sentence {sentence!r}.",
         "The book's recorded run did, and its outputs show that run.",
     ]
     if measured is not None:
         lines.append(f"This run measured: {measured}.")
-    lines.append(
-        "Float rounding differs between CPUs, thread counts and GPUs, and a small model "
-        "trained for many steps can end elsewhere; the run goes on."
-    )
-    print("\n".join(lines), flush=True)
+    lines += [
+        "Float rounding differs between CPUs, thread counts and GPUs, and a small",
+        "model trained for many steps can end elsewhere; the run goes on.",
+    ]
+    return "\n".join(lines)
 
 
 def _to_jsonable(value):
