@@ -16,6 +16,10 @@ Found by the browser tests in tests_site/:
   linked by any page, are removed after the copy: the site shrinks from 63 MB to about
   48 MB (issue: the English site under 60 MB; tests_site/test_pages.py::test_site_size).
 
+The theme's "Open issue" button (``use_issues_button``) opens a blank issue titled with the
+page's file name; here it opens the erratum form (``.github/ISSUE_TEMPLATE/erratum.yml``) with
+the page filled in.
+
 The student edition (``book_student_edition = True``, set by tools/student_edition.py for
 ``make book-student``) removes every exercise's solution:
 
@@ -31,8 +35,10 @@ The student edition (``book_student_edition = True``, set by tools/student_editi
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 from sphinx.transforms import SphinxTransform
 
@@ -123,6 +129,39 @@ def language_switch(app, pagename, templatename, context, doctree) -> None:
     )
 
 
+#: The issue form that the theme's "Open issue" button opens (.github/ISSUE_TEMPLATE/).
+ERRATUM_FORM = "erratum.yml"
+
+
+def erratum_url(repo_url: str, title: str, page: str) -> str:
+    """A new issue on the erratum form, its title and "Chapter or page" field filled in
+    (GitHub fills an issue form's fields from query parameters named by their ids)."""
+    query = urlencode(
+        {"template": ERRATUM_FORM, "title": f"Erratum: {title}", "chapter": f"{title} ({page})"},
+        quote_via=quote,
+    )
+    return f"{repo_url.rstrip('/')}/issues/new?{query}"
+
+
+def erratum_issue_link(app, pagename, templatename, context, doctree) -> None:
+    """The theme's "Open issue" button (``use_issues_button``) opens the erratum form for this
+    page, instead of a blank issue titled with the page's file name."""
+    if app.builder.format != "html":
+        return
+    title = re.sub(r"<[^>]+>", "", str(context.get("title") or pagename)).strip()
+    edition = EDITION_ROOTS.get(app.config.book_edition_language, "")
+    page = f"{edition}{pagename}.html"
+    if app.config.book_student_edition:
+        page = f"student edition, {page}"
+    buttons = list(context.get("header_buttons") or [])
+    for group in list(buttons):
+        buttons += group.get("buttons", []) if isinstance(group, dict) else []
+    for button in buttons:
+        if isinstance(button, dict) and button.get("label") == "source-issues-button":
+            repo_url = button["url"].split("/issues/new", 1)[0]
+            button["url"] = erratum_url(repo_url, html.unescape(title), page)
+
+
 # MathJax's combined bundles: each one alone typesets a page, so only the configured one is used.
 _MATHJAX_BUNDLE = re.compile(r"^(tex-|mml-).*\.js$|^(node-main|latest)\.js$")
 
@@ -146,6 +185,8 @@ def setup(app):
     app.add_config_value("book_edition_language", "en", "env")
     app.add_config_value("book_language_switch", True, "env")
     app.connect("html-page-context", language_switch)
+    # After sphinx-book-theme's own buttons (priority 501).
+    app.connect("html-page-context", erratum_issue_link, priority=600)
     # Late, so that scripts other extensions add to the page context are included.
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.add_transform(RemoveSolutions)
