@@ -49,7 +49,9 @@ test-lib: install
 
 # Strict nbval, run as a Colab reader runs the book: a wheel of the library installed in a
 # fresh venv, each chapter copied alone into an empty folder (tools/reader_run.py). Every
-# chapter in _toc.yml must run there and reproduce its committed outputs.
+# chapter in _toc.yml must run there and reproduce its committed outputs, with claims raising,
+# twice: on this CPU's floating-point path and on a second one that stands for another machine
+# (unvectorised ATen kernels, MKL's compatible path). Prints each chapter's time and budget.
 test-notebooks: install
 	$(PY) tools/reader_run.py
 
