@@ -135,7 +135,7 @@ def _bad_values(which):
         ] + ([t.double()] if which != "mask" else [t.int()])
     if which == "scale":
         return ["2", float("nan"), float("inf"), True, [1.0], 1j]
-    return [None, 1, "yes", torch.tensor(True)]  # return_weights
+    return [None, 1, "yes", torch.tensor([True])]  # return_weights (0-dim bools are flags)
 
 
 @given(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import torch
 
 __all__: list[str] = []
@@ -94,9 +95,17 @@ def require_base(base) -> float:
 
 
 def require_number(
-    value, name: str, *, positive: bool = False, finite: bool = True, allow_none: bool = False
+    value,
+    name: str,
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+    finite: bool = True,
+    allow_none: bool = False,
 ):
-    """A real number (int or float, not bool, not a string); optionally > 0 and finite."""
+    """A real number (int or float, not bool, not a string): finite unless ``finite=False``
+    (NaN is refused either way), and ``> 0`` with ``positive``, ``>= 0`` with ``nonnegative``.
+    """
     if value is None and allow_none:
         return None
     if isinstance(value, torch.Tensor) and value.dim() == 0 and value.is_floating_point():
@@ -104,10 +113,12 @@ def require_number(
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {describe(value)}")
     value = float(value)
-    if finite and not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
+    if math.isnan(value) or (finite and not math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number, got {value}")
     if positive and not value > 0:
         raise ValueError(f"{name} must be > 0, got {value}")
+    if nonnegative and not value >= 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
     return value
 
 
@@ -183,9 +194,22 @@ def check_alignment(alignment) -> str:
 
 
 def require_bool(value, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {describe(value)}")
-    return value
+    """A flag: ``True`` or ``False`` (a NumPy bool or a 0-dim bool tensor too), nothing else.
+
+    A string, a number or ``None`` is a TypeError: ``causal="bottom_right"`` would otherwise
+    be silently true (and top-left). A string naming a causal alignment says how to spell
+    the call.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.dtype == torch.bool:
+        return bool(value)
+    hint = ""
+    if isinstance(value, str) and value in ALIGNMENTS:
+        hint = f"; for {value} causal attention write {name}=True, alignment={value!r}"
+    raise TypeError(f"{name} must be True or False, got {describe(value)}{hint}")
 
 
 def require_dim_arg(dim, name: str = "dim") -> int:

@@ -63,7 +63,7 @@ import torch.nn.functional as F
 import torch.utils.benchmark as benchmark
 from torch import nn
 
-from ._checks import require_float, require_int, require_number
+from ._checks import require_bool, require_float, require_int, require_number
 from .costs import kv_cache_bytes
 from .efficient import (
     LinearAttentionState,
@@ -244,6 +244,7 @@ def generate(
     Returns:
         ``(B, steps, d_model)``, the generated inputs in order.
     """
+    use_cache = require_bool(use_cache, "use_cache")
     require_float(prompt, "prompt")
     if prompt.dim() != 3 or prompt.shape[1] < 1:
         raise ValueError(f"prompt must have shape (B, p >= 1, d_model), got {tuple(prompt.shape)}")
@@ -903,6 +904,9 @@ def run_cpu(
     Returns:
         The report written (the merged one when ``only`` updated an existing file).
     """
+    quick = require_bool(quick, "quick")
+    memory = require_bool(memory, "memory")
+    timing = require_bool(timing, "timing")
     if not (memory or timing):
         raise ValueError("run_cpu: memory and timing are both off, nothing to measure")
     if only is not None:

@@ -153,7 +153,8 @@ def to_additive_mask(
     Args:
         mask: bool, any shape, ``True`` = may attend.
         dtype: the scores' dtype.
-        fill: the value for forbidden positions; defaults to ``-inf``, which this library's
+        fill: the value for forbidden positions, ``-inf`` or a finite number ``<= 0`` (NaN
+            and positive values are refused); defaults to ``-inf``, which this library's
             softmax and torch SDPA both turn into a weight of exactly 0 (fully masked rows
             included). A large finite fill such as ``-1e9`` overflows to ``-inf`` in float16
             and gives a fully masked row *uniform* weights instead of zeros.
@@ -166,6 +167,8 @@ def to_additive_mask(
         raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
     fill = require_number(fill, "fill", finite=False, allow_none=True)
     fill = float("-inf") if fill is None else fill
+    if fill > 0:  # +inf included: a forbidden key would win the softmax, or give NaN
+        raise ValueError(f"fill must be -inf or a finite number <= 0, got {fill}")
     # Fill in float32 and round once to ``dtype``: that is what happens to a mask built in
     # float32 and added to half-precision scores (``masked_fill`` on a float16 tensor would
     # refuse -1e9 with "value cannot be converted ... without overflow" instead).

@@ -31,6 +31,7 @@ from torch import nn
 from ._checks import (
     check_choice,
     require_base,
+    require_bool,
     require_even,
     require_float,
     require_int,
@@ -226,6 +227,7 @@ def alibi_bias(
         float32 tensor ``(h, n, m)``, a float mask for
         :func:`~selfattn.attention.scaled_dot_product_attention` with scores ``(B, h, n, m)``.
     """
+    causal = require_bool(causal, "causal")
     require_int(num_heads, "num_heads", 1)
     require_int(n, "n", 1)
     m = n if m is None else m
@@ -269,6 +271,7 @@ def relative_position_bucket(
     Returns:
         ``torch.long`` tensor of bucket ids in ``0 .. num_buckets - 1``, same shape.
     """
+    bidirectional = require_bool(bidirectional, "bidirectional")
     require_tensor(relative_position, "relative_position")
     if relative_position.is_floating_point() or relative_position.dtype == torch.bool:
         raise TypeError(
@@ -325,6 +328,7 @@ class RelativePositionBias(nn.Module):
         bidirectional: bool = True,
     ):
         super().__init__()
+        bidirectional = require_bool(bidirectional, "bidirectional")
         self.num_heads = require_int(num_heads, "num_heads", 1)
         self.num_buckets, self.max_distance, self.bidirectional = (
             num_buckets,

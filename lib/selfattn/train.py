@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from ._checks import require_int, require_module, require_number
+from ._checks import require_bool, require_int, require_module, require_number
 from .runtime import show_progress
 
 __all__ = ["train_loop"]
@@ -42,6 +42,8 @@ def train_loop(
     Returns:
         The list of per-step training losses (floats).
     """
+    if progress is not None:
+        progress = require_bool(progress, "progress")
     require_module(model)
     steps = require_int(steps, "steps", 1)
     if not callable(loss_fn):

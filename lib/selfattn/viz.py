@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ._checks import require_bool
+
 __all__ = ["plot_attention"]
 
 
@@ -38,6 +40,9 @@ def plot_attention(
     Returns:
         The matplotlib axes.
     """
+    colorbar = require_bool(colorbar, "colorbar")
+    if annotate is not None:
+        annotate = require_bool(annotate, "annotate")
     import matplotlib.pyplot as plt
 
     w = _to_numpy(weights)

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from .._checks import require_bool
+
 __all__ = ["Vocab"]
 
 
@@ -54,6 +56,7 @@ class Vocab:
 
     def decode(self, ids, *, skip_pad: bool = True) -> list[str]:
         """Ids ``(n,)`` (tensor or sequence) -> tokens, dropping padding by default."""
+        skip_pad = require_bool(skip_pad, "skip_pad")
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         bad = [
             i

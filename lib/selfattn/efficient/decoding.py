@@ -31,6 +31,7 @@ import torch
 from .._checks import (
     check_qkv,
     check_scale,
+    require_bool,
     require_float_tensors,
     require_int,
     require_same_device,
@@ -140,6 +141,8 @@ def flash_decoding(
         TypeError: bad tensors, ``chunk_size`` not an int, a scale that is not a number.
         ValueError: shapes that do not fit, tensors on different devices, ``chunk_size`` < 1.
     """
+    causal = require_bool(causal, "causal")
+    return_lse = require_bool(return_lse, "return_lse")
     batch = check_qkv(q, k, v)
     chunk_size = require_int(chunk_size, "chunk_size", 1)
     scale = check_scale(scale, q.shape[-1])

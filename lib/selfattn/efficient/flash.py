@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from .._checks import check_qkv, check_scale, require_float, require_int
+from .._checks import check_qkv, check_scale, require_bool, require_float, require_int
 from ..masks import causal_diagonal
 
 __all__ = ["flash_attention", "flash_attention_reference", "online_softmax_steps"]
@@ -111,6 +111,7 @@ def flash_attention_reference(
         ``(..., n, d_v)`` in the dtype of ``q`` (half inputs computed in float32); rows
         that see no key are zeros.
     """
+    causal = require_bool(causal, "causal")
     batch, offset, scale = _check_attention_args(q, k, v, alignment, scale)
     block_q, block_k = require_int(block_q, "block_q", 1), require_int(block_k, "block_k", 1)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
@@ -408,9 +409,9 @@ def flash_attention(
         ValueError: shapes that do not fit together, tensors on different devices,
             block sizes below 1, an unknown alignment.
     """
+    causal = require_bool(causal, "causal")
     batch, offset, scale = _check_attention_args(q, k, v, alignment, scale)
     block_q, block_k = require_int(block_q, "block_q", 1), require_int(block_k, "block_k", 1)
-    causal = bool(causal)
     return _FlashAttention.run(
         q, k, v, batch, scale=scale, causal=causal, offset=offset, block_q=block_q, block_k=block_k
     )

@@ -36,7 +36,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_qkv, require_float_tensors, require_int, require_same_device
+from .._checks import (
+    check_qkv,
+    require_bool,
+    require_float_tensors,
+    require_int,
+    require_number,
+    require_same_device,
+)
 from ..masks import causal_diagonal
 from .flash import _work_dtype
 
@@ -107,6 +114,8 @@ def linear_attention(
         ValueError: shapes that do not fit, tensors on different devices, a
             ``chunk_size`` below 1, an unknown ``alignment``.
     """
+    causal = require_bool(causal, "causal")
+    eps = require_number(eps, "eps", nonnegative=True)
     batch = check_qkv(q, k, v)
     n, m = q.shape[-2], k.shape[-2]
     chunk_size = require_int(chunk_size, "chunk_size", 1)
@@ -209,6 +218,8 @@ def linear_attention_step(
         ``(out_t, new_state)`` with ``out_t`` of shape ``(..., d_v)``. Memory and time per
         step are O(d d_v), whatever the number of tokens before.
     """
+    normalize = require_bool(normalize, "normalize")
+    eps = require_number(eps, "eps", nonnegative=True)
     require_float_tensors(q_t=q_t, k_t=k_t, v_t=v_t)
     if (
         q_t.shape[-1] != state.s.shape[-2]
@@ -357,6 +368,8 @@ def decayed_linear_attention(
         TypeError: an argument that is not a tensor.
         ValueError: bad shapes, or gates outside ``(0, 1]``.
     """
+    normalize = require_bool(normalize, "normalize")
+    eps = require_number(eps, "eps", nonnegative=True)
     batch = check_qkv(q, k, v)
     n, d = q.shape[-2], q.shape[-1]
     if k.shape[-2] != n:

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .._checks import require_float, require_int, require_tensor
+from .._checks import require_bool, require_float, require_int, require_tensor
 from ..attention import scaled_dot_product_attention
 
 __all__ = ["PagedKVCache", "paged_attention", "allocation_slots"]
@@ -253,6 +253,7 @@ def paged_attention(
         ValueError: shapes that disagree with the cache, a sequence shorter than ``n``,
             an unknown sequence id.
     """
+    causal = require_bool(causal, "causal")
     require_tensor(q, "q")
     require_float(q, "q")
     if not isinstance(cache, PagedKVCache):

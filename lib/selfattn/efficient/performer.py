@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from .._checks import check_qkv, require_float_tensors, require_int
+from .._checks import check_qkv, require_bool, require_float_tensors, require_int, require_number
 from .flash import _work_dtype
 from .linear import linear_attention
 
@@ -52,6 +52,7 @@ def gaussian_projection(
     vector; every row is still marginally ``N(0, I_d)`` (so the estimate stays unbiased) and
     the rows of one block are exactly orthogonal. Otherwise rows are independent.
     """
+    orthogonal = require_bool(orthogonal, "orthogonal")
     num_features = require_int(num_features, "num_features", 1)
     d = require_int(d, "d", 1)
     if not orthogonal:
@@ -138,6 +139,9 @@ def performer_attention(
     Returns:
         ``(..., n, d_v)`` in the dtype of ``q`` (half inputs computed in float32).
     """
+    causal = require_bool(causal, "causal")
+    orthogonal = require_bool(orthogonal, "orthogonal")
+    eps = require_number(eps, "eps", nonnegative=True)
     batch = check_qkv(q, k, v)
     d = q.shape[-1]
     if scale is None:

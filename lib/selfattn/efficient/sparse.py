@@ -23,7 +23,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._checks import require_int
+from .._checks import require_bool, require_int
 from ..attention import softmax
 from .flash import (
     _check_attention_args,
@@ -61,6 +61,7 @@ def strided_mask(n: int, stride: int, *, causal: bool = True, device=None) -> to
     Returns:
         Bool ``(n, n)``; with ``causal`` only ``j <= i``.
     """
+    causal = require_bool(causal, "causal")
     require_int(n, "n", 1)
     require_int(stride, "stride", 1)
     i = torch.arange(n, device=device)[:, None]
@@ -158,6 +159,7 @@ def sliding_window_attention_reference(
     Returns:
         ``(..., n, d_v)`` in the dtype of ``q`` (half inputs computed in float32).
     """
+    causal = require_bool(causal, "causal")
     batch, offset, scale, window = _check_window_args(q, k, v, window, alignment, scale)
     block = require_int(block_size, "block_size", 1)
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
@@ -320,6 +322,7 @@ def sliding_window_attention(
         ValueError: ``window`` or ``block_size`` below 1, shapes that do not fit, tensors on
             different devices, an unknown alignment.
     """
+    causal = require_bool(causal, "causal")
     batch, offset, scale, window = _check_window_args(q, k, v, window, alignment, scale)
     if block_size is not None:
         block_size = require_int(block_size, "block_size", 1)
@@ -354,6 +357,7 @@ def longformer_mask(
     Returns:
         Bool ``(n, n)``, True = may attend.
     """
+    causal = require_bool(causal, "causal")
     require_int(n, "n", 1)
     require_int(window, "window", 1)
     i = torch.arange(n, device=device)[:, None]

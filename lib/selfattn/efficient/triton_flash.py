@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import torch
 
-from .._checks import check_qkv, check_scale, require_power_of_two
+from .._checks import check_qkv, check_scale, require_bool, require_power_of_two
 from ..masks import causal_diagonal
 from .triton_configs import (
     SHARED_MEMORY_BUDGET,
@@ -596,6 +596,7 @@ def triton_flash_attention(
         ValueError: mismatched shapes or devices, head dims over 256, bad block sizes or
             alignment, or a grid over CUDA's limits.
     """
+    causal = require_bool(causal, "causal")
     batch = check_qkv(q, k, v)
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise TypeError(
@@ -670,6 +671,7 @@ def compile_for_gpu(
         ImportError: Triton is not installed.
         ValueError: an unknown capability or kernel, or no config fits.
     """
+    causal = require_bool(causal, "causal")
     if capability not in SHARED_MEMORY_BUDGET:
         raise ValueError(
             f"capability must be one of {sorted(SHARED_MEMORY_BUDGET)}, got {capability!r}"

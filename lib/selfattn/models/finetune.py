@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_int, require_module, require_tensor
+from .._checks import require_bool, require_int, require_module, require_tensor
 from ..data.text import (
     ADJECTIVES,
     SUBJECT_VERBS,
@@ -342,6 +342,7 @@ class MatchHead(nn.Module):
     ):
         """words ``(B, L, d)``, real ``(B, L)`` bool, patches ``(B, P, d)`` -> logits ``(B,)``
         (and the weights ``(B, h, L, P)``)."""
+        return_weights = require_bool(return_weights, "return_weights")
         logit, weights = _cross_match(self.ln, self.cross, self.head, words, real, patches)
         return (logit, weights) if return_weights else logit
 

@@ -27,6 +27,7 @@ from torch import nn
 
 from .._checks import (
     check_token_ids,
+    require_bool,
     require_device,
     require_int,
     require_module,
@@ -90,6 +91,7 @@ class OrderModel(nn.Module):
         cfg = self.cfg = OrderModelConfig(vocab_size=vocab_size, encoding=encoding, **kwargs)
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
             require_int(getattr(cfg, name), name, 1)
+        require_bool(cfg.causal, "causal")
         if cfg.d_model % cfg.num_heads or (cfg.d_model // cfg.num_heads) % 2:
             raise ValueError(
                 f"d_model={cfg.d_model} must split into num_heads={cfg.num_heads} "
@@ -135,6 +137,7 @@ class OrderModel(nn.Module):
 
         With ``return_weights``, also each layer's attention weights ``(B, h, n, n)``.
         """
+        return_weights = require_bool(return_weights, "return_weights")
         require_token_batch(tokens, "tokens")
         check_token_ids(tokens, "tokens", self.cfg.vocab_size)
         n = tokens.shape[1]
@@ -166,6 +169,7 @@ def token_accuracy(
     Returns:
         A float, or a float tensor ``(n,)``.
     """
+    per_position = require_bool(per_position, "per_position")
     require_module(model)
     model.eval()
     pred = model(x).argmax(-1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import require_float, require_int
+from .._checks import require_bool, require_float, require_int
 from .tiny_attention import SelfAttention
 
 __all__ = ["SingleHeadSelfAttention", "KeyValueRecallModel"]
@@ -47,6 +47,7 @@ class SingleHeadSelfAttention(SelfAttention):
         """Self-attention over the tokens of ``x (..., n, d_model)``; ``mask`` as in
         :func:`selfattn.attention.scaled_dot_product_attention` (bool, True = may attend),
         ``(n, n)`` or with the leading shape of ``x``."""
+        return_weights = require_bool(return_weights, "return_weights")
         require_float(x, "x")
         if x.dim() < 2 or x.shape[-1] != self.d_model:
             raise ValueError(
@@ -115,6 +116,7 @@ class KeyValueRecallModel(nn.Module):
     ):
         """Logits over the values for each query; with ``return_weights`` also the query token's
         attention weights over the ``p + 1`` tokens, ``(B, p + 1)``."""
+        return_weights = require_bool(return_weights, "return_weights")
         out, weights = self.attention(self.tokens(keys, values, query), return_weights=True)
         logits = self.readout(out[:, -1])  # only the query token's output is read
         return (logits, weights[:, -1]) if return_weights else logits

@@ -84,6 +84,7 @@ class SelfAttention(nn.Module):
         n_heads: int | None = None,
     ):
         super().__init__()
+        bias = require_bool(bias, "bias")
         num_heads = _renamed(num_heads, n_heads, "num_heads", "n_heads", default=1)
         self.scaled = require_bool(scaled, "scaled")
         d_model = require_int(d_model, "d_model", 1)
@@ -203,6 +204,7 @@ class SelfAttention(nn.Module):
                 flattens them (the trained model uses 1).
             return_weights: also return the weights ``(B, num_heads, n, m)``.
         """
+        return_weights = require_bool(return_weights, "return_weights")
         context = x if context is None else context
         for name, t in (("x", x), ("context", context)):
             if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != self.d_model:
@@ -275,6 +277,7 @@ class AttentionClassifier(nn.Module):
         n_heads: int | None = None,
     ):
         super().__init__()
+        mlp = require_bool(mlp, "mlp")
         num_layers = _renamed(num_layers, n_layers, "num_layers", "n_layers", default=1)
         num_heads = _renamed(num_heads, n_heads, "num_heads", "n_heads", default=1)
         if positions not in ("sinusoidal", "learned", None):
@@ -328,6 +331,7 @@ class AttentionClassifier(nn.Module):
 
         ``temperature`` is passed to every layer (see :meth:`SelfAttention.forward`).
         """
+        return_weights = require_bool(return_weights, "return_weights")
         x = self.embed_tokens(ids)
         all_weights = []
         for block in self.blocks:

@@ -29,6 +29,7 @@ from torch import nn
 
 from .._checks import (
     check_token_ids,
+    require_bool,
     require_float,
     require_int,
     require_module,
@@ -129,6 +130,7 @@ class TransformerBlock(nn.Module):
         attention: nn.Module | None = None,
     ):
         super().__init__()
+        cross_attention = require_bool(cross_attention, "cross_attention")
         d_model = require_int(d_model, "d_model", 1)
         num_heads = require_int(num_heads, "num_heads", 1)
         mlp_ratio = require_int(mlp_ratio, "mlp_ratio", 0)
@@ -188,6 +190,7 @@ class TransformerBlock(nn.Module):
             ``(B, n, d)``, or ``(y, weights)`` where ``weights`` is a dict with ``"self"``
             ``(B, h, n, m)`` and, with cross-attention, ``"cross"`` ``(B, h, n, m_context)``.
         """
+        return_weights = require_bool(return_weights, "return_weights")
         if self.cross is None and not (
             context is None and context_mask is None and cross_cache is None
         ):
@@ -248,6 +251,7 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor, *, mask=None, return_weights: bool = False):
         """``x`` ``(B, n, d)`` and an optional self-attention mask -> ``(B, n, d)`` (and the
         per-layer weights)."""
+        return_weights = require_bool(return_weights, "return_weights")
         weights = []
         for block in self.blocks:
             x, w = block(x, mask=mask, return_weights=True)
@@ -276,6 +280,7 @@ class Decoder(nn.Module):
         cross_attention: bool = False,
     ):
         super().__init__()
+        cross_attention = require_bool(cross_attention, "cross_attention")
         num_layers = require_int(num_layers, "num_layers", 1)
         self.blocks = nn.ModuleList(
             TransformerBlock(
@@ -302,6 +307,7 @@ class Decoder(nn.Module):
         """Args: ``x`` ``(B, n, d)``; ``context`` ``(B, m, d)`` when built with cross-attention;
         ``caches`` from :meth:`new_caches`. Returns ``(B, n, d)`` (or with a list of per-layer
         weight dicts)."""
+        return_weights = require_bool(return_weights, "return_weights")
         if not self.cross_attention and (context is not None or context_mask is not None):
             raise ValueError(
                 "this decoder has no cross-attention (built with cross_attention=False), so "
@@ -434,6 +440,7 @@ class MiniBERT(_LanguageModel):
     def forward(self, ids: torch.Tensor, *, return_weights: bool = False):
         """ids ``(B, n)`` -> logits ``(B, n, V)`` (and per-layer weights ``(B, h, n, n)`` on
         request)."""
+        return_weights = require_bool(return_weights, "return_weights")
         out = self.encoder(
             self.embed(ids), mask=self.padding_mask(ids), return_weights=return_weights
         )
@@ -471,6 +478,7 @@ class MiniGPT(_LanguageModel):
         With ``caches`` (from ``self.decoder.new_caches()``), ``ids`` are the tokens that follow
         the cached ones: positions start at the cache length.
         """
+        return_weights = require_bool(return_weights, "return_weights")
         start = len(caches[0]["self"]) if caches is not None else 0
         out = self.decoder(
             self.embed(ids, start=start), caches=caches, return_weights=return_weights
@@ -511,6 +519,9 @@ class MiniGPT(_LanguageModel):
         Returns:
             ``(B, p + max_new_tokens)`` ids (and the logits on request).
         """
+        use_cache = require_bool(use_cache, "use_cache")
+        greedy = require_bool(greedy, "greedy")
+        return_logits = require_bool(return_logits, "return_logits")
         require_token_batch(ids)
         max_new_tokens = require_int(max_new_tokens, "max_new_tokens", 1)
         if ids.shape[1] + max_new_tokens > self.max_len:
@@ -629,11 +640,13 @@ class MiniViT(nn.Module):
 
     def tokens(self, images: torch.Tensor, *, return_weights: bool = False):
         """The encoder's output for every token ``(B, 1 + P, d)`` (token 0 = class token)."""
+        return_weights = require_bool(return_weights, "return_weights")
         return self.encoder(self.embed(images), return_weights=return_weights)
 
     def forward(self, images: torch.Tensor, *, return_weights: bool = False):
         """images ``(B, C, H, W)`` -> logits ``(B, num_classes)`` (and per-layer weights ``(B, h,
         1+P, 1+P)``)."""
+        return_weights = require_bool(return_weights, "return_weights")
         out = self.tokens(images, return_weights=return_weights)
         x = out[0] if return_weights else out
         logits = self.head(x[:, 0])
@@ -798,6 +811,7 @@ class MiniCLIP(nn.Module):
 
         Args: image_tokens ``(B, 1 + P, d)``, word_tokens ``(B, L, d)``, real ``(B, L)``.
         """
+        return_weights = require_bool(return_weights, "return_weights")
         patches = image_tokens[:, 1:]  # the patch tokens, without the class token
         logit, weights = _cross_match(
             self.ln_cross, self.cross, self.match_head, word_tokens, real, patches
@@ -813,6 +827,7 @@ class MiniCLIP(nn.Module):
             Match logits ``(B,)`` (> 0 means "this caption describes this image"), and with
             ``return_weights`` the cross-attention weights ``(B, h, L, P)``: word -> patch.
         """
+        return_weights = require_bool(return_weights, "return_weights")
         words, real = self.text_tokens(ids)
         return self.match_tokens(
             self.image_tokens(images), words, real, return_weights=return_weights
