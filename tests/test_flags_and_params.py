@@ -291,8 +291,9 @@ def _public_modules():
         yield importlib.import_module(info.name)
 
 
-def _bool_parameters():
-    """``(module, qualified name, parameter)`` of every parameter annotated ``bool``."""
+def _parameters(annotated):
+    """``(module, qualified name, parameter)`` of every public parameter whose annotation
+    (a string: the library uses ``from __future__ import annotations``) passes ``annotated``."""
     found, seen = set(), set()
 
     def visit(obj, module, qual):
@@ -314,7 +315,7 @@ def _bool_parameters():
             return
         for p in params:
             ann = p.annotation if isinstance(p.annotation, str) else repr(p.annotation)
-            if "bool" in ann.replace(" ", "").split("|") or ann == "bool":
+            if annotated(ann.replace(" ", "")):
                 found.add((module, qual, p.name))
 
     for mod in _public_modules():
@@ -324,6 +325,10 @@ def _bool_parameters():
             if owner.startswith("selfattn") and (inspect.isclass(obj) or callable(obj)):
                 visit(obj, owner, name)
     return found
+
+
+def _bool_parameters():
+    return _parameters(lambda ann: "bool" in ann.split("|"))
 
 
 def test_every_bool_parameter_has_a_call():
@@ -372,3 +377,333 @@ def test_numpy_and_torch_bools_are_flags(flag):
         masks.sliding_window_mask(6, 2, causal=flag),
         masks.sliding_window_mask(6, 2, causal=bool(flag)),
     )
+
+
+# -- float parameters: NaN, infinity and values outside the stated range ----------------------
+
+from selfattn.data import coreference, images, mqar, text  # noqa: E402
+from selfattn.efficient import io_model  # noqa: E402
+from selfattn.exercises import ch02  # noqa: E402
+from selfattn.models import long_context  # noqa: E402
+
+NAN, INF = float("nan"), float("inf")
+#: What each range refuses (beyond NaN, which every float parameter refuses).
+OUTSIDE = {
+    "finite": [INF, -INF],
+    "positive": [INF, 0.0, -1.0],
+    "nonnegative": [INF, -1.0],
+    "probability": [INF, -0.5, 1.5],
+    "at_most_zero": [INF, 1.0],
+    "positive_or_inf": [0.0, -1.0],
+    "base": [INF, 1.0, 0.5],
+    "gate": [INF, 0.0, 1.5, -0.5],
+}
+
+
+def _rw(value):
+    return ch02.soft_lookup(torch.randn(4), torch.randn(3, 4), torch.randn(3, 2), value)
+
+
+#: (module, qualified name, parameter) -> (range, a call passing the value).
+FLOAT_CALLS = {
+    ("selfattn.attention", "scaled_dot_product_attention", "dropout"): (
+        "probability",
+        lambda x: selfattn.scaled_dot_product_attention(Q, K, V, dropout=x),
+    ),
+    ("selfattn.attention", "scaled_dot_product_attention", "scale"): (
+        "finite",
+        lambda x: selfattn.scaled_dot_product_attention(Q, K, V, scale=x),
+    ),
+    ("selfattn.bench", "memory_case", "timeout"): (
+        "positive",
+        lambda x: bench.memory_case("sdpa", 8, timeout=x),
+    ),
+    ("selfattn.bench", "time_case", "budget_s"): (
+        "positive",
+        lambda x: bench.time_case("sdpa", 8, budget_s=x),
+    ),
+    ("selfattn.data.coreference", "CorefTask.split", "held_out"): (
+        "probability",
+        lambda x: coreference.CorefTask().split(x),
+    ),
+    ("selfattn.data.images", "make_shapes", "noise"): (
+        "nonnegative",
+        lambda x: images.make_shapes(2, noise=x),
+    ),
+    ("selfattn.data.mqar", "train_mqar", "lr"): (
+        "positive",
+        lambda x: mqar.train_mqar("attention", 2, steps=1, lr=x),
+    ),
+    ("selfattn.data.text", "generate_sentences", "clause_prob"): (
+        "probability",
+        lambda x: text.generate_sentences(2, clause_prob=x),
+    ),
+    ("selfattn.data.text", "mask_tokens", "prob"): (
+        "probability",
+        lambda x: text.mask_tokens(IDS, torch.tensor([5, 5]), mask_id=1, vocab_size=10, prob=x),
+    ),
+    ("selfattn.diagrams", "dot_product_softmax", "temperature"): (
+        "positive",
+        lambda x: selfattn.diagrams.dot_product_softmax(temperature=x),
+    ),
+    ("selfattn.diagrams", "rope_rotation", "base"): (
+        "base",
+        lambda x: selfattn.diagrams.rope_rotation(base=x),
+    ),
+    ("selfattn.efficient.decoding", "flash_decoding", "scale"): (
+        "finite",
+        lambda x: decoding.flash_decoding(Q, K, V, scale=x),
+    ),
+    ("selfattn.efficient.decoding", "partial_attention", "scale"): (
+        "finite",
+        lambda x: decoding.partial_attention(Q, K, V, scale=x),
+    ),
+    ("selfattn.efficient.flash", "flash_attention", "scale"): (
+        "finite",
+        lambda x: flash.flash_attention(Q, K, V, scale=x),
+    ),
+    ("selfattn.efficient.flash", "flash_attention_reference", "scale"): (
+        "finite",
+        lambda x: flash.flash_attention_reference(Q, K, V, scale=x),
+    ),
+    ("selfattn.efficient.io_model", "TwoLevelMemory.__init__", "capacity"): (
+        "positive_or_inf",
+        lambda x: io_model.TwoLevelMemory(x),
+    ),
+    ("selfattn.efficient.io_model", "flash_backward_block_sizes", "M"): (
+        "positive_or_inf",
+        lambda x: io_model.flash_backward_block_sizes(64, x, 256),
+    ),
+    ("selfattn.efficient.io_model", "flash_block_sizes", "M"): (
+        "positive_or_inf",
+        lambda x: io_model.flash_block_sizes(64, x, 256),
+    ),
+    ("selfattn.efficient.io_model", "standard_attention_io", "M"): (
+        "positive_or_inf",
+        lambda x: io_model.standard_attention_io(64, 8, M=x),
+    ),
+    ("selfattn.efficient.io_model", "tiled_attention_backward_io", "M"): (
+        "positive_or_inf",
+        lambda x: io_model.tiled_attention_backward_io(64, 8, x),
+    ),
+    ("selfattn.efficient.io_model", "tiled_attention_io", "M"): (
+        "positive_or_inf",
+        lambda x: io_model.tiled_attention_io(64, 8, x),
+    ),
+    ("selfattn.efficient.linear", "decayed_linear_attention", "eps"): (
+        "nonnegative",
+        lambda x: linear.decayed_linear_attention(Q, K, V, 0.9, eps=x),
+    ),
+    ("selfattn.efficient.linear", "decayed_linear_attention", "decay"): (
+        "gate",
+        lambda x: linear.decayed_linear_attention(Q, K, V, x),
+    ),
+    ("selfattn.efficient.linear", "linear_attention_recurrent", "decay"): (
+        "gate",
+        lambda x: linear.linear_attention_recurrent(Q, K, V, decay=x),
+    ),
+    ("selfattn.efficient.linear", "linear_attention_step", "decay"): (
+        "gate",
+        lambda x: linear.linear_attention_step(
+            linear.LinearAttentionState.empty((), 4, 4),
+            Q[0, 0, 0],
+            K[0, 0, 0],
+            V[0, 0, 0],
+            decay=x,
+        ),
+    ),
+    ("selfattn.efficient.linear", "linear_attention", "eps"): (
+        "nonnegative",
+        lambda x: linear.linear_attention(Q, K, V, eps=x),
+    ),
+    ("selfattn.efficient.linear", "linear_attention_step", "eps"): (
+        "nonnegative",
+        lambda x: linear.linear_attention_step(
+            linear.LinearAttentionState.empty((), 4, 4), Q[0, 0, 0], K[0, 0, 0], V[0, 0, 0], eps=x
+        ),
+    ),
+    ("selfattn.efficient.paged", "paged_attention", "scale"): (
+        "finite",
+        lambda x: _paged_scale(x),
+    ),
+    ("selfattn.efficient.performer", "performer_attention", "eps"): (
+        "nonnegative",
+        lambda x: performer.performer_attention(Q, K, V, num_features=8, eps=x),
+    ),
+    ("selfattn.efficient.performer", "performer_attention", "scale"): (
+        "positive",
+        lambda x: performer.performer_attention(Q, K, V, num_features=8, scale=x),
+    ),
+    ("selfattn.efficient.sparse", "block_sparse_attention", "scale"): (
+        "finite",
+        lambda x: sparse.block_sparse_attention(
+            Q, K, V, torch.ones(5, 5, dtype=torch.bool), 1, scale=x
+        ),
+    ),
+    ("selfattn.efficient.sparse", "sliding_window_attention", "scale"): (
+        "finite",
+        lambda x: sparse.sliding_window_attention(Q, K, V, 2, scale=x),
+    ),
+    ("selfattn.efficient.sparse", "sliding_window_attention_reference", "scale"): (
+        "finite",
+        lambda x: sparse.sliding_window_attention_reference(Q, K, V, 2, scale=x),
+    ),
+    ("selfattn.efficient.triton_flash", "triton_flash_attention", "scale"): (
+        "finite",
+        lambda x: triton_flash.triton_flash_attention(Q, K, V, scale=x),
+    ),
+    ("selfattn.exercises.ch02", "soft_lookup", "temperature"): ("positive", _rw),
+    ("selfattn.masks", "to_additive_mask", "fill"): (
+        "at_most_zero",
+        lambda x: masks.to_additive_mask(torch.ones(2, 2, dtype=torch.bool), fill=x),
+    ),
+    ("selfattn.models.finetune", "finetune_run", "lr"): (
+        "positive",
+        lambda x: finetune.finetune_run(
+            None, IDS, IDS[:, 0], IDS, IDS[:, 0], Vocab(list("abcdefgh")), lr=x
+        ),
+    ),
+    ("selfattn.models.finetune", "pretrain_mlm", "lr"): (
+        "positive",
+        lambda x: finetune.pretrain_mlm(
+            transformer.MiniBERT(10), IDS, torch.tensor([5, 5]), Vocab(list("abcdefgh")), lr=x
+        ),
+    ),
+    ("selfattn.models.long_context", "RetrievalModel.__init__", "rope_base"): (
+        "base",
+        lambda x: long_context.RetrievalModel(rope_base=x),
+    ),
+    ("selfattn.models.long_context", "rope_scaling_run", "lr"): (
+        "positive",
+        lambda x: long_context.rope_scaling_run(0, lr=x),
+    ),
+    ("selfattn.models.positional", "OrderModelConfig.__init__", "rope_base"): (
+        "base",
+        lambda x: mpos.OrderModel(10, d_model=8, num_heads=2, num_layers=1, rope_base=x),
+    ),
+    ("selfattn.models.positional", "extrapolation_run", "lr"): (
+        "positive",
+        lambda x: mpos.extrapolation_run("rope", 0, lr=x),
+    ),
+    ("selfattn.models.positional", "steps_to_loss", "threshold"): (
+        "finite",
+        lambda x: mpos.steps_to_loss([1.0, 0.5], x, window=1),
+    ),
+    ("selfattn.models.positional", "train_order_model", "lr"): (
+        "positive",
+        lambda x: mpos.train_order_model("rope", None, n_train=4, steps=1, lr=x),
+    ),
+    ("selfattn.models.tiny_attention", "AttentionClassifier.forward", "temperature"): (
+        "positive",
+        lambda x: tiny_attention.AttentionClassifier(10, 2, d_model=8)(IDS, temperature=x),
+    ),
+    ("selfattn.models.tiny_attention", "SelfAttention.forward", "temperature"): (
+        "positive",
+        lambda x: tiny_attention.SelfAttention(8)(torch.randn(2, 3, 8), temperature=x),
+    ),
+    ("selfattn.models.transformer", "MiniGPT.generate", "temperature"): (
+        "positive",
+        lambda x: _gpt().generate(IDS, 1, temperature=x),
+    ),
+    ("selfattn.models.transformer", "TransformerBlock.forward", "temperature"): (
+        "positive",
+        lambda x: transformer.TransformerBlock(8, 2)(torch.randn(2, 3, 8), temperature=x),
+    ),
+    ("selfattn.multihead", "MultiHeadAttention.__init__", "dropout"): (
+        "probability",
+        lambda x: MultiHeadAttention(8, 2, dropout=x),
+    ),
+    ("selfattn.multihead", "MultiHeadAttention.forward", "temperature"): (
+        "positive",
+        lambda x: _layer()(torch.randn(2, 3, 8), temperature=x),
+    ),
+    ("selfattn.positional", "LearnedPositionalEmbedding.__init__", "init_std"): (
+        "nonnegative",
+        lambda x: positional.LearnedPositionalEmbedding(4, 2, init_std=x),
+    ),
+    ("selfattn.positional", "RopeScaling.__init__", "beta_fast"): (
+        "positive",
+        lambda x: positional.RopeScaling("yarn", 2.0, 16, beta_fast=x),
+    ),
+    ("selfattn.positional", "RopeScaling.__init__", "beta_slow"): (
+        "nonnegative",
+        lambda x: positional.RopeScaling("yarn", 2.0, 16, beta_slow=x),
+    ),
+    ("selfattn.positional", "RopeScaling.__init__", "factor"): (
+        "positive",
+        lambda x: positional.RopeScaling("linear", x, 16),
+    ),
+    ("selfattn.positional", "RotaryEmbedding.__init__", "base"): (
+        "base",
+        lambda x: positional.RotaryEmbedding(4, base=x),
+    ),
+    ("selfattn.positional", "RotaryEmbedding.__init__", "rotary_fraction"): (
+        "probability",
+        lambda x: positional.RotaryEmbedding(4, rotary_fraction=x),
+    ),
+    ("selfattn.positional", "apply_rope", "base"): (
+        "base",
+        lambda x: positional.apply_rope(torch.randn(3, 4), torch.arange(3), base=x),
+    ),
+    ("selfattn.positional", "apply_rope_complex", "base"): (
+        "base",
+        lambda x: positional.apply_rope_complex(torch.randn(3, 4), torch.arange(3), base=x),
+    ),
+    ("selfattn.positional", "rope_frequencies", "base"): (
+        "base",
+        lambda x: positional.rope_frequencies(4, base=x),
+    ),
+    ("selfattn.positional", "scaled_rope_frequencies", "base"): (
+        "base",
+        lambda x: positional.scaled_rope_frequencies(
+            4, positional.RopeScaling("linear", 2.0), base=x
+        ),
+    ),
+    ("selfattn.positional", "sinusoidal_encoding", "base"): (
+        "base",
+        lambda x: positional.sinusoidal_encoding(4, 4, base=x),
+    ),
+    ("selfattn.positional", "sinusoidal_shift_matrix", "base"): (
+        "base",
+        lambda x: positional.sinusoidal_shift_matrix(1, 4, base=x),
+    ),
+    ("selfattn.train", "train_loop", "clip"): ("positive", lambda x: _train_with(clip=x)),
+    ("selfattn.train", "train_loop", "lr"): ("positive", lambda x: _train_with(lr=x)),
+}
+
+#: Float parameters this file does not call: a measured value, not a setting.
+FLOAT_NOT_CALLED = {("selfattn.bench", "goal_met", "value")}
+
+
+def _paged_scale(x):
+    cache = paged.PagedKVCache(num_blocks=4, block_size=4, num_kv_heads=2, d_head=4)
+    cache.append(cache.add_sequence(), torch.randn(2, 3, 4), torch.randn(2, 3, 4))
+    return paged.paged_attention(torch.randn(1, 2, 1, 4), cache, [0], scale=x)
+
+
+def _train_with(**kw):
+    model = torch.nn.Linear(2, 1)
+    batch = (torch.randn(3, 2), torch.randn(3, 1))
+    loss = lambda m, b: ((m(b[0]) - b[1]) ** 2).mean()  # noqa: E731
+    return train.train_loop(model, [batch], loss, steps=1, progress=False, **kw)
+
+
+def _float_parameters():
+    return _parameters(lambda ann: "float" in ann.split("|"))
+
+
+def test_every_float_parameter_has_a_call():
+    found = _float_parameters() | {("selfattn.exercises.ch02", "soft_lookup", "temperature")}
+    missing = found - set(FLOAT_CALLS) - FLOAT_NOT_CALLED
+    assert not missing, f"float parameters without a call in FLOAT_CALLS: {sorted(missing)}"
+    stale = set(FLOAT_CALLS) - found
+    assert not stale, f"FLOAT_CALLS names parameters that are not floats: {sorted(stale)}"
+
+
+@pytest.mark.parametrize("key", sorted(FLOAT_CALLS), ids=lambda k: f"{k[1]}-{k[2]}")
+def test_a_float_parameter_refuses_nan_and_values_outside_its_range(key):
+    kind, call = FLOAT_CALLS[key]
+    for bad in [NAN, *OUTSIDE[kind]]:
+        with pytest.raises((ValueError, TypeError)) as info:
+            call(bad)
+        assert key[2] in str(info.value), (bad, str(info.value))

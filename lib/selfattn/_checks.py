@@ -85,12 +85,12 @@ def require_even(d, name: str = "d") -> int:
     return int(d)
 
 
-def require_base(base) -> float:
+def require_base(base, name: str = "base") -> float:
     """A finite number ``> 1``: the base of sinusoidal and rotary frequencies."""
     if not isinstance(base, (int, float)) or isinstance(base, bool):
-        raise TypeError(f"base must be a number > 1, got {type(base).__name__} {base!r}")
+        raise TypeError(f"{name} must be a number > 1, got {type(base).__name__} {base!r}")
     if not (base > 1 and math.isfinite(base)):
-        raise ValueError(f"base must be a number > 1 (and finite), got {base!r}")
+        raise ValueError(f"{name} must be a number > 1 (and finite), got {base!r}")
     return float(base)
 
 

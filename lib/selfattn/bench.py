@@ -543,6 +543,7 @@ def time_case(
         that decode several tokens per call add ``"per_token_s"`` and
         ``"cpu_per_token_s"`` (the medians divided by the number of tokens).
     """
+    budget_s = require_number(budget_s, "budget_s", positive=True)
     fn = _CASES[method].run
     x = make_inputs(method, n)
     with torch.no_grad():
@@ -631,6 +632,7 @@ def _memory_child(method: str, n: int, threads: int) -> dict:
 
 def memory_case(method: str, n: int, *, threads: int = 1, timeout: float = 600) -> dict:
     """Extra peak memory of one case, measured in a fresh ``python`` subprocess (module doc)."""
+    timeout = require_number(timeout, "timeout", positive=True)
     env = dict(os.environ)
     lib = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = lib + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -34,7 +34,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Arc, FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from ._checks import require_int
+from ._checks import require_base, require_int
 
 __all__ = [
     "PALETTE",
@@ -830,8 +830,7 @@ def rope_rotation(
     if d % 2:
         raise ValueError(f"d must be even (pairs of dimensions), got {d}")
     position = _size(position, "position", 0, 10**6)
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
+    require_base(base)
     if not isinstance(symbol, str) or not symbol:
         raise ValueError(f"symbol must be a non-empty string, got {symbol!r}")
     pairs = d // 2

@@ -35,6 +35,7 @@ from ._checks import (
     require_even,
     require_float,
     require_int,
+    require_number,
     require_tensor,
 )
 from .masks import causal_mask
@@ -151,14 +152,14 @@ class LearnedPositionalEmbedding(nn.Module):
     Args:
         max_len: number of rows (the longest sequence the model can take).
         d: model dimension.
-        init_std: standard deviation of the initial rows (GPT-2 uses 0.02).
+        init_std: standard deviation of the initial rows, finite and >= 0 (GPT-2 uses 0.02).
     """
 
     def __init__(self, max_len: int, d: int, *, init_std: float = 0.02):
         super().__init__()
         self.max_len = require_int(max_len, "max_len", 1)
         self.d = require_int(d, "d", 1)
-        self.init_std = float(init_std)
+        self.init_std = require_number(init_std, "init_std", nonnegative=True)
         self.weight = nn.Parameter(torch.randn(max_len, d) * init_std)
 
     def forward(self, x: torch.Tensor, *, offset: int = 0) -> torch.Tensor:
@@ -575,6 +576,8 @@ class RopeScaling:
             if self.original_length is None:
                 raise ValueError("yarn needs original_length (the training length L), got None")
             require_int(self.original_length, "original_length", 1)
+            require_number(self.beta_fast, "beta_fast", positive=True)
+            require_number(self.beta_slow, "beta_slow", nonnegative=True)
             if not 0 <= self.beta_slow < self.beta_fast:
                 raise ValueError(
                     "yarn needs 0 <= beta_slow < beta_fast, "

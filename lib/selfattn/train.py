@@ -42,6 +42,7 @@ def train_loop(
     Returns:
         The list of per-step training losses (floats).
     """
+    lr = require_number(lr, "lr", positive=True)
     if progress is not None:
         progress = require_bool(progress, "progress")
     require_module(model)

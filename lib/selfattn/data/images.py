@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import require_int, require_tensor
+from .._checks import require_int, require_number, require_tensor
 from ._examples import Examples
 from .vocab import Vocab
 
@@ -94,6 +94,7 @@ def make_shapes(
     Returns:
         A :class:`ShapeImages`.
     """
+    noise = require_number(noise, "noise", nonnegative=True)
     n = require_int(n, "n", 1)
     if image_size < 16:
         raise ValueError(f"image_size must be at least 16 pixels, got {image_size}")

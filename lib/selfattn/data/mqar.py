@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_int
+from .._checks import require_int, require_number
 from ..attention import scaled_dot_product_attention
 from ..efficient.linear import decayed_linear_attention, linear_attention
 from ..efficient.sparse import sliding_window_attention
@@ -165,6 +165,7 @@ def train_mqar(
         "parameters", "seconds"}``; ``recall`` is the fraction of queries answered right on
         ``eval_batch`` problems drawn with a separate generator (chance: ``1 / n_values``).
     """
+    lr = require_number(lr, "lr", positive=True)
     torch.manual_seed(seed)
     model = RecallMixerModel(
         mixer, d_model=d_model, n_keys=n_keys, n_values=n_values, window=window

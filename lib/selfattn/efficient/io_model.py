@@ -47,6 +47,9 @@ class TwoLevelMemory:
     held: int = 0
     peak: int = 0
 
+    def __post_init__(self):
+        require_number(self.capacity, "capacity", positive=True, finite=False)
+
     def load(self, elements: int, what: str = "") -> None:
         """Bring ``elements`` into fast memory (counted as reads)."""
         self.reads += elements

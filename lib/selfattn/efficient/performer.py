@@ -146,10 +146,8 @@ def performer_attention(
     d = q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0 (its square root scales q and k), got {scale}")
+    # > 0 and finite: its square root scales q and k
+    scale = require_number(scale, "scale", positive=True)
     dtype, work = q.dtype, _work_dtype(q.dtype)
     if projection is None:
         projection = gaussian_projection(

@@ -24,6 +24,7 @@ import numbers
 
 import torch
 
+from .._checks import require_number
 from ._core import Mismatch, call_answer, checker, expect_close, expect_shape, name_mistake
 
 __all__ = [
@@ -101,6 +102,7 @@ def soft_lookup(
 
     Shapes: query ``(d,)``, keys ``(m, d)``, values ``(m, d_v)`` -> ``(d_v,)``.
     """
+    temperature = require_number(temperature, "temperature", positive=True)
     return torch.softmax(keys @ query / temperature, dim=-1) @ values
 
 

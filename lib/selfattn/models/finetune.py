@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_bool, require_int, require_module, require_tensor
+from .._checks import require_bool, require_int, require_module, require_number, require_tensor
 from ..data.text import (
     ADJECTIVES,
     SUBJECT_VERBS,
@@ -185,6 +185,7 @@ def pretrain_mlm(
         ids: ``(N, n)`` sentences as word ids, ``lengths (N,)``; vocab: their vocabulary.
         seed: the batches' and the corruption's random stream.
     """
+    lr = require_number(lr, "lr", positive=True)
     g = torch.Generator().manual_seed(seed)
     mask_id = vocab.stoi["<mask>"]
 
@@ -230,6 +231,7 @@ def finetune_run(
     Returns:
         ``{"accuracy": float, "train_accuracy": float, "losses": [...]}``.
     """
+    lr = require_number(lr, "lr", positive=True)
     require_tensor(train_ids, "train_ids")
     if len(train_ids) != len(train_labels):
         raise ValueError(

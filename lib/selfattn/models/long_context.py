@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_int
+from .._checks import require_base, require_int, require_number
 from ..data.order_tasks import IGNORE_INDEX, KeyValueRetrievalTask
 from ..positional import RopeScaling, RotaryEmbedding, sinusoidal_encoding
 from ..train import train_loop
@@ -70,6 +70,7 @@ class RetrievalModel(nn.Module):
         rope_base: float = 10000.0,
     ):
         super().__init__()
+        require_base(rope_base, "rope_base")
         if encoding not in RETRIEVAL_ENCODINGS:
             raise ValueError(f"encoding must be one of {RETRIEVAL_ENCODINGS}, got {encoding!r}")
         for name, value in (("num_keys", num_keys), ("num_values", num_values)):
@@ -158,6 +159,7 @@ def rope_scaling_run(
     Returns:
         ``{method: {str(length): accuracy}}`` (accuracies rounded to 4 digits).
     """
+    lr = require_number(lr, "lr", positive=True)
     seed = require_int(seed, "seed", None)
     unknown = set(methods) - set(LENGTH_METHODS)
     if unknown:

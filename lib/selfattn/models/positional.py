@@ -27,10 +27,12 @@ from torch import nn
 
 from .._checks import (
     check_token_ids,
+    require_base,
     require_bool,
     require_device,
     require_int,
     require_module,
+    require_number,
     require_token_batch,
 )
 from ..data.order_tasks import IGNORE_INDEX, ShiftedCopyTask
@@ -92,6 +94,7 @@ class OrderModel(nn.Module):
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
             require_int(getattr(cfg, name), name, 1)
         require_bool(cfg.causal, "causal")
+        require_base(cfg.rope_base, "rope_base")
         if cfg.d_model % cfg.num_heads or (cfg.d_model // cfg.num_heads) % 2:
             raise ValueError(
                 f"d_model={cfg.d_model} must split into num_heads={cfg.num_heads} "
@@ -204,6 +207,7 @@ def train_order_model(
     Returns:
         ``(model, losses)``; the model is in eval mode, on ``device``.
     """
+    lr = require_number(lr, "lr", positive=True)
     device = require_device(device)
     torch.manual_seed(seed)
     model = OrderModel(task.vocab_size, encoding=encoding, **model_kwargs).to(device)
@@ -236,6 +240,7 @@ def steps_to_loss(losses, threshold: float = 0.1, *, window: int = 20) -> int | 
     Returns:
         The step (an int), or ``None`` if the average never gets below ``threshold``.
     """
+    threshold = require_number(threshold, "threshold")
     window = require_int(window, "window", 1)
     losses = [float(v) for v in losses]
     running = sum(losses[:window])
@@ -277,6 +282,7 @@ def extrapolation_run(
         (list of ``n_test`` accuracies, NaN where nothing is scored) and ``steps_to_loss01``
         (:func:`steps_to_loss` at 0.1, or ``None``).
     """
+    lr = require_number(lr, "lr", positive=True)
     seed = require_int(seed, "seed", None)
     if n_test <= n_train:
         raise ValueError(f"n_test must exceed n_train={n_train}, got {n_test}")
