@@ -117,3 +117,37 @@ def test_deeper_code_is_marked_optional(chapter):
     for cell in _edition("notebooks", chapter)["cells"]:
         if edition.DEEPER_TAG in cell["metadata"].get("tags", []):
             assert "".join(cell["source"]).startswith(edition.DEEPER_COMMENT)
+
+
+def _first_author_and_year(entry) -> tuple[str, str]:
+    people = entry.persons.get("author") or entry.persons.get("editor") or []
+    first = edition._plain(" ".join(people[0].last_names)) if people else None
+    return first, entry.fields.get("year", "n.d.")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_each_reference_label_names_its_own_entry(chapter):
+    """A reference list item's bold label (author, year) belongs to the entry it labels."""
+    bib = edition._bibliography().entries
+    by_title = {edition._plain(e.fields.get("title", "")).lower(): e for e in bib.values()}
+    for cell in _edition("notebooks", chapter)["cells"]:
+        source = "".join(cell["source"])
+        for label, body in re.findall(r"^- \*\*(.+?)\.\*\* (.+)$", source, re.M):
+            entry = next((e for t, e in by_title.items() if t and t in body.lower()), None)
+            if entry is None:
+                continue
+            first, year = _first_author_and_year(entry)
+            assert year in label, f"{chapter.name}: {label!r} labels an entry of {year}"
+            if first:
+                assert label.startswith(first), f"{chapter.name}: {label!r} labels {first}'s"
+
+
+def test_cross_references_read_as_words():
+    text = edition._Converter({"cells": []}).inline(
+        "see exercise {ref}`ex-a` and {doc}`09_transformers_everywhere`"
+    )
+    assert "exercise ex-a" in text  # an unknown label stays as it is
+    assert "chapter 9, *Transformers everywhere*" in text
+    conv = edition._Converter({"cells": []})
+    conv.labels["ex-b"] = "Exercise (Predict)"
+    assert conv.inline("exercise {ref}`ex-b`") == "Exercise (Predict)"

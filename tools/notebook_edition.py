@@ -138,11 +138,15 @@ def _reference_list(keys: list[str]) -> str:
     data = BibliographyData(entries={k: bib.entries[k] for k in wanted})
     style = find_plugin("pybtex.style.formatting", "plain")(label_style="alpha")
     backend = find_plugin("pybtex.backends", "markdown")()
+    # pybtex sorts the entries its own way (alpha labels): pair each with its own label by key
+    formatted = {f.key: f for f in style.format_entries(data.entries.values())}
     lines = []
-    for key, formatted in zip(wanted, style.format_entries(data.entries.values())):
-        body = formatted.text.render(backend)
-        # The markdown backend escapes punctuation (\*, \_); TeX commands (\sqrt) stay.
+    for key in wanted:
+        body = formatted[key].text.render(backend)
+        # The markdown backend escapes punctuation (\*, \_); TeX commands (\sqrt) stay, but
+        # an address is a link.
         body = re.sub(r"\\(?=[^A-Za-z])", "", body).replace("\n", " ")
+        body = re.sub(r"\\url\s*\{?(\S+?)\}?(?=[\s.,;]*$|[\s,;])", r"<\1>", body)
         lines.append(f"- **{_cite(key, True)}.** {body}")
     return "\n".join(lines)
 
@@ -206,12 +210,21 @@ class _Converter:
         text, _, target = content.partition("<")
         if target:  # {ref}`the words <label>`
             return text.strip()
-        if name in ("prf:ref", "ref", "numref", "eq", "doc"):
+        if name == "doc":  # another chapter: its title from the registry
+            number = re.search(r"(?:^|/)(\d\d)_\w+$", content.strip())
+            titles = json.loads(registry_text())
+            if number and f"ch{number[1]}" in titles:
+                count, _, title = titles[f"ch{number[1]}"].partition(". ")
+                return f"chapter {count}, *{title}*"
+            return content.strip()
+        if name in ("prf:ref", "ref", "numref", "eq"):
             return self.labels.get(content.strip(), content.strip())
         return content  # {term}, {abbr}, ...: the words themselves
 
     def inline(self, text: str) -> str:
-        return ROLE.sub(self.role, text)
+        text = ROLE.sub(self.role, text)
+        # "exercise {ref}`label`" names the kind twice once the label becomes "Exercise (…)"
+        return re.sub(r"\b(exercise|theorem|lemma) (?=\1 \()", "", text, flags=re.I)
 
     # directives ------------------------------------------------------------------------
     def block(self, lines: list[str]) -> list[str]:
@@ -279,8 +292,17 @@ class _Converter:
             return _quote([f"**{title}**", "", *body])
         if name == "exercise-start":
             return [f"### Exercise: {arg}" if arg else "### Exercise", "", *body]
-        if name == "solution-start":
-            return ["#### Solution", "", "*(Collapsed: try the exercise first.)*", *body]
+        if name == "solution-start":  # its prose folded until opened (Jupyter, Colab)
+            summary = "Show the solution (try the exercise first; its code cell is collapsed)"
+            return [
+                "#### Solution",
+                "",
+                f"<details><summary>{summary}</summary>",
+                "",
+                *body,
+                "",
+                "</details>",
+            ]
         if name in ("exercise-end", "solution-end"):
             return body
         if name == "bibliography":  # under the chapter's own "References" heading
