@@ -122,6 +122,27 @@ def require_number(
     return value
 
 
+def require_real(x, name: str):
+    """``x`` (a tensor, array, number or nested list) holds no complex values.
+
+    Converting a complex input to a float array keeps the real part only, with at most a
+    warning: a silently wrong plot or table. Returns ``x`` unchanged.
+    """
+    if isinstance(x, torch.Tensor):
+        is_complex = x.is_complex()
+    else:
+        try:
+            is_complex = bool(np.iscomplexobj(x))
+        except (TypeError, ValueError, RuntimeError):
+            is_complex = False
+    if is_complex:
+        raise TypeError(
+            f"{name} must hold real numbers, got complex values ({describe(x)}); pass "
+            f"{name}.real or {name}.abs() if that is what you mean"
+        )
+    return x
+
+
 def require_bool_mask(mask, name: str = "mask") -> torch.Tensor:
     """A bool tensor in the book's convention (``True`` = may attend)."""
     require_tensor(mask, name)

@@ -34,7 +34,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Arc, FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from ._checks import require_base, require_int
+from ._checks import require_base, require_int, require_real
 
 __all__ = [
     "PALETTE",
@@ -324,10 +324,10 @@ def dot_product_softmax(
     Returns:
         The Figure; ``fig.alt`` names every score and weight.
     """
-    q = np.asarray(query, dtype=float)
+    q = np.asarray(require_real(query, "query"), dtype=float)
     if q.shape != (2,) or not np.isfinite(q).all() or not q.any():
         raise ValueError(f"query must be a finite, non-zero 2-D vector, got {query!r}")
-    kk = np.asarray(keys, dtype=float)
+    kk = np.asarray(require_real(keys, "keys"), dtype=float)
     if kk.ndim != 2 or kk.shape[1] != 2 or not 1 <= len(kk) <= 6 or not np.isfinite(kk).all():
         raise ValueError(f"keys must be 1 to 6 finite 2-D vectors, got shape {kk.shape}")
     if isinstance(temperature, bool) or not (

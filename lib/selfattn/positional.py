@@ -280,7 +280,9 @@ def relative_position_bucket(
         )
     require_int(num_buckets, "num_buckets", 4 if bidirectional else 2)
     require_int(max_distance, "max_distance", 1)
-    rel = relative_position.long()
+    # Every distance from max_distance on shares the last bucket: clamping first changes no
+    # bucket and keeps abs() and negation inside int64 (abs(-2**63) overflows to itself).
+    rel = relative_position.long().clamp(-max_distance, max_distance)
     buckets = torch.zeros_like(rel)
     if bidirectional:
         num_buckets //= 2

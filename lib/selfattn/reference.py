@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import require_dim_arg
+from ._checks import require_dim_arg, require_real
 
 __all__ = ["AttentionSteps", "attention_steps", "softmax_np"]
 
@@ -31,7 +31,7 @@ class AttentionSteps(NamedTuple):
 def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Stable softmax; a row of all ``-inf`` gives zeros."""
     require_dim_arg(axis, "axis")
-    x = np.asarray(x)
+    x = np.asarray(require_real(x, "x"))
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise TypeError(f"x must be a numeric array, got dtype {x.dtype}")
     row_max = np.max(x, axis=axis, keepdims=True)
@@ -54,6 +54,7 @@ def attention_steps(X, W_q, W_k, W_v, mask=None) -> AttentionSteps:
     """
     arrays = []
     for name, a in (("X", X), ("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
+        require_real(a, name)
         try:
             arrays.append(np.asarray(a, dtype=np.float64))
         except (TypeError, ValueError):

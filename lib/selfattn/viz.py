@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._checks import require_bool
+from ._checks import require_bool, require_real
 
 __all__ = ["plot_attention"]
 
@@ -45,7 +45,7 @@ def plot_attention(
         annotate = require_bool(annotate, "annotate")
     import matplotlib.pyplot as plt
 
-    w = _to_numpy(weights)
+    w = _to_numpy(require_real(weights, "weights"))
     while w.ndim > 2 and w.shape[0] == 1:
         w = w[0]
     if w.ndim != 2:

@@ -288,7 +288,8 @@ def linear_attention_recurrent(
             unless given.
 
     Returns:
-        ``(..., n, d_v)``, equal to ``linear_attention(q, k, v, causal=True)`` (no decay) or
+        ``(..., n, d_v)`` in the dtype of ``q`` (half inputs computed in float32), equal to
+        ``linear_attention(q, k, v, causal=True)`` (no decay) or
         :func:`decayed_linear_attention` up to rounding.
     """
     batch = check_qkv(q, k, v)
@@ -297,8 +298,11 @@ def linear_attention_recurrent(
         raise ValueError(
             f"the recurrent form is causal self-attention: n={n} queries but m={k.shape[-2]} keys"
         )
+    # Half inputs run in float32 (the state's sums overflow float16), as the other kernels do.
+    dtype, work = q.dtype, _work_dtype(q.dtype)
+    q, k, v = q.to(work), k.to(work), v.to(work)
     state = LinearAttentionState.empty(
-        batch, q.shape[-1], v.shape[-1], dtype=q.dtype, device=q.device
+        batch, q.shape[-1], v.shape[-1], dtype=work, device=q.device
     )
     if isinstance(decay, torch.Tensor):
         decay = _check_decay(decay, q.shape[-1], "decay", q.shape[:-1])
@@ -325,7 +329,7 @@ def linear_attention_recurrent(
             **step,
         )
         outs.append(out.expand(*batch, v.shape[-1]).unsqueeze(-2))
-    return torch.cat(outs, dim=-2)
+    return torch.cat(outs, dim=-2).to(dtype)
 
 
 def decayed_linear_attention(

@@ -30,6 +30,7 @@ from torch import nn
 from .._checks import (
     check_token_ids,
     require_bool,
+    require_bool_mask,
     require_float,
     require_int,
     require_module,
@@ -675,12 +676,31 @@ def clip_loss(logits: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"clip_loss needs a square (B, B) logit matrix, got shape {tuple(logits.shape)}"
         )
+    if logits.shape[0] == 0:  # the mean over no pairs would be 0 / 0 = NaN
+        raise ValueError("clip_loss needs at least one image-text pair, got a (0, 0) logit matrix")
     labels = torch.arange(logits.shape[0], device=logits.device)
     return 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
 
 
 def _masked_mean(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """The mean of ``x`` ``(B, L, d)`` over the positions where ``real`` ``(B, L)`` is True."""
+    """The mean of ``x`` ``(B, L, d)`` over the positions where ``real`` ``(B, L)`` is True.
+
+    A row with no real position (a caption of padding only) has no mean: a ValueError, not
+    the NaN of 0 / 0.
+    """
+    require_bool_mask(real, "real")
+    if real.shape != x.shape[:2]:
+        raise ValueError(
+            f"real must have shape (B, L) = {tuple(x.shape[:2])} like the tokens, "
+            f"got {tuple(real.shape)}"
+        )
+    empty = ~real.any(dim=1)
+    if empty.any():
+        rows = empty.nonzero().flatten().tolist()
+        raise ValueError(
+            f"caption(s) {rows} have no real word (every position is padding), so their mean "
+            "is undefined; give each caption at least one word"
+        )
     w = real.unsqueeze(-1).to(x.dtype)
     return (x * w).sum(1) / w.sum(1)
 
