@@ -79,6 +79,7 @@ the cache stores the context's keys and values on the first call and reuses them
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -172,6 +173,12 @@ class KVCache:
         cross: ``True`` when a cross-attention layer filled it (its keys/values are the
             context's and are reused, not appended to, on later calls).
 
+    A cache belongs to the first :class:`MultiHeadAttention` that uses it, and remembers
+    whether that was self- or cross-attention and, for cross-attention, the context. A use
+    that does not match (another layer, another model's layer, a different context, a
+    self-attention cache given a context) is a ValueError that says what to do: a fresh
+    ``KVCache()`` per layer, or :meth:`reset` to start over.
+
     ``len(cache)`` is ``t``, the number of cached positions; :attr:`nbytes` is the memory
     the cached tensors hold, ``2 * B * h * t * d_head * element_size`` (per layer).
     Appending concatenates along the sequence axis (simple, and what a dynamic-length
@@ -182,6 +189,8 @@ class KVCache:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
         self.cross = False  # set when a cross-attention layer filled it from its context
+        self._owner: weakref.ref | None = None  # the layer that uses it
+        self._context: torch.Tensor | None = None  # cross-attention: the context it holds
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[-2]
@@ -201,6 +210,35 @@ class KVCache:
         """Forget every cached position."""
         self.k = self.v = None
         self.cross = False
+        self._owner = self._context = None
+
+    def _claim(self, layer: nn.Module, context: torch.Tensor | None) -> None:
+        """Refuse a use by another layer, or with a context this cache does not hold."""
+        owner = None if self._owner is None else self._owner()
+        if len(self) and owner is not None and owner is not layer:
+            raise ValueError(
+                "this KVCache holds the keys and values of another attention layer (each layer "
+                "of each model needs its own cache): give this layer a fresh KVCache(), or call "
+                "cache.reset() to start over"
+            )
+        if len(self) and self.cross and context is not None:
+            held = self._context
+            if (
+                held is not None
+                and context is not held
+                and not (context.shape == held.shape and torch.equal(context, held))
+            ):
+                raise ValueError(
+                    f"this cross-attention cache holds the keys and values of another context "
+                    f"(m={len(self)} positions); pass context=None to reuse them, or call "
+                    "cache.reset() (or use a fresh KVCache) for a new context"
+                )
+        self._owner = weakref.ref(layer)
+
+    def _filled(self, cross: bool, context: torch.Tensor | None) -> None:
+        self.cross = cross
+        if cross and context is not None:
+            self._context = context.detach()
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add new positions and return all cached keys and values.
@@ -217,6 +255,10 @@ class KVCache:
         """
         require_float(k, "k")
         require_float(v, "v")
+        if k.dtype != v.dtype:
+            raise TypeError(
+                f"KVCache.append needs k and v of one dtype, got k {k.dtype} and v {v.dtype}"
+            )
         if k.shape != v.shape or k.dim() != 4:
             raise ValueError(
                 "KVCache.append needs k and v of one shape (B, h, n_new, d_head), "
@@ -598,6 +640,8 @@ class MultiHeadAttention(nn.Module):
                 "this cache holds a self-attention layer's keys; a cross-attention call "
                 "needs its own KVCache"
             )
+        if cache is not None:
+            cache._claim(self, context)
         reuse_cross_cache = cross and cache is not None and len(cache) > 0
         if cross and not reuse_cross_cache and context is None:
             raise ValueError(
@@ -655,7 +699,7 @@ class MultiHeadAttention(nn.Module):
                 q, k = self.rope(q, k, q_positions=positions, k_positions=positions)
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, h_kv, m, d_head): old positions then new
-                cache.cross = cross
+                cache._filled(cross, context)
         # Grouped-query attention without repeating K/V: the group of query heads that
         # shares key/value head j becomes extra query rows of head j, (B, h_kv, group * n,
         # d_head), so every product runs against the h_kv stored heads (MHA: group = 1,
