@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+import functools
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -10,6 +12,53 @@ from ._checks import require_bool, require_int, require_module, require_number
 from .runtime import show_progress
 
 __all__ = ["train_loop"]
+
+
+@contextlib.contextmanager
+def _mode(model: torch.nn.Module, training: bool) -> Iterator[torch.nn.Module]:
+    """``model`` in train (or eval) mode inside the block; every submodule's own mode after.
+
+    The one way a helper switches a caller's model: ``token_accuracy(model.train(), ...)``
+    leaves the model training, as it found it.
+    """
+    modes = [(m, m.training) for m in model.modules()]
+    model.train(training)
+    try:
+        yield model
+    finally:
+        for m, was_training in modes:
+            m.training = was_training
+
+
+def _own_rng() -> contextlib.AbstractContextManager:
+    """The global random state (CPU and every CUDA device) restored after the block: a helper
+    that seeds its own run (``torch.manual_seed(seed)`` inside) leaves the caller's stream as
+    it found it."""
+    return torch.random.fork_rng(devices=list(range(torch.cuda.device_count())))
+
+
+def _evaluates(fn: Callable) -> Callable:
+    """Decorate a helper whose first argument is a model it runs in eval mode: the model's
+    modes are restored on return (:func:`_mode`)."""
+
+    @functools.wraps(fn)
+    def wrapper(model, *args, **kwargs):
+        require_module(model)
+        with _mode(model, False):
+            return fn(model, *args, **kwargs)
+
+    return wrapper
+
+
+def _keeps_rng(fn: Callable) -> Callable:
+    """Decorate a helper that seeds its own run: it runs inside :func:`_own_rng`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _own_rng():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def train_loop(
@@ -40,7 +89,8 @@ def train_loop(
         desc: label of the progress bar.
 
     Returns:
-        The list of per-step training losses (floats).
+        The list of per-step training losses (floats). The model trains in train mode and
+        is left in the mode it was in (each submodule's own).
     """
     lr = require_number(lr, "lr", positive=True)
     if progress is not None:
@@ -49,8 +99,6 @@ def train_loop(
     steps = require_int(steps, "steps", 1)
     if not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable (model, batch) -> loss, got {loss_fn!r:.60}")
-    if optimizer is None:
-        lr = require_number(lr, "lr", positive=True)
     if clip is not None:
         clip = require_number(clip, "clip", positive=True)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
@@ -62,23 +110,22 @@ def train_loop(
         bar = tqdm(total=steps, desc=desc, leave=False)
     get_batch = batches if callable(batches) else iter(batches).__next__
     history: list[float] = []
-    model.train()
-    for step in range(steps):
-        batch = get_batch(step) if callable(batches) else get_batch()
-        loss = loss_fn(model, batch)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss became {loss.item()} at step {step}")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        history.append(loss.item())
-        if bar is not None:
-            bar.update(1)
-            if step % 10 == 0:
-                bar.set_postfix(loss=f"{history[-1]:.4f}")
+    with _mode(model, True):
+        for step in range(steps):
+            batch = get_batch(step) if callable(batches) else get_batch()
+            loss = loss_fn(model, batch)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"loss became {loss.item()} at step {step}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            history.append(loss.item())
+            if bar is not None:
+                bar.update(1)
+                if step % 10 == 0:
+                    bar.set_postfix(loss=f"{history[-1]:.4f}")
     if bar is not None:
         bar.close()
-    model.eval()
     return history

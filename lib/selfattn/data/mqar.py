@@ -28,6 +28,7 @@ from .._checks import require_int, require_number
 from ..attention import scaled_dot_product_attention
 from ..efficient.linear import decayed_linear_attention, linear_attention
 from ..efficient.sparse import sliding_window_attention
+from ..train import _keeps_rng
 
 __all__ = ["MQARBatch", "mqar_batch", "MIXERS", "RecallMixerModel", "train_mqar"]
 
@@ -144,6 +145,7 @@ class RecallMixerModel(nn.Module):
         return self.head(x)
 
 
+@_keeps_rng
 def train_mqar(
     mixer: str,
     n_pairs: int,

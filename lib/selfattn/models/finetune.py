@@ -37,7 +37,7 @@ from ..data.text import (
 )
 from ..data.vocab import Vocab
 from ..multihead import MultiHeadAttention
-from ..train import train_loop
+from ..train import _evaluates, _keeps_rng, _mode, train_loop
 from .transformer import MiniBERT, _cross_match, _masked_mean, mlm_loss
 
 __all__ = [
@@ -200,11 +200,12 @@ def pretrain_mlm(
 
 @torch.no_grad()
 def _accuracy(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor, device) -> float:
-    model.eval()
-    pred = model(ids.to(device)).argmax(-1).cpu()
+    with _mode(model, False):
+        pred = model(ids.to(device)).argmax(-1).cpu()
     return (pred == labels).float().mean().item()
 
 
+@_keeps_rng
 def finetune_run(
     pretrained: MiniBERT | None,
     train_ids: torch.Tensor,
@@ -262,6 +263,7 @@ def finetune_run(
 
 
 @torch.no_grad()
+@_evaluates
 def context_probes(model: MiniBERT, sentences: list[str], vocab: Vocab) -> dict[str, float]:
     """Blank one word per sentence and score the model's top guess, for three kinds of blank.
 
@@ -276,8 +278,6 @@ def context_probes(model: MiniBERT, sentences: list[str], vocab: Vocab) -> dict[
     Returns:
         ``{kind: accuracy}`` over the sentences where that kind of blank exists.
     """
-    require_module(model)
-    model.eval()
     mask_id = vocab.stoi["<mask>"]
     singular = {s for s, _ in SUBJECT_VERBS}
     plural = {p for _, p in SUBJECT_VERBS}

@@ -21,7 +21,7 @@ from torch import nn
 from .._checks import require_base, require_int, require_number
 from ..data.order_tasks import IGNORE_INDEX, KeyValueRetrievalTask
 from ..positional import RopeScaling, RotaryEmbedding, sinusoidal_encoding
-from ..train import train_loop
+from ..train import _mode, train_loop
 from .transformer import TransformerBlock
 
 __all__ = [
@@ -123,9 +123,9 @@ class RetrievalModel(nn.Module):
 @torch.no_grad()
 def retrieval_accuracy(model: RetrievalModel, keys, values, targets) -> float:
     """Share of the query positions (``targets != IGNORE_INDEX``) answered right."""
-    model.eval()
     scored = targets != IGNORE_INDEX
-    right = (model(keys, values).argmax(-1) == targets) & scored
+    with _mode(model, False):
+        right = (model(keys, values).argmax(-1) == targets) & scored
     return right.sum().item() / max(1, scored.sum().item())
 
 

@@ -43,7 +43,7 @@ from ..positional import (
     alibi_bias,
     sinusoidal_encoding,
 )
-from ..train import train_loop
+from ..train import _keeps_rng, _mode, train_loop
 from .transformer import TransformerBlock
 
 __all__ = [
@@ -174,8 +174,8 @@ def token_accuracy(
     """
     per_position = require_bool(per_position, "per_position")
     require_module(model)
-    model.eval()
-    pred = model(x).argmax(-1)
+    with _mode(model, False):
+        pred = model(x).argmax(-1)
     scored = y != IGNORE_INDEX
     correct = (pred == y) & scored
     if per_position:
@@ -183,6 +183,7 @@ def token_accuracy(
     return correct.sum().item() / max(1, scored.sum().item())
 
 
+@_keeps_rng
 def train_order_model(
     encoding: str,
     task,
@@ -205,7 +206,8 @@ def train_order_model(
             the batches drawn on the CPU, as without a device, then moved there.
 
     Returns:
-        ``(model, losses)``; the model is in eval mode, on ``device``.
+        ``(model, losses)``; the model is in eval mode, on ``device``. The global random
+        state is seeded with ``seed`` inside and restored on return.
     """
     lr = require_number(lr, "lr", positive=True)
     device = require_device(device)
@@ -224,7 +226,7 @@ def train_order_model(
         lr=lr,
         desc=f"{encoding}",
     )
-    return model, losses
+    return model.eval(), losses
 
 
 def steps_to_loss(losses, threshold: float = 0.1, *, window: int = 20) -> int | None:

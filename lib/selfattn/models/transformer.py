@@ -41,6 +41,7 @@ from .._checks import (
 from ..data.images import patchify
 from ..multihead import KVCache, MultiHeadAttention
 from ..positional import LearnedPositionalEmbedding
+from ..train import _mode
 
 __all__ = [
     "MLP",
@@ -531,22 +532,22 @@ class MiniGPT(_LanguageModel):
                 f"exceeds max_len={self.max_len}"
             )
         temperature = require_number(temperature, "temperature", positive=True)
-        was_training = self.training
-        self.eval()
-        caches = self.decoder.new_caches() if use_cache else None
-        step_logits = []
-        seq, new = ids, ids
-        for _ in range(max_new_tokens):
-            logits = self(new, caches=caches)[:, -1] if use_cache else self(seq)[:, -1]  # (B, V)
-            step_logits.append(logits)
-            if greedy:
-                nxt = logits.argmax(dim=-1, keepdim=True)
-            else:
-                probs = F.softmax(logits / temperature, dim=-1)
-                nxt = torch.multinomial(probs, 1, generator=generator)
-            seq = torch.cat([seq, nxt], dim=1)
-            new = nxt
-        self.train(was_training)
+        with _mode(self, False):  # every submodule's mode restored after
+            caches = self.decoder.new_caches() if use_cache else None
+            step_logits = []
+            seq, new = ids, ids
+            for _ in range(max_new_tokens):
+                logits = (
+                    self(new, caches=caches)[:, -1] if use_cache else self(seq)[:, -1]
+                )  # (B, V)
+                step_logits.append(logits)
+                if greedy:
+                    nxt = logits.argmax(dim=-1, keepdim=True)
+                else:
+                    probs = F.softmax(logits / temperature, dim=-1)
+                    nxt = torch.multinomial(probs, 1, generator=generator)
+                seq = torch.cat([seq, nxt], dim=1)
+                new = nxt
         return (seq, torch.stack(step_logits, dim=1)) if return_logits else seq
 
 
