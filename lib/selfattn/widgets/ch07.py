@@ -153,7 +153,9 @@ def explorer(*, n: int = 16, block: int = 4, seed: int = 0):
     def render(block: int, seed: int, step: int):
         fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.4))
         plot_tile_step(last(block, step), n, block, seed, axes=axes)
-        fig.tight_layout()
+        # The margins tight_layout finds for these panels, fixed: it would measure every
+        # tick label of each of the dozens of views again, a third of the explorer's time.
+        fig.subplots_adjust(left=0.06, right=0.986, bottom=0.172, top=0.893, wspace=0.28)
         return fig
 
     def alt(block: int, seed: int, step: int) -> str:
