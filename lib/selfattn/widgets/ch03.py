@@ -123,12 +123,22 @@ def plot_explorer_grid(d_ks: Sequence[int] = (4, 64, 1024), *, n_keys: int = 16,
     return fig
 
 
-def explorer(*, n_keys: int = 16, seed: int = 0, d_k: int = 64, scaled: bool = True):
+def explorer(
+    *,
+    n_keys: int = 16,
+    seed: int = 0,
+    d_k: int = 64,
+    scaled: bool = True,
+    d_ks: tuple[int, ...] = D_K_CHOICES,
+):
     """The interactive view: a ``d_k`` slider (4 to 1024), a scale on/off switch and a
     "draw" slider that picks another random query and keys (draws 0 to 4).
 
-    Every view is drawn in advance (9 x 2 x 5 = 90), so the controls also work on the
-    static website.
+    Every view is drawn in advance (9 x 2 x 5 = 90 with the default ``d_ks``), so the
+    controls also work on the static website.
+
+    Args:
+        d_ks: the slider's values, some of ``D_K_CHOICES`` (fewer draw faster).
 
     Returns:
         An ``ipywidgets.VBox`` (display it, or leave it as a cell's last expression).
@@ -137,8 +147,11 @@ def explorer(*, n_keys: int = 16, seed: int = 0, d_k: int = 64, scaled: bool = T
 
     from ._explorer import Control, grid_explorer
 
-    if d_k not in D_K_CHOICES:
-        raise ValueError(f"d_k must be one of {D_K_CHOICES}, got {d_k!r}")
+    d_ks = tuple(d_ks)
+    if not d_ks or any(x not in D_K_CHOICES for x in d_ks):
+        raise ValueError(f"d_ks must be some of {D_K_CHOICES}, got {d_ks!r}")
+    if d_k not in d_ks:
+        raise ValueError(f"d_k must be one of {d_ks}, got {d_k!r}")
     if seed not in DRAWS:
         raise ValueError(
             f"seed must be from 0 to {DRAWS[-1]} (the draw slider's range), got {seed!r}"
@@ -159,7 +172,7 @@ def explorer(*, n_keys: int = 16, seed: int = 0, d_k: int = 64, scaled: bool = T
 
     return grid_explorer(
         [
-            Control("d_k", D_K_CHOICES, value=d_k),
+            Control("d_k", d_ks, value=d_k),
             Control(
                 "scale",
                 [("by 1/√d_k", True), ("unscaled", False)],
