@@ -23,8 +23,9 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the pinned environment
 DISTRIBUTION = {"IPython": "ipython", "yaml": "pyyaml", "PIL": "pillow"}
 # Provided by a declared dependency: ipywidgets depends on IPython.
 COMES_WITH = {"ipython": "ipywidgets"}
-# Imported only behind a guard (try/except ImportError or the optional extra).
-OPTIONAL = {"triton", "myst_nb"}
+# Imported only behind a guard (try/except ImportError or the optional extra); google.colab
+# only by the setup cell, on Colab (which ships it).
+OPTIONAL = {"triton", "myst_nb", "google"}
 
 
 def declared() -> set[str]:

@@ -76,19 +76,51 @@ def registry_text() -> str:
     return json.dumps(chapter_titles(), indent=1, ensure_ascii=False) + "\n"
 
 
-def setup_cell_source() -> str:
-    """The first code cell of every chapter.
+#: Packages a Colab runtime may have imported before the setup cell runs, and that installing
+#: selfattn can upgrade (its floors, pyproject.toml): a module already imported stays the old
+#: version in memory until the runtime restarts. Each module's name is its distribution's.
+COLAB_PREIMPORTED = ("ipywidgets", "numpy", "matplotlib", "torch")
 
-    On Colab it installs selfattn from the repository in _config.yml.
+
+def setup_cell_source() -> str:
+    """The first code cell of every chapter (tools/apply_setup_cell.py writes it into them).
+
+    On Colab it installs selfattn from the repository in _config.yml, then turns on Colab's
+    custom widget manager: the explorers are ipywidgets 8 widgets (``Stack``, which the static
+    website needs), and Colab's own frontend draws only ipywidgets 7 (Colab ships 7.7.1)
+    unless that manager is enabled. If the install upgraded a package the runtime had already
+    imported (Colab's ipywidgets 7.7.1 is the likely one), the old version would stay in
+    memory: the cell stops and tells the reader to restart the session and run it again (the
+    second run installs nothing). Elsewhere the two Colab-only parts are skipped, so the cell
+    prints nothing and its saved outputs do not change. The install line stays
+    ``%pip install -q git+<url>@<ref>``, which tools/release.py pins to a release tag.
     """
     url, branch = repository()
+    names = ", ".join(f'"{name}"' for name in COLAB_PREIMPORTED)
     return (
         "# Setup, the same in every chapter. On Colab it installs the book's library.\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
+        "    from importlib.metadata import version\n"
+        "\n"
+        "    before = {\n"
+        '        name: getattr(sys.modules.get(name), "__version__", None)\n'
+        f"        for name in ({names})\n"
+        "    }\n"
         # A bare VCS URL (pip reads the name from the project): the line fits 79 columns.
         f"    %pip install -q git+{url}@{branch}\n"
+        "    # Colab draws ipywidgets 8 (the explorers) with its custom widget manager.\n"
+        "    from google.colab import output\n"
+        "\n"
+        "    output.enable_custom_widget_manager()\n"
+        "    stale = [n for n, v in before.items() if v and v != version(n)]\n"
+        "    if stale:\n"
+        "        sys.exit(\n"
+        "            f\"Installing selfattn upgraded {', '.join(stale)}, which this \"\n"
+        '            "session had already imported. Restart the session (Runtime > "\n'
+        '            "Restart session), then run this cell again."\n'
+        "        )\n"
         "\n"
         "import selfattn\n"
         "\n"
