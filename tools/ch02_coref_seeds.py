@@ -5,8 +5,8 @@ times, with seeds 0, 1 and 2, and analyses all six. It trains seed 0 of each dep
 loads the others from the weights this script records: it runs the chapter's own code (the
 notebook's import cell, the cells that build the task and its split, and the definitions
 of the training cell) on one CPU thread, as the chapter does, and stores each trained
-model's weights (float32, base64) and its final training loss. About a minute of one CPU
-core:
+model's weights (float32, base64) and its final training loss. About 20 seconds of one
+CPU core:
 
     .venv/bin/python tools/ch02_coref_seeds.py
     .venv/bin/python tools/ch02_coref_seeds.py --seeds 1 2 3 --out /tmp/x.json

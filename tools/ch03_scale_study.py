@@ -6,7 +6,7 @@ seeds 0, 1 and 2 at d_k = 16, 64 and 512, 27 runs of 300 steps. The script runs 
 chapter's own code: it executes the notebook's import cell and the cell that defines
 ``train_recall`` and ``summarise``, on one CPU thread with subnormal floats flushed to
 zero, as the chapter trains, so its seed 0 at d_k = 512 is the chapter's live run on the
-machine that records it. About 2 minutes of one CPU core:
+machine that records it. About a minute of one CPU core:
 
     .venv/bin/python tools/ch03_scale_study.py
     .venv/bin/python tools/ch03_scale_study.py --seeds 0 1 2 3 4 --out /tmp/x.json
