@@ -137,3 +137,14 @@ clean:
 release: install
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z"; exit 1; }
 	$(PY) tools/release.py $(VERSION)
+
+# The library at its dependencies' floors (tools/floors.py): numpy, matplotlib, ipywidgets,
+# pillow and tqdm at exactly the lowest versions pyproject.toml declares, with torch 2.13 (the
+# oldest torch installable here; tests/test_dependency_floors.py checks the torch floor by its
+# table of torch APIs), in a venv of their own (FLOORS_VENV, kept between runs), running a
+# subset of the library's tests. About a minute once installed; the first run builds Pillow
+# 9.1 from source. Not part of `make test`.
+FLOORS_VENV ?= /tmp/floors
+.PHONY: test-floors
+test-floors: install
+	$(PY) tools/floors.py --venv $(FLOORS_VENV)
