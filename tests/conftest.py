@@ -30,3 +30,13 @@ settings.load_profile("book")
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_recorder_memory(monkeypatch):
+    """Each test starts with an empty in-memory record (a reader's kernel keeps its figures
+    there, see selfattn.results), so no figure recorded by one test leaks into another."""
+    from selfattn import results
+
+    monkeypatch.setattr(results, "_SESSION", {})
+    monkeypatch.setattr(results, "_FAILED", [])
