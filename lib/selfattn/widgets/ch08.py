@@ -122,7 +122,9 @@ def explorer(*, pattern: str = "sliding window", n: int = 32, size: int = 4, lay
     def render(pattern: str, n: int, size: int, layers: int):
         fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.8))
         plot_pattern(pattern, n, size, layers, axes=axes)
-        fig.tight_layout()
+        # The margins tight_layout finds for these panels (the same for every view), fixed:
+        # measuring every tick label of the 81 views again costs a third of their time.
+        fig.subplots_adjust(left=0.078, right=0.981, bottom=0.14, top=0.861, wspace=0.19)
         return fig
 
     def alt(pattern: str, n: int, size: int, layers: int) -> str:
