@@ -11,6 +11,12 @@ elsewhere, so the chapter compares its live run with the table only over what is
 
     .venv/bin/python tools/ch01_long_range_seeds.py             # seeds 0-4, ~3 min CPU
     .venv/bin/python tools/ch01_long_range_seeds.py --seeds 0 1 --out /tmp/x.json
+
+The chapter also quotes the same study on the book's second floating-point path (another
+CPU's rounding, as ``tools/reader_run.py --paths second`` runs the chapters):
+
+    ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE .venv/bin/python \
+        tools/ch01_long_range_seeds.py --out chapters/results/ch01_long_range_seeds_second.json
 """
 
 from __future__ import annotations
