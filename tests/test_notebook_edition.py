@@ -133,9 +133,12 @@ def test_each_reference_label_names_its_own_entry(chapter):
     for cell in _edition("notebooks", chapter)["cells"]:
         source = "".join(cell["source"])
         for label, body in re.findall(r"^- \*\*(.+?)\.\*\* (.+)$", source, re.M):
-            entry = next((e for t, e in by_title.items() if t and t in body.lower()), None)
-            if entry is None:
+            # the entry whose title the item quotes (the longest, as "Deep learning" is inside
+            # "Dive into deep learning")
+            found = [(len(t), e) for t, e in by_title.items() if t and t in body.lower()]
+            if not found:
                 continue
+            entry = max(found, key=lambda pair: pair[0])[1]
             first, year = _first_author_and_year(entry)
             assert year in label, f"{chapter.name}: {label!r} labels an entry of {year}"
             if first:
