@@ -139,3 +139,51 @@ def test_a_claim_that_fails_in_a_readers_run_shows_the_note_and_the_chapter_runs
     assert all(c.execution_count for c in code), "a cell after the failed claim did not run"
     assert not any(o.output_type == "error" for c in code for o in c.outputs)
     assert not (tmp_path / "results").exists()
+
+
+# ------------------------------------------------ everything live (SELFATTN_LIVE)
+
+
+def test_every_study_a_chapter_reads_has_a_script_that_recomputes_it():
+    import re
+
+    read = set()
+    for path in (ROOT / "chapters").glob("*.ipynb"):
+        read |= set(re.findall(r'load_recorded\(\\"(\w+)\\"', path.read_text()))
+    studies = {name for name in read if not name.startswith("bench_")}
+    assert studies and studies <= set(results.STUDIES), studies - set(results.STUDIES)
+    for script, _ in results.STUDIES.values():
+        assert (ROOT / "tools" / script).is_file(), script
+        assert (
+            "--out" in (ROOT / "tools" / script).read_text()
+            or "_precompute" in (ROOT / "tools" / script).read_text()
+        )
+
+
+def test_everything_live_recomputes_a_study_once_per_kernel(reader, monkeypatch, tmp_path_factory):
+    tools = tmp_path_factory.mktemp("tools")
+    (tools / "fake.py").write_text(
+        "import json, os, sys\n"
+        "out = sys.argv[sys.argv.index('--out') + 1]\n"
+        "json.dump({'runs': 1, 'path': os.environ.get('MKL_CBWR')}, open(out, 'w'))\n"
+    )
+    monkeypatch.setattr(results, "STUDIES", {"ch99_study": ("fake.py", {"MKL_CBWR": "X"})})
+    monkeypatch.setattr(results, "_tools_folder", lambda: tools)
+    assert selfattn.load_recorded("ch99_study", default={"recorded": True}) == {
+        "recorded": True
+    }  # the switch is off: the recorded results
+    monkeypatch.setenv("SELFATTN_LIVE", "1")
+    assert selfattn.load_recorded("ch99_study") == {"runs": 1, "path": "X"}
+    (tools / "fake.py").write_text("raise SystemExit('run twice')\n")
+    assert selfattn.load_recorded("ch99_study") == {"runs": 1, "path": "X"}  # kept
+
+
+def test_everything_live_without_a_clone_says_so_and_reads_the_recorded(
+    reader, monkeypatch, capsys
+):
+    monkeypatch.setattr(results, "_tools_folder", lambda: None)
+    monkeypatch.setenv("SELFATTN_LIVE", "1")
+    recorded = selfattn.load_recorded("ch03_scale_study")
+    assert "needs a clone of the book's repository" in capsys.readouterr().out
+    monkeypatch.delenv("SELFATTN_LIVE")
+    assert recorded == selfattn.load_recorded("ch03_scale_study")

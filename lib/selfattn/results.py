@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -45,6 +48,8 @@ __all__ = [
     "recording",
     "failed_claims",
     "claim_note",
+    "live",
+    "STUDIES",
 ]
 
 #: Where :func:`record` stores each chapter's figures, relative to the notebook's folder.
@@ -60,6 +65,57 @@ RECORD_TO_ENV = "SELFATTN_RECORD_TO"
 _SESSION: dict[str, dict] = {}
 # The sentences that this kernel's data did not support (reader mode only).
 _FAILED: list[str] = []
+
+
+#: The switch for a reader who wants everything live: each recorded study is recomputed by its
+#: script (from a clone of the repository) instead of read from the recorded results.
+LIVE_ENV = "SELFATTN_LIVE"
+_SECOND_PATH = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+#: The recorded studies that a chapter reads, ``{name: (script in tools/, extra environment)}``;
+#: ``python tools/<script>`` writes ``chapters/results/<name>.json``.
+STUDIES = {
+    "ch01_long_range_seeds": ("ch01_long_range_seeds.py", {}),
+    "ch01_long_range_seeds_second": ("ch01_long_range_seeds.py", _SECOND_PATH),
+    "ch02_coref_seeds": ("ch02_coref_seeds.py", {}),
+    "ch03_scale_study": ("ch03_scale_study.py", {}),
+    "ch06_seeds": ("ch06_extrapolation_seeds.py", {}),
+    "ch06_rope_scaling": ("ch06_rope_scaling.py", {}),
+    "ch08_mqar": ("ch08_mqar.py", {}),
+    "ch08_performer": ("ch08_performer.py", {}),
+    "ch08_sinks": ("ch08_sinks.py", {}),
+    "ch09_experiments": ("ch09_experiments.py", {}),
+}
+
+
+def live() -> bool:
+    """Whether the reader asked for everything live (``SELFATTN_LIVE=1``)."""
+    return os.environ.get(LIVE_ENV, "0") not in {"", "0"}
+
+
+def _tools_folder() -> Path | None:
+    """The repository's ``tools/`` when the library runs from a clone (an editable install)."""
+    folder = Path(__file__).resolve().parents[2] / "tools"
+    return folder if (folder / "_precompute.py").is_file() else None
+
+
+def _recompute(name: str) -> None:
+    """Run ``name``'s study script now and keep its results for this kernel (``SELFATTN_LIVE``)."""
+    script, extra = STUDIES[name]
+    tools = _tools_folder()
+    if tools is None:
+        print(
+            f"SELFATTN_LIVE: recomputing {name!r} needs a clone of the book's repository (its "
+            f"tools/{script}); this run reads the recorded results instead.",
+            flush=True,
+        )
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / f"{name}.json"
+        command = [sys.executable, str(tools / script), "--out", str(out)]
+        print(f"SELFATTN_LIVE: recomputing {name!r}: python tools/{script} (minutes)", flush=True)
+        env = {**os.environ, "SELFATTN_PROGRESS": "0", **extra}
+        subprocess.run(command, cwd=tools, env=env, check=True, capture_output=True)
+        _SESSION[name] = json.loads(out.read_text(encoding="utf-8"))
 
 
 def recording() -> bool:
@@ -285,7 +341,10 @@ def load_recorded(name: str, *, results_dir: Path | str | None = None, default=N
     """One recorded file, e.g. ``load_recorded("bench_cpu")`` or ``load_recorded("ch03")``.
 
     Looks at this kernel's own figures first, then the reader's ``SELFATTN_RECORD_TO``
-    folder, then ``results/`` next to the notebook, then the installed package.
+    folder, then ``results/`` next to the notebook, then the installed package. With
+    ``SELFATTN_LIVE=1`` a recorded study (:data:`STUDIES`) is first recomputed by its script,
+    which takes minutes (a clone of the repository is needed; elsewhere it says so and reads
+    the recorded results).
 
     Args:
         name: the file's stem (no ``.json``).
@@ -295,6 +354,8 @@ def load_recorded(name: str, *, results_dir: Path | str | None = None, default=N
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"load_recorded: name must be a non-empty str, got {name!r}")
+    if live() and name in STUDIES and name not in _SESSION:
+        _recompute(name)
     figures = _all_recorded(results_dir).get(name)
     if figures is None:
         if default is not None:
