@@ -1,5 +1,7 @@
 """gradient_reach: exact against the Jacobian, and no false zeros from squaring float32."""
 
+import math
+
 import pytest
 import torch
 from selfattn.gradient_reach import gradient_reach
@@ -55,3 +57,24 @@ def test_bad_input():
         gradient_reach(lambda t: t, torch.zeros(2, 3, 4))
     with pytest.raises(ValueError, match="encoder must return"):
         gradient_reach(lambda t: t[0], torch.zeros(3, 2))
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_conv_reach_agrees_with_the_path_length_count(k):
+    """Chapter 1's autograd check: output n sees input 0 exactly from ceil(n / (k-1)) layers."""
+    from selfattn.gradient_reach import conv_reach
+
+    for n in range(1, 13):
+        needed = math.ceil(n / (k - 1))
+        assert conv_reach(n, k, needed)
+        if needed > 1:
+            assert not conv_reach(n, k, needed - 1)
+
+
+def test_conv_reach_names_bad_sizes():
+    from selfattn.gradient_reach import conv_reach
+
+    with pytest.raises(ValueError, match="k"):
+        conv_reach(5, 1, 2)
+    with pytest.raises(TypeError, match="layers"):
+        conv_reach(5, 3, 2.0)

@@ -20,9 +20,10 @@ from collections.abc import Callable
 
 import torch
 
+from ._checks import require_int
 from .masks import dependency_matrix
 
-__all__ = ["gradient_reach"]
+__all__ = ["gradient_reach", "conv_reach"]
 
 
 def gradient_reach(
@@ -54,3 +55,25 @@ def gradient_reach(
         return y[0, -1:]
 
     return dependency_matrix(last_output, x)[0]
+
+
+def conv_reach(n: int, k: int, layers: int, *, seed: int = 0) -> bool:
+    """Whether output ``n`` of ``layers`` stacked causal width-``k`` convolutions depends on
+    input 0 (chapter 1): autograd's answer to the path-length count ``layers >= ceil(n / (k-1))``.
+
+    Random 4-channel ``Conv1d`` layers with ``tanh`` between them, each padded on the left by
+    ``k - 1`` so it stays causal and the length stays ``n + 1``; the answer is whether the
+    gradient of output ``n`` reaches input 0 at all (structurally, not by its size).
+    """
+    n = require_int(n, "n", minimum=0)
+    k = require_int(k, "k", minimum=2)
+    layers = require_int(layers, "layers", minimum=1)
+    torch.manual_seed(seed)
+    convs = [torch.nn.Conv1d(4, 4, k) for _ in range(layers)]
+    x = torch.randn(1, 4, n + 1, requires_grad=True)
+    h = x
+    for conv in convs:
+        # left padding keeps it causal and the length n + 1
+        h = torch.tanh(conv(torch.nn.functional.pad(h, (k - 1, 0))))
+    h[0, :, n].sum().backward()
+    return bool(x.grad[0, :, 0].abs().sum() > 0)
