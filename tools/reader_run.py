@@ -55,12 +55,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from book import ROOT, toc_chapters  # noqa: E402
+from selfattn.results import SECOND_PATH  # noqa: E402
 
-#: The environment of the second floating-point path: ATen's scalar ("default") kernels instead
-#: of this CPU's AVX2/AVX-512 ones, and MKL's conditional-numerical-reproducibility mode
-#: "COMPATIBLE" (SSE2 code paths) instead of the fastest one for this CPU. Each changes a
-#: float32 training run's loss in its sixth digit (tests/test_fp_paths.py shows it).
-SECOND_PATH = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+#: The second floating-point path is defined once, in the library (``selfattn.results``): each
+#: of its settings changes a float32 training run's loss in its sixth digit
+#: (tests/test_fp_paths.py shows it).
 PATHS = {"native": {}, "second": SECOND_PATH}
 
 #: A reader's time budget per chapter on 2 CPU cores (design.md), by chapter number.

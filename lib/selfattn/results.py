@@ -50,6 +50,7 @@ __all__ = [
     "claim_note",
     "live",
     "STUDIES",
+    "SECOND_PATH",
 ]
 
 #: Where :func:`record` stores each chapter's figures, relative to the notebook's folder.
@@ -70,12 +71,15 @@ _FAILED: list[str] = []
 #: The switch for a reader who wants everything live: each recorded study is recomputed by its
 #: script (from a clone of the repository) instead of read from the recorded results.
 LIVE_ENV = "SELFATTN_LIVE"
-_SECOND_PATH = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+#: The second floating-point path (``make test`` runs every chapter on it too, standing for
+#: another reader's CPU): ATen's scalar ("default") kernels instead of this CPU's AVX2/AVX-512
+#: ones, and MKL's compatible (SSE2) code path instead of the fastest one.
+SECOND_PATH = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 #: The recorded studies that a chapter reads, ``{name: (script in tools/, extra environment)}``;
 #: ``python tools/<script>`` writes ``chapters/results/<name>.json``.
 STUDIES = {
     "ch01_long_range_seeds": ("ch01_long_range_seeds.py", {}),
-    "ch01_long_range_seeds_second": ("ch01_long_range_seeds.py", _SECOND_PATH),
+    "ch01_long_range_seeds_second": ("ch01_long_range_seeds.py", SECOND_PATH),
     "ch02_coref_seeds": ("ch02_coref_seeds.py", {}),
     "ch03_scale_study": ("ch03_scale_study.py", {}),
     "ch06_seeds": ("ch06_extrapolation_seeds.py", {}),
