@@ -339,3 +339,60 @@ def require_module(obj, name: str = "model"):
     if not isinstance(obj, torch.nn.Module):
         raise TypeError(f"{name} must be a torch.nn.Module, got {describe(obj)}")
     return obj
+
+
+def check_causal(causal) -> bool:
+    """The ``causal`` flag, the same kind of argument everywhere: ``True`` or ``False``.
+
+    A string such as ``"bottom_right"`` is a TypeError that says how to spell the call
+    (``causal=True, alignment="bottom_right"``), never a silently true flag.
+    """
+    return require_bool(causal, "causal")
+
+
+def check_dropout(dropout, name: str = "dropout") -> float:
+    """A dropout probability in ``[0, 1)``."""
+    dropout = require_number(dropout, name)
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {dropout}")
+    return dropout
+
+
+def check_mask_arg(mask) -> tuple[torch.Tensor | None, bool]:
+    """``mask`` as ``(tensor or None, causal)``: the string ``"causal"`` becomes the flag."""
+    if isinstance(mask, str):
+        if mask != "causal":
+            raise ValueError(f"mask must be a tensor, None or the string 'causal', got {mask!r}")
+        return None, True
+    return mask, False
+
+
+def check_kernel_args(
+    kernel,
+    kernels: tuple[str, ...],
+    *,
+    mask=None,
+    causal: bool = False,
+    return_weights: bool = False,
+    dropout: float = 0.0,
+    score_bias=None,
+) -> str:
+    """A kernel of ``kernels``, and the arguments it can take.
+
+    ``"flash"`` takes no mask but the causal one, no score bias, no weights and no dropout;
+    ``"torch"`` returns no weights. The one place these rules are written.
+    """
+    kernel = check_choice(kernel, "kernel", kernels)
+    if kernel == "flash" and (
+        mask is not None or score_bias is not None or return_weights or dropout
+    ):
+        shown = "causal" if causal else type(mask).__name__
+        bias = "" if score_bias is None else f"score_bias {type(score_bias).__name__}, "
+        raise ValueError(
+            "kernel='flash' takes mask=None or 'causal', no score_bias, return_weights=False "
+            f"and no dropout; got mask {shown}, {bias}return_weights={return_weights}, "
+            f"dropout={dropout}"
+        )
+    if kernel == "torch" and return_weights:
+        raise ValueError("kernel='torch' returns no weights: use kernel='reference' for them")
+    return kernel
