@@ -70,14 +70,23 @@ PALETTE: dict[str, str] = {
     "slow": "#f4f1ea",
     "fast": "#fff4d6",
 }
-_HEADS = ["#f6c89f", "#b7dba3", "#cdb9e3", "#9fd3e0", "#f3e08c", "#f2a7a7", "#d6e4f0", "#e0c9a6"]
+_HEAD_COLORS = [
+    "#f6c89f",
+    "#b7dba3",
+    "#cdb9e3",
+    "#9fd3e0",
+    "#f3e08c",
+    "#f2a7a7",
+    "#d6e4f0",
+    "#e0c9a6",
+]
 _FONT = 8.5
-_SIZE = (7.0, 3.0)
+_FIGSIZE = (7.0, 3.0)
 _TIMES = "\u00d7"
 
 
 # ----------------------------------------------------------------------------- helpers
-def _size(value, name: str, minimum: int = 1, maximum: int | None = None) -> int:
+def _checked_size(value, name: str, minimum: int = 1, maximum: int | None = None) -> int:
     # a figure's size argument: at least 1 unless said, at most what fits the drawing
     return require_int(value, name, minimum, maximum)
 
@@ -99,7 +108,7 @@ class _Diagram(Figure):
         return buffer.getvalue()
 
 
-def _figure(ncols: int = 1, size: tuple[float, float] = _SIZE, xlim=(0, 14), ylim=(0, 6)):
+def _figure(ncols: int = 1, size: tuple[float, float] = _FIGSIZE, xlim=(0, 14), ylim=(0, 6)):
     """A Figure with ``ncols`` blank axes in diagram coordinates (2 units per inch)."""
     fig = _Diagram(figsize=size, layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
@@ -110,7 +119,8 @@ def _figure(ncols: int = 1, size: tuple[float, float] = _SIZE, xlim=(0, 14), yli
     return fig, list(axes)
 
 
-def _finish(fig: Figure, alt: str) -> Figure:
+def _with_alt(fig: Figure, alt: str) -> Figure:
+    """The figure, with ``alt`` (its alt text) attached as ``fig.alt``."""
     fig.alt = alt
     return fig
 
@@ -215,7 +225,7 @@ def _mask_panels(
 ) -> Figure:
     """A row of masks, one ``(allowed, title)`` panel each (see :func:`_mask_image`), under one
     title."""
-    fig = _Diagram(figsize=_SIZE, layout="constrained")
+    fig = _Diagram(figsize=_FIGSIZE, layout="constrained")
     for ax, (allowed, title) in zip(fig.subplots(1, len(panels)), panels):
         _mask_image(ax, allowed, title, show_inf=show_inf)
     fig.suptitle(suptitle, fontsize=_FONT)
@@ -238,8 +248,8 @@ def information_paths(n: int = 6, k: int = 3) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _size(n, "n", 2, 12)
-    k = _size(k, "k", 2, n)
+    n = _checked_size(n, "n", 2, 12)
+    k = _checked_size(k, "k", 2, n)
     layers = math.ceil((n - 1) / (k - 1))
     fig, axes = _figure(3, size=(7.0, 3.0), xlim=(-0.7, n - 0.3), ylim=(-1.6, 4.4))
     col = PALETTE["highlight"]
@@ -301,29 +311,12 @@ def information_paths(n: int = 6, k: int = 3) -> Figure:
         f"positions per layer. Self-attention: one layer of lines joining all {n * n} pairs, "
         "one step from every token to every token."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 # ----------------------------------------------------------------------------- chapter 2
-def dot_product_softmax(
-    query: Sequence[float] = (2.0, 1.0),
-    keys: Sequence[Sequence[float]] = ((2.0, 0.5), (0.5, 2.0), (-1.5, 1.0)),
-    temperature: float = 1.0,
-) -> Figure:
-    """Chapter 2: a query and keys as 2-D arrows, each score the key's projection on the query.
-
-    Left: the query ``q`` and the keys ``k_j``; a dashed line drops each key onto the query's
-    direction, and ``q · k_j = ‖q‖ × (signed length of that shadow)``. Right: the scores and
-    the weights ``softmax(scores / temperature)`` as bars.
-
-    Args:
-        query: the 2-D query, not zero.
-        keys: 1 to 6 two-dimensional keys.
-        temperature: positive divisor of the scores before the softmax.
-
-    Returns:
-        The Figure; ``fig.alt`` names every score and weight.
-    """
+def _query_and_keys(query, keys, temperature) -> tuple[np.ndarray, np.ndarray]:
+    """The checked query ``(2,)`` and keys ``(k, 2)`` of :func:`dot_product_softmax`."""
     q = np.asarray(require_real(query, "query"), dtype=float)
     if q.shape != (2,) or not np.isfinite(q).all() or not q.any():
         raise ValueError(f"query must be a finite, non-zero 2-D vector, got {query!r}")
@@ -334,13 +327,11 @@ def dot_product_softmax(
         isinstance(temperature, (int, float)) and temperature > 0 and math.isfinite(temperature)
     ):
         raise ValueError(f"temperature must be a positive number, got {temperature!r}")
-    scores = kk @ q
-    z = scores / temperature
-    weights = np.exp(z - z.max())
-    weights /= weights.sum()
+    return q, kk
 
-    fig = _Diagram(figsize=_SIZE, layout="constrained")
-    ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+
+def _draw_key_shadows(ax, q: np.ndarray, kk: np.ndarray) -> None:
+    """The query and keys as arrows in the plane, each key dropped onto the query's line."""
     unit = q / np.linalg.norm(q)
     lim = 1.15 * max(np.abs(kk).max(), np.abs(q).max(), 1.0)
     ax.set_xlim(-lim, lim)
@@ -353,7 +344,7 @@ def dot_product_softmax(
     _arrow(ax, (0, 0), tuple(q), PALETTE["highlight"], lw=2.0)
     ax.text(*(q * 1.06), "q", color=PALETTE["highlight"], fontsize=_FONT + 1, weight="bold")
     for j, key in enumerate(kk):
-        color = _HEADS[(j + 1) % len(_HEADS)]
+        color = _HEAD_COLORS[(j + 1) % len(_HEAD_COLORS)]
         _arrow(ax, (0, 0), tuple(key), PALETTE["line"], lw=1.2)
         foot = (key @ unit) * unit
         ax.plot([key[0], foot[0]], [key[1], foot[1]], ls="--", color=PALETTE["muted"], lw=0.8)
@@ -361,7 +352,10 @@ def dot_product_softmax(
         ax.text(*(key * 1.08), f"k{j + 1}", fontsize=_FONT, ha="center", va="center")
     ax.set_title("dot product = \u2016q\u2016 \u00d7 shadow of k on q", fontsize=_FONT)
 
-    idx = np.arange(len(kk))
+
+def _draw_score_bars(bx, scores: np.ndarray, weights: np.ndarray, temperature: float) -> None:
+    """Each key's score (yellow) beside its softmax weight (red), values printed on the bars."""
+    idx = np.arange(len(scores))
     bx.bar(idx - 0.2, scores, 0.4, color=PALETTE["scores"], edgecolor=PALETTE["line"], lw=0.6)
     bx.bar(idx + 0.2, weights, 0.4, color=PALETTE["weights"], edgecolor=PALETTE["line"], lw=0.6)
     bx.axhline(0, color=PALETTE["line"], lw=0.6)
@@ -381,6 +375,37 @@ def dot_product_softmax(
         bx.spines[side].set_visible(False)
     temp = "" if temperature == 1 else f" / {temperature:g}"
     bx.set_title(f"scores q\u00b7k (yellow) \u2192 softmax(scores{temp}) (red)", fontsize=_FONT)
+
+
+def dot_product_softmax(
+    query: Sequence[float] = (2.0, 1.0),
+    keys: Sequence[Sequence[float]] = ((2.0, 0.5), (0.5, 2.0), (-1.5, 1.0)),
+    temperature: float = 1.0,
+) -> Figure:
+    """Chapter 2: a query and keys as 2-D arrows, each score the key's projection on the query.
+
+    Left: the query ``q`` and the keys ``k_j``; a dashed line drops each key onto the query's
+    direction, and ``q · k_j = ‖q‖ × (signed length of that shadow)``. Right: the scores and
+    the weights ``softmax(scores / temperature)`` as bars.
+
+    Args:
+        query: the 2-D query, not zero.
+        keys: 1 to 6 two-dimensional keys.
+        temperature: positive divisor of the scores before the softmax.
+
+    Returns:
+        The Figure; ``fig.alt`` names every score and weight.
+    """
+    q, kk = _query_and_keys(query, keys, temperature)
+    scores = kk @ q
+    z = scores / temperature
+    weights = np.exp(z - z.max())
+    weights /= weights.sum()
+
+    fig = _Diagram(figsize=_FIGSIZE, layout="constrained")
+    ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+    _draw_key_shadows(ax, q, kk)
+    _draw_score_bars(bx, scores, weights, temperature)
     pairs = "; ".join(
         f"k{j + 1}: score {scores[j]:.2f}, weight {weights[j]:.2f}" for j in range(len(kk))
     )
@@ -391,10 +416,88 @@ def dot_product_softmax(
         f"weights{' at temperature ' + format(temperature, 'g') if temperature != 1 else ''}, "
         f"which sum to 1 ({pairs})."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 # ----------------------------------------------------------------------------- chapter 3
+def _drawn_length(count: int, cell: float) -> float:
+    """The length of ``count`` cells of side ``cell``, never thinner than a visible 0.12."""
+    return max(count * cell, 0.12)
+
+
+def _scaled_matrix(ax, xc, yc, rows, cols, cell, color, name, label):
+    """A ``rows × cols`` matrix centred at ``(xc, yc)``, ``cell`` units a cell, its name above
+    and its shape label below; returns the right edge and the centre height."""
+    h, w = _drawn_length(rows, cell), _drawn_length(cols, cell)
+    x = xc - w / 2
+    grid = rows <= 16 and cols <= 16
+    _matrix(ax, x, yc - h / 2, rows, cols, h / rows, color, grid=False)
+    if grid:
+        for r in range(1, rows):
+            ax.plot([x, x + w], [yc - h / 2 + r * h / rows] * 2, color="k", lw=0.25)
+        for c in range(1, cols):
+            ax.plot([x + c * w / cols] * 2, [yc - h / 2, yc + h / 2], color="k", lw=0.25)
+    ax.text(x + w / 2, yc + h / 2 + 0.08, name, ha="center", va="bottom", fontsize=_FONT)
+    ax.text(x + w / 2, yc - h / 2 - 0.08, label, ha="center", va="top", fontsize=7.5)
+    return x + w, yc
+
+
+#: where :func:`five_steps` puts its columns (x of each centre) and the flow's middle height
+_FIVE_STEP_COLUMNS = {"X": 1.0, "QKV": 3.7, "S": 6.6, "A": 9.5, "O": 12.5}
+_FIVE_STEP_MID = 3.3
+
+
+def _draw_projection(ax, cell, n, d_model, d_k, d_v, labels) -> dict[str, tuple]:
+    """Step 1: ``X`` and the arrows to ``Q``, ``K`` and ``V`` stacked in one column; returns
+    the right edge and centre of each of Q, K and V."""
+    centre, mid = _FIVE_STEP_COLUMNS, _FIVE_STEP_MID
+    xr, _ = _scaled_matrix(
+        ax, centre["X"], mid, n, d_model, cell, PALETTE["x"], "X: n tokens", labels["X"]
+    )
+    ys = {"Q": 5.5, "K": 3.3, "V": 1.1}
+    left = centre["QKV"] - max(_drawn_length(d_k, cell), _drawn_length(d_v, cell)) / 2
+    ends = {}
+    for name, color, cols, formula in (
+        ("Q", PALETTE["q"], d_k, "Q = X W_Q"),
+        ("K", PALETTE["k"], d_k, "K = X W_K"),
+        ("V", PALETTE["v"], d_v, "V = X W_V"),
+    ):
+        x0 = centre["QKV"] - _drawn_length(cols, cell) / 2
+        _arrow(ax, (xr + 0.05, mid), (x0 - 0.05, ys[name]))
+        ends[name] = _scaled_matrix(
+            ax, centre["QKV"], ys[name], n, cols, cell, color, formula, labels[name]
+        )
+    ax.text((xr + left) / 2, 6.45, "1 project", ha="center", fontsize=_FONT, weight="bold")
+    return ends
+
+
+def _draw_score_softmax_mix(ax, cell, n, d_v, labels, ends) -> None:
+    """Steps 2-5: Q and K into the scaled scores ``S``, the row softmax ``A``, and ``A V``."""
+    centre, mid = _FIVE_STEP_COLUMNS, _FIVE_STEP_MID
+    side_n = _drawn_length(n, cell)
+    sx = centre["S"] - side_n / 2
+    _arrow(ax, (ends["Q"][0] + 0.05, ends["Q"][1]), (sx - 0.05, mid + 0.2))
+    _arrow(ax, (ends["K"][0] + 0.05, ends["K"][1]), (sx - 0.05, mid))
+    ax.text(
+        centre["S"] - 1.3, 6.45, "2 score, 3 scale", ha="center", fontsize=_FONT, weight="bold"
+    )
+    xs, _ = _scaled_matrix(
+        ax, centre["S"], mid, n, n, cell, PALETTE["scores"], "S = QK\u1d40/\u221ad_k", labels["S"]
+    )
+    xa0 = centre["A"] - side_n / 2
+    _arrow(ax, (xs + 0.05, mid), (xa0 - 0.05, mid))
+    ax.text((xs + xa0) / 2, 6.45, "4 softmax", ha="center", fontsize=_FONT, weight="bold")
+    ax.text((xs + xa0) / 2, mid + 0.1, "each row", ha="center", va="bottom", fontsize=7)
+    xa, _ = _scaled_matrix(
+        ax, centre["A"], mid, n, n, cell, PALETTE["weights"], "A = softmax(S)", labels["A"]
+    )
+    ox = centre["O"] - _drawn_length(d_v, cell) / 2
+    _arrow(ax, (xa + 0.05, mid), (ox - 0.05, mid))
+    _arrow(ax, (ends["V"][0] + 0.05, ends["V"][1]), (ox - 0.05, mid - 0.2), rad=0.15)
+    ax.text((xa + ox) / 2, 6.45, "5 mix", ha="center", fontsize=_FONT, weight="bold")
+    _scaled_matrix(ax, centre["O"], mid, n, d_v, cell, PALETTE["out"], "output = A V", labels["O"])
+
+
 def five_steps(n: int = 5, d_model: int = 6, d_k: int = 4, d_v: int = 3) -> Figure:
     """Chapter 3: the five steps as a flow, each matrix drawn to scale with its shape.
 
@@ -409,32 +512,13 @@ def five_steps(n: int = 5, d_model: int = 6, d_k: int = 4, d_v: int = 3) -> Figu
     Returns:
         The Figure; ``fig.alt`` lists each step with its shape.
     """
-    n = _size(n, "n", 1, 64)
-    d_model = _size(d_model, "d_model", 1, 4096)
-    d_k = _size(d_k, "d_k", 1, 4096)
-    d_v = _size(d_v, "d_v", 1, 4096)
+    n = _checked_size(n, "n", 1, 64)
+    d_model = _checked_size(d_model, "d_model", 1, 4096)
+    d_k = _checked_size(d_k, "d_k", 1, 4096)
+    d_v = _checked_size(d_v, "d_v", 1, 4096)
     fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
     # one cell size for every matrix, so the widths and heights compare
-    cell = min(1.1 / n, 1.25 / max(d_model, d_k, d_v, n))
-    cell = max(cell, 0.02)
-
-    def side(count):
-        return max(count * cell, 0.12)
-
-    def glyph(xc, yc, rows, cols, color, name, label):
-        h, w = side(rows), side(cols)
-        x = xc - w / 2
-        grid = rows <= 16 and cols <= 16
-        _matrix(ax, x, yc - h / 2, rows, cols, h / rows, color, grid=False)
-        if grid:
-            for r in range(1, rows):
-                ax.plot([x, x + w], [yc - h / 2 + r * h / rows] * 2, color="k", lw=0.25)
-            for c in range(1, cols):
-                ax.plot([x + c * w / cols] * 2, [yc - h / 2, yc + h / 2], color="k", lw=0.25)
-        ax.text(x + w / 2, yc + h / 2 + 0.08, name, ha="center", va="bottom", fontsize=_FONT)
-        ax.text(x + w / 2, yc - h / 2 - 0.08, label, ha="center", va="top", fontsize=7.5)
-        return x + w, yc
-
+    cell = max(min(1.1 / n, 1.25 / max(d_model, d_k, d_v, n)), 0.02)
     labels = {
         "X": _shape("X", "n \u00d7 d", n, d_model),
         "Q": _shape("Q", "n \u00d7 d_k", n, d_k),
@@ -444,38 +528,8 @@ def five_steps(n: int = 5, d_model: int = 6, d_k: int = 4, d_v: int = 3) -> Figu
         "A": _shape("A", "n \u00d7 n", n, n),
         "O": _shape("output", "n \u00d7 d_v", n, d_v),
     }
-    mid = 3.3
-    centre = {"X": 1.0, "QKV": 3.7, "S": 6.6, "A": 9.5, "O": 12.5}
-    xr, _ = glyph(centre["X"], mid, n, d_model, PALETTE["x"], "X: n tokens", labels["X"])
-    ys = {"Q": 5.5, "K": 3.3, "V": 1.1}
-    left = centre["QKV"] - max(side(d_k), side(d_v)) / 2
-    ends = {}
-    for name, color, cols, formula in (
-        ("Q", PALETTE["q"], d_k, "Q = X W_Q"),
-        ("K", PALETTE["k"], d_k, "K = X W_K"),
-        ("V", PALETTE["v"], d_v, "V = X W_V"),
-    ):
-        x0 = centre["QKV"] - side(cols) / 2
-        _arrow(ax, (xr + 0.05, mid), (x0 - 0.05, ys[name]))
-        ends[name] = glyph(centre["QKV"], ys[name], n, cols, color, formula, labels[name])
-    ax.text((xr + left) / 2, 6.45, "1 project", ha="center", fontsize=_FONT, weight="bold")
-    sx = centre["S"] - side(n) / 2
-    _arrow(ax, (ends["Q"][0] + 0.05, ys["Q"]), (sx - 0.05, mid + 0.2))
-    _arrow(ax, (ends["K"][0] + 0.05, ys["K"]), (sx - 0.05, mid))
-    ax.text(
-        centre["S"] - 1.3, 6.45, "2 score, 3 scale", ha="center", fontsize=_FONT, weight="bold"
-    )
-    xs, _ = glyph(centre["S"], mid, n, n, PALETTE["scores"], "S = QK\u1d40/\u221ad_k", labels["S"])
-    xa0 = centre["A"] - side(n) / 2
-    _arrow(ax, (xs + 0.05, mid), (xa0 - 0.05, mid))
-    ax.text((xs + xa0) / 2, 6.45, "4 softmax", ha="center", fontsize=_FONT, weight="bold")
-    ax.text((xs + xa0) / 2, mid + 0.1, "each row", ha="center", va="bottom", fontsize=7)
-    xa, _ = glyph(centre["A"], mid, n, n, PALETTE["weights"], "A = softmax(S)", labels["A"])
-    ox = centre["O"] - side(d_v) / 2
-    _arrow(ax, (xa + 0.05, mid), (ox - 0.05, mid))
-    _arrow(ax, (ends["V"][0] + 0.05, ys["V"]), (ox - 0.05, mid - 0.2), rad=0.15)
-    ax.text((xa + ox) / 2, 6.45, "5 mix", ha="center", fontsize=_FONT, weight="bold")
-    glyph(centre["O"], mid, n, d_v, PALETTE["out"], "output = A V", labels["O"])
+    ends = _draw_projection(ax, cell, n, d_model, d_k, d_v, labels)
+    _draw_score_softmax_mix(ax, cell, n, d_v, labels, ends)
     alt = (
         f"The five steps of self-attention as a flow of matrices drawn to scale. {labels['X']} "
         f"is projected (step 1) to {labels['Q']}, {labels['K']} and {labels['V']}. Q and K "
@@ -483,7 +537,7 @@ def five_steps(n: int = 5, d_model: int = 6, d_k: int = 4, d_v: int = 3) -> Figu
         f"gives the weights {labels['A']} (step 4), and A times V gives the {labels['O']} "
         "(step 5)."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 # ----------------------------------------------------------------------------- chapter 4
@@ -500,8 +554,8 @@ def mask_grids(n: int = 5, length: int = 3) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _size(n, "n", 2, 16)
-    length = _size(length, "length", 1, n)
+    n = _checked_size(n, "n", 2, 16)
+    length = _checked_size(length, "length", 1, n)
     i, j = np.indices((n, n))
     causal = j <= i
     padding = np.broadcast_to(j < length, (n, n))
@@ -521,7 +575,7 @@ def mask_grids(n: int = 5, length: int = 3) -> Figure:
         f"tokens: the last {n - length} key columns grey. Both combined: the lower triangle "
         f"without those columns."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 def cache_alignment(n: int = 2, m: int = 6) -> Figure:
@@ -537,8 +591,8 @@ def cache_alignment(n: int = 2, m: int = 6) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    m = _size(m, "m", 1, 16)
-    n = _size(n, "n", 1, m)
+    m = _checked_size(m, "m", 1, 16)
+    n = _checked_size(n, "n", 1, m)
     i, j = np.indices((n, m))
     fig = _Diagram(figsize=(7.0, 2.6), layout="constrained")
     axes = fig.subplots(1, 2)
@@ -573,44 +627,21 @@ def cache_alignment(n: int = 2, m: int = 6) -> Figure:
         f"0 to i only, so the newest query misses {m - n} keys. Bottom-right: query i sees keys "
         f"0 to i + m \u2212 n, the last query sees all {m}, as decoding needs."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 # ----------------------------------------------------------------------------- chapter 5
-def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
-    """Chapter 5: split ``d`` into ``h`` heads of ``d_head``, attend in parallel, concatenate.
-
-    ``X (n × d)`` → Q, K, V each split into ``h`` slices ``(n × d_head)`` → one attention per
-    head, weights ``(n × n)`` → outputs ``(n × d_head)`` → concatenated ``(n × d)`` →
-    ``W_O`` → ``(n × d)``.
-
-    Args:
-        n: tokens, 1 to 64. d_model: ``d``, divisible by ``h``. h: heads, 1 to 8.
-
-    Returns:
-        The Figure; ``fig.alt`` describes it with the same numbers.
-    """
-    n = _size(n, "n", 1, 64)
-    h = _size(h, "h", 1, 8)
-    d_model = _size(d_model, "d_model", 1, 8192)
-    if d_model % h:
-        raise ValueError(f"d_model must be divisible by h = {h}, got d_model = {d_model}")
-    d_head = d_model // h
-    fig, (ax,) = _figure(1, size=(7.0, 3.2), xlim=(0, 14), ylim=(0, 6.4))
-    top, bottom = 5.6, 0.6
+def _draw_head_lanes(ax, h: int, top: float, bottom: float) -> None:
+    """The features split into ``h`` coloured slices, each feeding its own head's lane:
+    ``Q, K, V`` → softmax → an arrow towards the concatenation."""
     lane = (top - bottom) / h
-    lab_x = _shape("X", "n \u00d7 d", n, d_model)
-    lab_h = _shape("head", "n \u00d7 d_head", n, d_head)
-    lab_w = _shape("weights", "n \u00d7 n", n, n)
-    lab_c = _shape("concat", "n \u00d7 d", n, d_model)
-    lab_y = _shape("output", "n \u00d7 d", n, d_model)
-    _box(ax, 0.2, 2.3, 1.9, 1.4, f"X\n(n \u00d7 d)\n= {n} \u00d7 {d_model}")
-    # the split of d into h slices
     _box(ax, 2.7, bottom, 0.6, top - bottom, "", PALETTE["x"])
     for k in range(h):
         y0 = bottom + (h - 1 - k) * lane
         ax.add_patch(
-            Rectangle((2.7, y0), 0.6, lane, facecolor=_HEADS[k], edgecolor=PALETTE["line"], lw=0.6)
+            Rectangle(
+                (2.7, y0), 0.6, lane, facecolor=_HEAD_COLORS[k], edgecolor=PALETTE["line"], lw=0.6
+            )
         )
         yc = y0 + lane / 2
         _arrow(ax, (3.3, yc), (4.3, yc))
@@ -621,7 +652,7 @@ def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
             2.3,
             lane * 0.7,
             f"head {k + 1}: Q, K, V",
-            _HEADS[k],
+            _HEAD_COLORS[k],
             fontsize=7.5,
         )
         _arrow(ax, (6.6, yc), (7.4, yc))
@@ -629,10 +660,10 @@ def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
             ax, 7.4, yc - lane * 0.35, 1.5, lane * 0.7, "softmax", PALETTE["weights"], fontsize=7.5
         )
         _arrow(ax, (8.9, yc), (9.9, 3.0 + (yc - 3.0) * 0.5))
-    _arrow(ax, (2.1, 3.0), (2.7, 3.0))
-    ax.text(3.0, top + 0.15, f"h = {h}", ha="center", va="bottom", fontsize=_FONT)
-    ax.text(5.45, top + 0.15, lab_h, ha="center", va="bottom", fontsize=7.5)
-    ax.text(8.15, top + 0.15, lab_w, ha="center", va="bottom", fontsize=7.5)
+
+
+def _draw_concat_and_output(ax, n: int, d_model: int, h: int, lab_c: str) -> None:
+    """The head outputs stacked back into one ``(n × d)`` bar, then ``W_O`` and the output."""
     _box(ax, 9.9, 1.8, 0.5, 2.4, "", PALETTE["x"])
     for k in range(h):
         ax.add_patch(
@@ -640,7 +671,7 @@ def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
                 (9.9, 1.8 + (h - 1 - k) * 2.4 / h),
                 0.5,
                 2.4 / h,
-                facecolor=_HEADS[k],
+                facecolor=_HEAD_COLORS[k],
                 edgecolor=PALETTE["line"],
                 lw=0.6,
             )
@@ -658,6 +689,41 @@ def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
         "output\n(n \u00d7 d)" + f"\n= {n} \u00d7 {d_model}",
         PALETTE["out"],
     )
+
+
+def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
+    """Chapter 5: split ``d`` into ``h`` heads of ``d_head``, attend in parallel, concatenate.
+
+    ``X (n × d)`` → Q, K, V each split into ``h`` slices ``(n × d_head)`` → one attention per
+    head, weights ``(n × n)`` → outputs ``(n × d_head)`` → concatenated ``(n × d)`` →
+    ``W_O`` → ``(n × d)``.
+
+    Args:
+        n: tokens, 1 to 64. d_model: ``d``, divisible by ``h``. h: heads, 1 to 8.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    n = _checked_size(n, "n", 1, 64)
+    h = _checked_size(h, "h", 1, 8)
+    d_model = _checked_size(d_model, "d_model", 1, 8192)
+    if d_model % h:
+        raise ValueError(f"d_model must be divisible by h = {h}, got d_model = {d_model}")
+    d_head = d_model // h
+    fig, (ax,) = _figure(1, size=(7.0, 3.2), xlim=(0, 14), ylim=(0, 6.4))
+    top, bottom = 5.6, 0.6
+    lab_x = _shape("X", "n \u00d7 d", n, d_model)
+    lab_h = _shape("head", "n \u00d7 d_head", n, d_head)
+    lab_w = _shape("weights", "n \u00d7 n", n, n)
+    lab_c = _shape("concat", "n \u00d7 d", n, d_model)
+    lab_y = _shape("output", "n \u00d7 d", n, d_model)
+    _box(ax, 0.2, 2.3, 1.9, 1.4, f"X\n(n \u00d7 d)\n= {n} \u00d7 {d_model}")
+    _draw_head_lanes(ax, h, top, bottom)
+    _arrow(ax, (2.1, 3.0), (2.7, 3.0))
+    ax.text(3.0, top + 0.15, f"h = {h}", ha="center", va="bottom", fontsize=_FONT)
+    ax.text(5.45, top + 0.15, lab_h, ha="center", va="bottom", fontsize=7.5)
+    ax.text(8.15, top + 0.15, lab_w, ha="center", va="bottom", fontsize=7.5)
+    _draw_concat_and_output(ax, n, d_model, h, lab_c)
     ax.text(
         7.0,
         0.05,
@@ -672,7 +738,7 @@ def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
         f"own {lab_w} in parallel; the {h} head outputs are concatenated back to {lab_c} and "
         f"the projection W_O gives the {lab_y}."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 def grouped_query(h: int = 8, h_kv: int = 2) -> Figure:
@@ -687,8 +753,8 @@ def grouped_query(h: int = 8, h_kv: int = 2) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    h = _size(h, "h", 1, 16)
-    h_kv = _size(h_kv, "h_kv", 1, h)
+    h = _checked_size(h, "h", 1, 16)
+    h_kv = _checked_size(h_kv, "h_kv", 1, h)
     if h % h_kv:
         raise ValueError(f"h_kv must divide h = {h}, got h_kv = {h_kv}")
     group = h // h_kv
@@ -704,7 +770,7 @@ def grouped_query(h: int = 8, h_kv: int = 2) -> Figure:
             w * 0.8,
             0.8,
             f"Q{k + 1}" if h <= 12 else "",
-            _HEADS[g % len(_HEADS)],
+            _HEAD_COLORS[g % len(_HEAD_COLORS)],
             fontsize=7.5,
         )
     wk = 12.0 / h_kv
@@ -718,7 +784,7 @@ def grouped_query(h: int = 8, h_kv: int = 2) -> Figure:
             2 * half,
             0.8,
             f"K{g + 1}, V{g + 1}" if h_kv <= 8 else "",
-            _HEADS[g % len(_HEADS)],
+            _HEAD_COLORS[g % len(_HEAD_COLORS)],
             fontsize=7.5,
         )
         for k in range(g * group, (g + 1) * group):
@@ -740,7 +806,7 @@ def grouped_query(h: int = 8, h_kv: int = 2) -> Figure:
         f"h / h_kv = {group} consecutive query heads that share it, so the cache holds "
         f"{h_kv} key and value heads instead of {h}."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 def kv_cache(prefill: int = 5, steps: int = 3, d_head: int = 16) -> Figure:
@@ -757,9 +823,9 @@ def kv_cache(prefill: int = 5, steps: int = 3, d_head: int = 16) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    prefill = _size(prefill, "prefill", 1, 16)
-    steps = _size(steps, "steps", 1, 4)
-    d_head = _size(d_head, "d_head", 1, 64)
+    prefill = _checked_size(prefill, "prefill", 1, 16)
+    steps = _checked_size(steps, "steps", 1, 4)
+    d_head = _checked_size(d_head, "d_head", 1, 64)
     total = prefill + steps
     panels = steps + 1
     cell = min(4.2 / total, 2.6 / d_head)
@@ -806,10 +872,56 @@ def kv_cache(prefill: int = 5, steps: int = 3, d_head: int = 16) -> Figure:
         f"from (t \u00d7 d_head) = {prefill} \u00d7 {d_head} to {total} \u00d7 {d_head}. "
         "Old rows are never recomputed; the value cache grows the same way."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 # ----------------------------------------------------------------------------- chapter 6
+def _draw_rotated_pair(ax, i: int, d: int, position: int, base: float, symbol: str) -> str:
+    """Pair ``i`` on the unit circle, grey before and red after turning by ``position · θ_i``,
+    the swept angle marked; returns the alt text's phrase for it."""
+    start = 0.35  # the pair's angle before rotation, the same in every panel
+    ax.set_aspect("equal")
+    theta = base ** (-2 * i / d)
+    angle = position * theta
+    ax.add_patch(Arc((0, 0), 2, 2, color=PALETTE["masked"], lw=0.8))
+    before = np.array([math.cos(start), math.sin(start)])
+    after = np.array([math.cos(start + angle), math.sin(start + angle)])
+    _arrow(ax, (0, 0), tuple(before), PALETTE["muted"], lw=1.5)
+    _arrow(ax, (0, 0), tuple(after), PALETTE["highlight"], lw=1.8)
+    sweep = math.degrees(angle) % 360
+    if sweep > 0.5:
+        ax.add_patch(
+            Arc(
+                (0, 0),
+                0.7,
+                0.7,
+                theta1=math.degrees(start),
+                theta2=math.degrees(start) + sweep,
+                color=PALETTE["line"],
+                lw=0.8,
+            )
+        )
+    ax.text(
+        0,
+        1.42,
+        f"pair {i}: dims {2 * i}, {2 * i + 1}",
+        ha="center",
+        va="top",
+        fontsize=_FONT,
+        weight="bold",
+    )
+    ax.text(0, -1.15, f"\u03b8_{i} = {theta:.3g}", ha="center", va="top", fontsize=7.5)
+    ax.text(
+        0,
+        -1.5,
+        f"{symbol}\u00b7\u03b8_{i} = {angle:.3g} rad",
+        ha="center",
+        va="top",
+        fontsize=7.5,
+    )
+    return f"pair {i} turns by {symbol}\u00b7\u03b8_{i} = {angle:.3g} rad"
+
+
 def rope_rotation(
     d: int = 8, position: int = 3, base: float = 10000.0, *, symbol: str = "p"
 ) -> Figure:
@@ -826,59 +938,17 @@ def rope_rotation(
     Returns:
         The Figure; ``fig.alt`` names every angle.
     """
-    d = _size(d, "d", 2, 4096)
+    d = _checked_size(d, "d", 2, 4096)
     if d % 2:
         raise ValueError(f"d must be even (pairs of dimensions), got {d}")
-    position = _size(position, "position", 0, 10**6)
+    position = _checked_size(position, "position", 0, 10**6)
     require_base(base)
     if not isinstance(symbol, str) or not symbol:
         raise ValueError(f"symbol must be a non-empty string, got {symbol!r}")
     pairs = d // 2
     shown = sorted(set(np.linspace(0, pairs - 1, min(pairs, 4)).round().astype(int).tolist()))
     fig, axes = _figure(len(shown), size=(7.0, 2.9), xlim=(-1.35, 1.35), ylim=(-1.9, 1.5))
-    start = 0.35
-    parts = []
-    for ax, i in zip(axes, shown):
-        ax.set_aspect("equal")
-        theta = base ** (-2 * i / d)
-        angle = position * theta
-        ax.add_patch(Arc((0, 0), 2, 2, color=PALETTE["masked"], lw=0.8))
-        before = np.array([math.cos(start), math.sin(start)])
-        after = np.array([math.cos(start + angle), math.sin(start + angle)])
-        _arrow(ax, (0, 0), tuple(before), PALETTE["muted"], lw=1.5)
-        _arrow(ax, (0, 0), tuple(after), PALETTE["highlight"], lw=1.8)
-        sweep = math.degrees(angle) % 360
-        if sweep > 0.5:
-            ax.add_patch(
-                Arc(
-                    (0, 0),
-                    0.7,
-                    0.7,
-                    theta1=math.degrees(start),
-                    theta2=math.degrees(start) + sweep,
-                    color=PALETTE["line"],
-                    lw=0.8,
-                )
-            )
-        ax.text(
-            0,
-            1.42,
-            f"pair {i}: dims {2 * i}, {2 * i + 1}",
-            ha="center",
-            va="top",
-            fontsize=_FONT,
-            weight="bold",
-        )
-        ax.text(0, -1.15, f"\u03b8_{i} = {theta:.3g}", ha="center", va="top", fontsize=7.5)
-        ax.text(
-            0,
-            -1.5,
-            f"{symbol}\u00b7\u03b8_{i} = {angle:.3g} rad",
-            ha="center",
-            va="top",
-            fontsize=7.5,
-        )
-        parts.append(f"pair {i} turns by {symbol}\u00b7\u03b8_{i} = {angle:.3g} rad")
+    parts = [_draw_rotated_pair(ax, i, d, position, base, symbol) for ax, i in zip(axes, shown)]
     fig.suptitle(
         f"RoPE at position {symbol} = {position}, d = {d}: grey before, red after "
         f"rotation by {symbol}\u00b7\u03b8_i, \u03b8_i = {base:g}^(\u22122i/d)",
@@ -890,35 +960,12 @@ def rope_rotation(
         f"before and red after rotation by {symbol}\u00b7\u03b8_i with \u03b8_i = "
         f"{base:g}^(\u22122i/d); " + "; ".join(parts) + ". The lengths do not change."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 # ----------------------------------------------------------------------------- chapter 7
-def flash_tiles(
-    n: int = 8, m: int = 8, d: int = 4, block_rows: int = 4, block_cols: int = 2
-) -> Figure:
-    """Chapter 7: FlashAttention's tiles moving between slow memory (HBM) and fast (SRAM).
-
-    Left, in HBM: ``Q (n × d)``, ``K (m × d)``, ``V (m × d)`` and ``O (n × d)`` cut into
-    blocks, the current query block ``i`` and key block ``j`` highlighted. Right, in SRAM:
-    ``Q_i (B_r × d)``, ``K_j`` and ``V_j (B_c × d)``, the tile ``S_ij (B_r × B_c)``, the
-    running max ``μ`` and sum ``ℓ`` per row, and the unnormalised ``O_i``. Only ``O``
-    (and ``μ``, ``ℓ``) go back to HBM; ``S`` never does.
-
-    Args:
-        n: queries, m: keys (1 to 64 each), d: head size (1 to 16),
-        block_rows: ``B_r``, 1 to ``n``; block_cols: ``B_c``, 1 to ``m``.
-
-    Returns:
-        The Figure; ``fig.alt`` describes it with the same numbers.
-    """
-    n = _size(n, "n", 1, 64)
-    m = _size(m, "m", 1, 64)
-    d = _size(d, "d", 1, 16)
-    br = _size(block_rows, "block_rows", 1, n)
-    bc = _size(block_cols, "block_cols", 1, m)
-    tr, tc = math.ceil(n / br), math.ceil(m / bc)
-    fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
+def _draw_memories(ax) -> None:
+    """The two memories as panels: slow (HBM) on the left, fast (SRAM) on the right."""
     ax.add_patch(
         Rectangle(
             (0.1, 0.1), 7.0, 6.3, facecolor=PALETTE["slow"], edgecolor=PALETTE["line"], lw=0.8
@@ -939,62 +986,40 @@ def flash_tiles(
         fontsize=_FONT,
         weight="bold",
     )
-    cell = min(4.6 / max(n, m), 1.2 / d)
-    qi, kj = min(1, tr - 1), min(1, tc - 1)  # the second block of each, if there is one
 
-    def blocks(x, rows, b, color, name, label, current):
-        ytop = 5.9
-        w, h = d * cell, rows * cell
-        ax.add_patch(
-            Rectangle((x, ytop - h), w, h, facecolor=color, edgecolor=PALETTE["line"], lw=0.8)
-        )
-        for s in range(b, rows, b):
-            ax.plot([x, x + w], [ytop - s * cell] * 2, color=PALETTE["line"], lw=0.9)
-        lo, hi = current * b, min(rows, (current + 1) * b)
-        ax.add_patch(
-            Rectangle(
-                (x, ytop - hi * cell),
-                w,
-                (hi - lo) * cell,
-                facecolor="none",
-                edgecolor=PALETTE["highlight"],
-                lw=2.0,
-            )
-        )
-        ax.text(x + w / 2, ytop + 0.05, name, ha="center", va="bottom", fontsize=_FONT)
-        ax.text(
-            x + w / 2,
-            ytop - h - 0.1,
-            label,
-            ha="center",
-            va="top",
-            fontsize=6.5,
-            rotation=90 if False else 0,
-        )
-        return x + w, ytop - (lo + hi) / 2 * cell
 
-    lab_q = _shape("Q", "n \u00d7 d", n, d)
-    lab_k = _shape("K", "m \u00d7 d", m, d)
-    lab_v = _shape("V", "m \u00d7 d", m, d)
-    lab_o = _shape("O", "n \u00d7 d", n, d)
-    xs = [0.5, 2.2, 3.9, 5.6]
-    q_end = blocks(xs[0], n, br, PALETTE["q"], "Q", f"{n} \u00d7 {d}", qi)
-    k_end = blocks(xs[1], m, bc, PALETTE["k"], "K", f"{m} \u00d7 {d}", kj)
-    v_end = blocks(xs[2], m, bc, PALETTE["v"], "V", f"{m} \u00d7 {d}", kj)
-    o_end = blocks(xs[3], n, br, PALETTE["out"], "O", f"{n} \u00d7 {d}", qi)
-    lab_qi = _shape("Q_i", "B_r \u00d7 d", br, d)
-    lab_kj = _shape("K_j, V_j", "B_c \u00d7 d", bc, d)
-    lab_s = _shape("S_ij", "B_r \u00d7 B_c", br, bc)
-    lab_ml = _shape("\u03bc, \u2113", "B_r", br)
-    rows = [
-        (5.5, lab_qi, PALETTE["q"]),
-        (4.6, lab_kj, PALETTE["k"]),
-        (3.7, lab_s + ", never stored", PALETTE["scores"]),
-        (2.8, lab_ml, PALETTE["weights"]),
-        (1.9, _shape("O_i", "B_r \u00d7 d", br, d) + ", unnormalised", PALETTE["out"]),
-    ]
+def _draw_blocked_matrix(ax, x, rows, cols, cell, block, color, name, label, current):
+    """A ``rows × cols`` matrix in HBM cut into blocks of ``block`` rows, block ``current``
+    outlined in red; returns the point an arrow leaves from (its right edge, at that block)."""
+    ytop = 5.9
+    w, h = cols * cell, rows * cell
+    ax.add_patch(
+        Rectangle((x, ytop - h), w, h, facecolor=color, edgecolor=PALETTE["line"], lw=0.8)
+    )
+    for s in range(block, rows, block):
+        ax.plot([x, x + w], [ytop - s * cell] * 2, color=PALETTE["line"], lw=0.9)
+    lo, hi = current * block, min(rows, (current + 1) * block)
+    ax.add_patch(
+        Rectangle(
+            (x, ytop - hi * cell),
+            w,
+            (hi - lo) * cell,
+            facecolor="none",
+            edgecolor=PALETTE["highlight"],
+            lw=2.0,
+        )
+    )
+    ax.text(x + w / 2, ytop + 0.05, name, ha="center", va="bottom", fontsize=_FONT)
+    ax.text(x + w / 2, ytop - h - 0.1, label, ha="center", va="top", fontsize=6.5)
+    return x + w, ytop - (lo + hi) / 2 * cell
+
+
+def _draw_sram_tiles(ax, rows, ends) -> None:
+    """What one step holds in SRAM, one labelled box a row, with the loads from HBM and the
+    write-back of ``O_i``; ``ends`` are the arrow points of Q, K, V and O in HBM."""
     for y, text, color in rows:
         _box(ax, 8.85, y - 0.32, 4.8, 0.64, text, color, fontsize=7.5)
+    q_end, k_end, v_end, o_end = ends
     _arrow(ax, q_end, (8.85, 5.5), PALETTE["highlight"], rad=-0.1)
     _arrow(ax, k_end, (8.85, 4.65), PALETTE["highlight"], rad=-0.08)
     _arrow(ax, v_end, (8.85, 4.5), PALETTE["highlight"], rad=0.05)
@@ -1003,6 +1028,61 @@ def flash_tiles(
         11.25, 0.95, "per row: running max \u03bc, running sum \u2113", ha="center", fontsize=7.5
     )
     ax.text(11.25, 0.35, "O_i / \u2113 written back after the last K_j", ha="center", fontsize=7.5)
+
+
+def flash_tiles(
+    n: int = 8, m: int = 8, d: int = 4, block_rows: int = 4, block_cols: int = 2
+) -> Figure:
+    """Chapter 7: FlashAttention's tiles moving between slow memory (HBM) and fast (SRAM).
+
+    Left, in HBM: ``Q (n × d)``, ``K (m × d)``, ``V (m × d)`` and ``O (n × d)`` cut into
+    blocks, the current query block ``i`` and key block ``j`` highlighted. Right, in SRAM:
+    ``Q_i (B_r × d)``, ``K_j`` and ``V_j (B_c × d)``, the tile ``S_ij (B_r × B_c)``, the
+    running max ``μ`` and sum ``ℓ`` per row, and the unnormalised ``O_i``. Only ``O``
+    (and ``μ``, ``ℓ``) go back to HBM; ``S`` never does.
+
+    Args:
+        n: queries, m: keys (1 to 64 each), d: head size (1 to 16),
+        block_rows: ``B_r``, 1 to ``n``; block_cols: ``B_c``, 1 to ``m``.
+
+    Returns:
+        The Figure; ``fig.alt`` describes it with the same numbers.
+    """
+    n = _checked_size(n, "n", 1, 64)
+    m = _checked_size(m, "m", 1, 64)
+    d = _checked_size(d, "d", 1, 16)
+    br = _checked_size(block_rows, "block_rows", 1, n)
+    bc = _checked_size(block_cols, "block_cols", 1, m)
+    tr, tc = math.ceil(n / br), math.ceil(m / bc)
+    fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
+    _draw_memories(ax)
+    cell = min(4.6 / max(n, m), 1.2 / d)
+    qi, kj = min(1, tr - 1), min(1, tc - 1)  # the second block of each, if there is one
+    ends = [
+        _draw_blocked_matrix(ax, x, rows, d, cell, b, color, name, f"{rows} \u00d7 {d}", cur)
+        for x, rows, b, color, name, cur in (
+            (0.5, n, br, PALETTE["q"], "Q", qi),
+            (2.2, m, bc, PALETTE["k"], "K", kj),
+            (3.9, m, bc, PALETTE["v"], "V", kj),
+            (5.6, n, br, PALETTE["out"], "O", qi),
+        )
+    ]
+    lab_q = _shape("Q", "n \u00d7 d", n, d)
+    lab_k = _shape("K", "m \u00d7 d", m, d)
+    lab_v = _shape("V", "m \u00d7 d", m, d)
+    lab_o = _shape("O", "n \u00d7 d", n, d)
+    lab_qi = _shape("Q_i", "B_r \u00d7 d", br, d)
+    lab_kj = _shape("K_j, V_j", "B_c \u00d7 d", bc, d)
+    lab_s = _shape("S_ij", "B_r \u00d7 B_c", br, bc)
+    lab_ml = _shape("\u03bc, \u2113", "B_r", br)
+    sram_rows = [
+        (5.5, lab_qi, PALETTE["q"]),
+        (4.6, lab_kj, PALETTE["k"]),
+        (3.7, lab_s + ", never stored", PALETTE["scores"]),
+        (2.8, lab_ml, PALETTE["weights"]),
+        (1.9, _shape("O_i", "B_r \u00d7 d", br, d) + ", unnormalised", PALETTE["out"]),
+    ]
+    _draw_sram_tiles(ax, sram_rows, ends)
     ax.text(
         3.6,
         0.25,
@@ -1019,7 +1099,7 @@ def flash_tiles(
         f"written back, the running max and sum per row {lab_ml}, and the unnormalised "
         "output block, which goes back to HBM divided by \u2113 after the last key block."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 # ----------------------------------------------------------------------------- chapter 8
@@ -1037,10 +1117,10 @@ def sparse_patterns(n: int = 16, window: int = 4, stride: int = 4, n_global: int
     Returns:
         The Figure; ``fig.alt`` gives the number of kept entries of each pattern.
     """
-    n = _size(n, "n", 2, 32)
-    window = _size(window, "window", 1, n)
-    stride = _size(stride, "stride", 1, n)
-    n_global = _size(n_global, "n_global", 0, n)
+    n = _checked_size(n, "n", 2, 32)
+    window = _checked_size(window, "window", 1, n)
+    stride = _checked_size(stride, "stride", 1, n)
+    n_global = _checked_size(n_global, "n_global", 0, n)
     i, j = np.indices((n, n))
     diff = i - j
     causal = diff >= 0
@@ -1073,7 +1153,7 @@ def sparse_patterns(n: int = 16, window: int = 4, stride: int = 4, n_global: int
         f"may attend: {win_d}; {strided_d}; and {glob_d}, against {full} in the full causal "
         "triangle."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 def receptive_field_growth(n: int = 12, window: int = 3, layers: int = 3) -> Figure:
@@ -1088,9 +1168,9 @@ def receptive_field_growth(n: int = 12, window: int = 3, layers: int = 3) -> Fig
     Returns:
         The Figure; ``fig.alt`` gives the reach per layer.
     """
-    n = _size(n, "n", 2, 24)
-    window = _size(window, "window", 2, n)
-    layers = _size(layers, "layers", 1, 6)
+    n = _checked_size(n, "n", 2, 24)
+    window = _checked_size(window, "window", 2, n)
+    layers = _checked_size(layers, "layers", 1, 6)
     fig, (ax,) = _figure(1, size=(7.0, 3.0), xlim=(-3.6, n), ylim=(-0.6, layers + 1.0))
     reach = {n - 1}
     cones = [set(reach)]
@@ -1134,11 +1214,11 @@ def receptive_field_growth(n: int = 12, window: int = 3, layers: int = 3) -> Fig
         + ", ".join(str(r) for r in per_layer)
         + " positions after 1, 2, ... layers."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)
 
 
 # ----------------------------------------------------------------------------- chapter 9
-def _grid(ax, x, y, side, allowed: np.ndarray, *, diagonal: bool = False):
+def _mask_square(ax, x, y, side, allowed: np.ndarray, *, diagonal: bool = False):
     """An (n, m) boolean mask as a square of side ``side`` with its lower-left corner at (x, y).
 
     Allowed cells blue, masked cells grey; with ``diagonal`` the diagonal is highlighted (the
@@ -1163,6 +1243,45 @@ def _grid(ax, x, y, side, allowed: np.ndarray, *, diagonal: bool = False):
             )
 
 
+def _draw_vit_patches(ax, g: int, image_size: int) -> None:
+    """ViT's input: the image cut into ``g × g`` patches, an arrow to its mask."""
+    img = 1.0
+    for r in range(g):
+        for c in range(g):
+            ax.add_patch(
+                Rectangle(
+                    (7.05 + c * img / g, 3.0 + img - (r + 1) * img / g),
+                    img / g,
+                    img / g,
+                    facecolor=PALETTE["x"],
+                    edgecolor=PALETTE["line"],
+                    lw=0.4,
+                )
+            )
+    ax.text(7.55, 2.9, f"{image_size} {_TIMES} {image_size}", ha="center", va="top", fontsize=6)
+    _arrow(ax, (8.1, 3.5), (8.45, 3.5))
+
+
+def _draw_clip_towers(ax, batch: int) -> None:
+    """CLIP: an image and a text encoder feeding a ``B × B`` similarity matrix, true pairs
+    on its diagonal."""
+    _box(ax, 10.6, 4.0, 1.1, 0.55, "image enc.", PALETTE["q"], fontsize=6.5)
+    _box(ax, 10.6, 2.6, 1.1, 0.55, "text enc.", PALETTE["k"], fontsize=6.5)
+    _arrow(ax, (11.7, 4.27), (12.1, 3.9))
+    _arrow(ax, (11.7, 2.87), (12.1, 3.2))
+    _mask_square(ax, 12.15, 2.5, 1.75, np.ones((batch, batch), dtype=bool), diagonal=True)
+
+
+def _draw_panel_captions(ax, panels) -> None:
+    """Each model's title and token above its panel, its mask and shape label below."""
+    for k, (title, token, mask_text, shape_label) in enumerate(panels):
+        x0 = 3.5 * k
+        ax.text(x0 + 1.75, 6.55, title, ha="center", va="top", fontsize=_FONT, weight="bold")
+        ax.text(x0 + 1.75, 6.05, token, ha="center", va="top", fontsize=7)
+        ax.text(x0 + 1.75, 1.75, mask_text, ha="center", va="top", fontsize=7)
+        ax.text(x0 + 1.75, 1.3, shape_label, ha="center", va="top", fontsize=6.5)
+
+
 def transformer_family(
     n: int = 5, padding: int = 1, image_size: int = 40, patch: int = 10, batch: int = 4
 ) -> Figure:
@@ -1183,68 +1302,39 @@ def transformer_family(
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _size(n, "n", 2, 12)
-    padding = _size(padding, "padding", 0, n - 1)
-    patch = _size(patch, "patch", 1)
-    image_size = _size(image_size, "image_size", patch)
+    n = _checked_size(n, "n", 2, 12)
+    padding = _checked_size(padding, "padding", 0, n - 1)
+    patch = _checked_size(patch, "patch", 1)
+    image_size = _checked_size(image_size, "image_size", patch)
     if image_size % patch or image_size // patch > 6:
         raise ValueError(
             f"image_size must be a multiple of patch = {patch} with at most 6 patches per side, "
             f"got image_size = {image_size}"
         )
-    batch = _size(batch, "batch", 2, 8)
+    batch = _checked_size(batch, "batch", 2, 8)
     g = image_size // patch
     P = g * g
     fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
-    real = n - padding
     i, j = np.indices((n, n))
-    bert_mask = np.broadcast_to(j < real, (n, n))
-    gpt_mask = j <= i
-    vit_mask = np.ones((1 + P, 1 + P), dtype=bool)
-    sim = np.ones((batch, batch), dtype=bool)
     lab_bert = _shape("mask", f"n {_TIMES} n", n, n)
     lab_gpt = _shape("mask", f"n {_TIMES} n", n, n)
     lab_vit = _shape("mask", f"(1+P) {_TIMES} (1+P)", 1 + P, 1 + P)
     lab_clip = _shape("similarity", f"B {_TIMES} B", batch, batch)
     lab_p = f"P = ({image_size} / {patch})\u00b2 = {P} patches"
-    panels = [
-        ("BERT: encoder", "a token = a word", f"padding: {padding} of {n} hidden", lab_bert),
-        ("GPT: decoder", "a token = a character", "causal: i sees 0..i", lab_gpt),
-        ("ViT: encoder", f"a token = a patch;\n{lab_p}", "none: all see all", lab_vit),
-        ("CLIP: two encoders", "image and caption", "true pairs on the diagonal", lab_clip),
-    ]
-    side = 2.3
-    for k, (title, token, mask_text, shape_label) in enumerate(panels):
-        x0 = 3.5 * k
-        ax.text(x0 + 1.75, 6.55, title, ha="center", va="top", fontsize=_FONT, weight="bold")
-        ax.text(x0 + 1.75, 6.05, token, ha="center", va="top", fontsize=7)
-        ax.text(x0 + 1.75, 1.75, mask_text, ha="center", va="top", fontsize=7)
-        ax.text(x0 + 1.75, 1.3, shape_label, ha="center", va="top", fontsize=6.5)
-    _grid(ax, 0.6, 2.4, side, bert_mask)
-    _grid(ax, 3.5 + 0.6, 2.4, side, gpt_mask)
-    # ViT: the image cut into g x g patches, then the full mask over class token + patches
-    img = 1.0
-    for r in range(g):
-        for c in range(g):
-            ax.add_patch(
-                Rectangle(
-                    (7.05 + c * img / g, 3.0 + img - (r + 1) * img / g),
-                    img / g,
-                    img / g,
-                    facecolor=PALETTE["x"],
-                    edgecolor=PALETTE["line"],
-                    lw=0.4,
-                )
-            )
-    ax.text(7.55, 2.9, f"{image_size} {_TIMES} {image_size}", ha="center", va="top", fontsize=6)
-    _arrow(ax, (8.1, 3.5), (8.45, 3.5))
-    _grid(ax, 8.5, 2.35, 2.0, vit_mask)
-    # CLIP: two towers feeding a B x B cosine-similarity matrix
-    _box(ax, 10.6, 4.0, 1.1, 0.55, "image enc.", PALETTE["q"], fontsize=6.5)
-    _box(ax, 10.6, 2.6, 1.1, 0.55, "text enc.", PALETTE["k"], fontsize=6.5)
-    _arrow(ax, (11.7, 4.27), (12.1, 3.9))
-    _arrow(ax, (11.7, 2.87), (12.1, 3.2))
-    _grid(ax, 12.15, 2.5, 1.75, sim, diagonal=True)
+    _draw_panel_captions(
+        ax,
+        [
+            ("BERT: encoder", "a token = a word", f"padding: {padding} of {n} hidden", lab_bert),
+            ("GPT: decoder", "a token = a character", "causal: i sees 0..i", lab_gpt),
+            ("ViT: encoder", f"a token = a patch;\n{lab_p}", "none: all see all", lab_vit),
+            ("CLIP: two encoders", "image and caption", "true pairs on the diagonal", lab_clip),
+        ],
+    )
+    _mask_square(ax, 0.6, 2.4, 2.3, np.broadcast_to(j < n - padding, (n, n)))  # BERT: padding
+    _mask_square(ax, 3.5 + 0.6, 2.4, 2.3, j <= i)  # GPT: causal
+    _draw_vit_patches(ax, g, image_size)
+    _mask_square(ax, 8.5, 2.35, 2.0, np.ones((1 + P, 1 + P), dtype=bool))  # ViT: full
+    _draw_clip_towers(ax, batch)
     _box(
         ax,
         0.3,
@@ -1266,4 +1356,4 @@ def transformer_family(
         f"a {lab_clip} of cosine similarities, true pairs on the diagonal (red). A bar "
         "below: every model stacks the same pre-LayerNorm block."
     )
-    return _finish(fig, alt)
+    return _with_alt(fig, alt)

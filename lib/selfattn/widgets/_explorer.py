@@ -52,7 +52,7 @@ class Control:
                 f"for control {self.name!r}"
             )
         pairs = tuple(
-            (str(o[0]), o[1]) if isinstance(o, tuple) and len(o) == 2 else (_label(o), o)
+            (str(o[0]), o[1]) if isinstance(o, tuple) and len(o) == 2 else (_option_label(o), o)
             for o in self.options
         )
         if not pairs:
@@ -75,7 +75,7 @@ class Control:
         return 0 if self.value is None else self.values.index(self.value)
 
 
-def _label(value: Any) -> str:
+def _option_label(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -173,6 +173,61 @@ def _control_widget(control: Control):
     return w
 
 
+def _view_stacks(
+    controls: Sequence[Control],
+    draw_view: Callable[[tuple[int, ...]], Any],
+) -> tuple[Any, list[list]]:
+    """Nested ``Stack`` widgets over the product of the controls' options.
+
+    The stack at depth ``k`` chooses among control ``k``'s options; each leaf is
+    ``draw_view(path)``, ``path`` the option index of every control. Returns the outermost
+    stack and the stacks of each depth, outermost first (a control selects all of its depth).
+    """
+    import ipywidgets as widgets
+
+    stacks_by_level: list[list] = [[] for _ in controls]
+
+    def build(level: int, path: tuple[int, ...]):
+        if level == len(controls):
+            return draw_view(path)
+        control = controls[level]
+        stack = widgets.Stack(
+            [build(level + 1, path + (i,)) for i in range(len(control.pairs))],
+            selected_index=control.index,
+        )
+        stacks_by_level[level].append(stack)
+        return stack
+
+    return build(0, ()), stacks_by_level
+
+
+def _link_controls(control_widgets: Sequence[Any], stacks_by_level: Sequence[list]) -> list:
+    """Tie each control's ``index`` to the ``selected_index`` of the stacks of its depth.
+
+    In the browser through ``jslink`` (returned: the link models are saved with the widget
+    state); with a kernel also through an observer, so that a value set from Python (or by a
+    frontend without the links) selects the same view.
+    """
+    import ipywidgets as widgets
+
+    links = [
+        widgets.jslink((w, "index"), (stack, "selected_index"))
+        for w, stacks in zip(control_widgets, stacks_by_level)
+        for stack in stacks
+    ]
+
+    def follow(level: int):
+        def on_change(change) -> None:
+            for stack in stacks_by_level[level]:
+                stack.selected_index = change["new"]
+
+        return on_change
+
+    for level, w in enumerate(control_widgets):
+        w.observe(follow(level), names="index")
+    return links
+
+
 def grid_explorer(
     controls: Sequence[Control],
     render: Callable[..., Any],
@@ -212,10 +267,9 @@ def grid_explorer(
     if len(set(names)) != len(names):
         raise ValueError(f"control names must differ, got {names}")
     control_widgets = [_control_widget(c) for c in controls]
-    stacks_by_level: list[list] = [[] for _ in controls]
-    pngs: dict[Hashable, bytes] = {}
+    pngs: dict[Hashable, bytes] = {}  # one PNG per distinct view_key
 
-    def leaf(path: tuple[int, ...]):
+    def draw_view(path: tuple[int, ...]):
         values = [c.pairs[i][1] for c, i in zip(controls, path)]
         labels = [c.pairs[i][0] for c, i in zip(controls, path)]
         named = ", ".join(f"{c.name} = {lab}" for c, lab in zip(controls, labels))
@@ -225,35 +279,8 @@ def grid_explorer(
             pngs[key] = figure_png(render(*values), dpi=dpi, colors=colors)
         return widgets.HTML(_view_html(pngs[key], text, labels))
 
-    def build(level: int, path: tuple[int, ...]):
-        if level == len(controls):
-            return leaf(path)
-        control = controls[level]
-        stack = widgets.Stack(
-            [build(level + 1, path + (i,)) for i in range(len(control.pairs))],
-            selected_index=control.index,
-        )
-        stacks_by_level[level].append(stack)
-        return stack
-
-    views = build(0, ())
-    links = [
-        widgets.jslink((w, "index"), (stack, "selected_index"))
-        for w, stacks in zip(control_widgets, stacks_by_level)
-        for stack in stacks
-    ]
-
-    # With a kernel, a value set from Python (or by a frontend without the links) selects
-    # the same view the browser's jslinks select.
-    def follow(level: int):
-        def on_change(change) -> None:
-            for stack in stacks_by_level[level]:
-                stack.selected_index = change["new"]
-
-        return on_change
-
-    for level, w in enumerate(control_widgets):
-        w.observe(follow(level), names="index")
+    views, stacks_by_level = _view_stacks(controls, draw_view)
+    links = _link_controls(control_widgets, stacks_by_level)
     row = widgets.Box(control_widgets, layout=widgets.Layout(flex_flow="row wrap"))
     box = widgets.VBox([row, views])
     box.add_class(EXPLORER_CLASS)
