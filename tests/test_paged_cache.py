@@ -93,8 +93,8 @@ def test_equal_to_multi_head_attention_with_its_kv_cache():
         for s, x in zip(seqs, xs):
             q, k, v = layer.qkv(x).split([32, layer.d_kv, layer.d_kv], dim=-1)
             k, v = split_heads(k, layer.num_kv_heads), split_heads(v, layer.num_kv_heads)
-            paged.append(s, k[0], v[0])
-            att = paged_attention(split_heads(q, layer.num_heads), paged, [s])
+            paged.append(s, k[0], v[0], layer=layer)
+            att = paged_attention(split_heads(q, layer.num_heads), paged, [s], layer=layer)
             outs.append(layer.out(merge_heads(att)))
         return outs
 
@@ -117,6 +117,40 @@ def test_equal_to_multi_head_attention_with_its_kv_cache():
         k, v = paged.gather(s)
         torch.testing.assert_close(k, c.k[0])
         torch.testing.assert_close(v, c.v[0])
+
+
+def test_a_cache_filled_by_one_layer_refuses_another():
+    """Two layers appending to one paged cache would mix their keys in one sequence: with
+    ``layer=``, the second layer is refused (nothing written) until the cache is freed."""
+    torch.manual_seed(0)
+    first, second = MultiHeadAttention(8, 2), MultiHeadAttention(8, 2)
+    cache = PagedKVCache(8, 2, 2, 4)
+    s = cache.add_sequence()
+    k = torch.randn(2, 3, 4)
+    cache.append(s, k, k, layer=first)
+    cache.append(s, k[:, :1], k[:, :1], layer=first)  # the same layer goes on
+    held = (cache.length(s), cache.block_table(s), cache.num_free_blocks)
+    with pytest.raises(ValueError, match="another attention layer.*own PagedKVCache"):
+        cache.append(s, k, k, layer=second)
+    assert (cache.length(s), cache.block_table(s), cache.num_free_blocks) == held
+    q = torch.randn(1, 2, 1, 4)
+    with pytest.raises(ValueError, match="another attention layer"):
+        paged_attention(q, cache, [s], layer=second)
+    torch.testing.assert_close(
+        paged_attention(q, cache, [s], layer=first), paged_attention(q, cache, [s])
+    )
+    with pytest.raises(TypeError, match="nn.Module"):
+        cache.append(s, k, k, layer="first")
+    cache.free_sequence(s)  # empty again: the next layer may fill it
+    t = cache.add_sequence()
+    cache.append(t, k, k, layer=second)
+    with pytest.raises(ValueError, match="another attention layer"):
+        cache.append(t, k, k, layer=first)
+    cache.reset()
+    assert cache.sequences == [] and cache.num_free_blocks == cache.num_blocks
+    u = cache.add_sequence()
+    cache.append(u, k, k, layer=first)
+    assert cache.length(u) == 3
 
 
 def test_free_reuses_blocks_and_running_out_changes_nothing():

@@ -33,9 +33,11 @@ Example::
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
 from .._checks import require_bool, require_float, require_int, require_tensor
 from ..attention import scaled_dot_product_attention
@@ -60,7 +62,12 @@ class PagedKVCache:
         v_pool: the values, shaped like ``k_pool``.
 
     One cache serves one layer, like :class:`~selfattn.multihead.KVCache`; a model keeps
-    one per layer with the same sequence ids.
+    one per layer with the same sequence ids. Pass the layer as ``layer=`` to
+    :meth:`append` and :func:`paged_attention`: the cache then belongs to the first layer
+    that appends to it, and while any sequence holds a position it refuses another layer
+    (a second layer's keys would join the first layer's positions, and attention would read
+    both) with a ValueError that says what to do. Freeing every sequence (or
+    :meth:`reset`) releases it.
 
     Raises:
         TypeError: an argument of the wrong type (a size that is not an int, a bad dtype).
@@ -91,6 +98,7 @@ class PagedKVCache:
         self._tables: dict[int, list[int]] = {}
         self._lengths: dict[int, int] = {}
         self._next_id = 0
+        self._owner: weakref.ref | None = None  # the layer that filled it (layer= calls)
 
     def __repr__(self) -> str:
         return (
@@ -118,6 +126,27 @@ class PagedKVCache:
         """Bytes of one block, keys and values together."""
         k = self.k_pool
         return 2 * k[0].numel() * k.element_size()
+
+    def reset(self) -> None:
+        """Free every sequence and forget the layer that filled the cache."""
+        for seq in self.sequences:
+            self.free_sequence(seq)
+        self._owner = None
+
+    def _claim(self, layer: nn.Module | None) -> None:
+        """Refuse ``layer`` if another layer's positions are cached; else it owns the cache."""
+        if layer is None:
+            return
+        if not isinstance(layer, nn.Module):
+            raise TypeError(f"layer must be an nn.Module (the attention layer), got {layer!r}")
+        owner = None if self._owner is None else self._owner()
+        if owner is not None and owner is not layer and any(self._lengths.values()):
+            raise ValueError(
+                "this PagedKVCache holds the keys and values of another attention layer "
+                "(each layer needs its own cache, with the same sequence ids): give this "
+                "layer its own PagedKVCache, or call cache.reset() to start over"
+            )
+        self._owner = weakref.ref(layer)
 
     def _seq(self, seq: int) -> int:
         if isinstance(seq, bool) or not isinstance(seq, int) or seq not in self._tables:
@@ -147,16 +176,21 @@ class PagedKVCache:
         """The pool indices of ``seq``'s blocks, in position order (a copy)."""
         return list(self._tables[self._seq(seq)])
 
-    def append(self, seq: int, k: torch.Tensor, v: torch.Tensor) -> None:
+    def append(
+        self, seq: int, k: torch.Tensor, v: torch.Tensor, *, layer: nn.Module | None = None
+    ) -> None:
         """Write the keys and values of ``seq``'s next positions, taking blocks as needed.
 
         Args:
             seq: a sequence id from :meth:`add_sequence`.
             k: new keys ``(h_kv, n_new, d_head)``.
             v: new values, shaped like ``k``.
+            layer: the attention layer whose keys these are; the cache refuses a second
+                layer while it holds positions (``None``: not checked).
 
         Raises:
-            ValueError: an unknown ``seq``, shapes that do not match the pool.
+            ValueError: an unknown ``seq``, shapes that do not match the pool, another
+                layer's cache.
             TypeError: non-float tensors, a dtype other than the pool's.
             RuntimeError: not enough free blocks (nothing is written then).
         """
@@ -171,6 +205,7 @@ class PagedKVCache:
             )
         if k.dtype != self.k_pool.dtype or v.dtype != self.k_pool.dtype:
             raise TypeError(f"k and v must be {self.k_pool.dtype}, got {k.dtype} and {v.dtype}")
+        self._claim(layer)
         start, n_new = self._lengths[seq], k.shape[1]
         table, bs = self._tables[seq], self.block_size
         needed = math.ceil((start + n_new) / bs) - len(table)
@@ -226,6 +261,7 @@ def paged_attention(
     *,
     causal: bool = True,
     scale: float | None = None,
+    layer: nn.Module | None = None,
 ) -> torch.Tensor:
     """Attention of each sequence's newest ``n`` queries over its cached keys, read in blocks.
 
@@ -243,6 +279,8 @@ def paged_attention(
         seqs: ``B`` sequence ids, the batch order of ``q``.
         causal: mask the new queries causally among themselves (irrelevant for ``n = 1``).
         scale: multiplies the scores; default ``1 / sqrt(d_head)``.
+        layer: the attention layer asking; refused when ``cache`` holds another layer's
+            keys and values (``None``: not checked).
 
     Returns:
         ``(B, h, n, d_head)``: equal to attention over each sequence's contiguous cache.
@@ -251,7 +289,7 @@ def paged_attention(
         TypeError: ``q`` not a float tensor or not of the pool's dtype, ``cache`` not a
             :class:`PagedKVCache`.
         ValueError: shapes that disagree with the cache, a sequence shorter than ``n``,
-            an unknown sequence id.
+            an unknown sequence id, a cache filled by another layer.
     """
     causal = require_bool(causal, "causal")
     require_tensor(q, "q")
@@ -264,6 +302,7 @@ def paged_attention(
         )
     if q.dtype != cache.k_pool.dtype:
         raise TypeError(f"q is {q.dtype} but the cache holds {cache.k_pool.dtype}")
+    cache._claim(layer)
     batch, h, n, _ = q.shape
     seqs = list(seqs)
     if len(seqs) != batch:
