@@ -319,9 +319,9 @@ def test_causal_string_is_the_bottom_right_causal_mask():
 
     q, k, v = torch.randn(2, 3, 4), torch.randn(2, 7, 4), torch.randn(2, 7, 5)
     out, w = scaled_dot_product_attention(q, k, v, "causal", return_weights=True)
-    assert torch.equal(w > 0, causal_mask(3, 7, align="bottom_right").expand(2, 3, 7))
+    assert torch.equal(w > 0, causal_mask(3, 7, alignment="bottom_right").expand(2, 3, 7))
     torch.testing.assert_close(
-        out, scaled_dot_product_attention(q, k, v, causal_mask(3, 7, align="bottom_right"))
+        out, scaled_dot_product_attention(q, k, v, causal_mask(3, 7, alignment="bottom_right"))
     )
 
 

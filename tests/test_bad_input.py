@@ -253,7 +253,7 @@ def test_mask_sizes_are_validated(n):
 def test_causal_mask_matches_its_definition(n, m, align):
     offset = 0 if align == "top_left" else m - n
     expected = torch.tensor([[j <= i + offset for j in range(m)] for i in range(n)])
-    assert torch.equal(causal_mask(n, m, align=align), expected.reshape(n, m))
+    assert torch.equal(causal_mask(n, m, alignment=align), expected.reshape(n, m))
 
 
 def test_mask_review_items():

@@ -145,7 +145,7 @@ def test_decoding_bug_accepts_the_fix_and_the_library():
     assert check_decoding_bug(fixed_decoding).passed
     assert check_decoding_bug(
         lambda q, k, v: selfattn.scaled_dot_product_attention(
-            q, k, v, selfattn.causal_mask(q.shape[-2], k.shape[-2], align="bottom_right")
+            q, k, v, selfattn.causal_mask(q.shape[-2], k.shape[-2], alignment="bottom_right")
         )
     ).passed
 

@@ -24,11 +24,11 @@ def test_causal_mask_values_and_alignment():
     assert torch.equal(
         causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
     )
-    bottom = causal_mask(2, 4, align="bottom_right")
+    bottom = causal_mask(2, 4, alignment="bottom_right")
     assert torch.equal(bottom, torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool))
     assert causal_mask(1, 1).item() is True
-    with pytest.raises(ValueError, match="align must be one of"):
-        causal_mask(2, align="left")
+    with pytest.raises(ValueError, match="alignment must be one of"):
+        causal_mask(2, alignment="left")
     with pytest.raises(ValueError, match="n must be >= 1"):
         causal_mask(0)
 

@@ -250,3 +250,28 @@ def test_block_without_mlp_and_with_a_given_attention():
         TransformerBlock(8, 2, attention=layer, rope=torch.nn.Identity())
     with pytest.raises(ValueError, match="mlp_ratio"):
         TransformerBlock(8, 2, mlp_ratio=-1)
+
+
+@pytest.mark.parametrize("kernel", ["torch", "flash"])
+def test_blocks_run_the_fast_kernels(kernel):
+    # Bug (issue 35): the block always asked its attention for weights, so a fast kernel
+    # (which returns none) raised inside every model. Weights are asked for on request.
+    torch.manual_seed(0)
+    block = TransformerBlock(16, 4).eval()
+    x = torch.randn(2, 6, 16)
+    expected, weights = block(x, mask="causal", return_weights=True)
+    block.attn.kernel = kernel
+    torch.testing.assert_close(block(x, mask="causal"), expected, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="weights"):
+        block(x, mask="causal", return_weights=True)
+    decoder = Decoder(16, 4, 2).eval()
+    y = torch.randn(2, 6, 16)
+    reference = decoder(y)
+    for b in decoder.blocks:
+        b.attn.kernel = kernel
+    torch.testing.assert_close(decoder(y), reference, atol=1e-5, rtol=1e-5)
+    encoder = Encoder(16, 4, 2).eval()
+    reference = encoder(y)
+    for b in encoder.blocks:
+        b.attn.kernel = kernel
+    torch.testing.assert_close(encoder(y), reference, atol=1e-5, rtol=1e-5)

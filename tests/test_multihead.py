@@ -251,12 +251,12 @@ def test_cache_chunked_prefill_needs_bottom_right_mask():
     full = layer(seq, mask="causal")
     cache = KVCache()
     a = layer(seq[:, :4], mask="causal", cache=cache)
-    b = layer(seq[:, 4:], mask=causal_mask(3, 7, align="bottom_right"), cache=cache)
+    b = layer(seq[:, 4:], mask=causal_mask(3, 7, alignment="bottom_right"), cache=cache)
     assert_close(torch.cat([a, b], 1), full)
     # the top-left alignment is wrong here: new query 0 would see only key 0
     cache2 = KVCache()
     layer(seq[:, :4], mask="causal", cache=cache2)
-    wrong = layer(seq[:, 4:], mask=causal_mask(3, 7, align="top_left"), cache=cache2)
+    wrong = layer(seq[:, 4:], mask=causal_mask(3, 7, alignment="top_left"), cache=cache2)
     assert (wrong - full[:, 4:]).abs().max() > 1e-3
 
 
@@ -496,7 +496,7 @@ def test_prefill_onto_cache_matches_torch_causal_lower_right(kernel, h, h_kv, ca
         layer_cache = KVCache()
         with torch.no_grad():
             layer(x[:, :cached], cache=layer_cache)
-            top_left = causal_mask(n, cached + n, align="top_left")
+            top_left = causal_mask(n, cached + n, alignment="top_left")
             layer.kernel = "reference"  # the flash kernel takes no explicit mask
             wrong = layer(x[:, cached:], mask=top_left, cache=layer_cache)
         assert (wrong - ref).abs().max() > 1e-3
@@ -532,7 +532,7 @@ def test_explicit_bottom_right_mask_equals_causal_string_and_weights_are_aligned
         layer(x[:, :4], cache=c1)
         layer(x[:, :4], cache=c2)
         y1, w1 = layer(x[:, 4:], mask="causal", cache=c1, return_weights=True)
-        y2 = layer(x[:, 4:], mask=causal_mask(3, 7, align="bottom_right"), cache=c2)
+        y2 = layer(x[:, 4:], mask=causal_mask(3, 7, alignment="bottom_right"), cache=c2)
     assert torch.equal(y1, y2)
     # new query i sees keys 0 .. 4 + i and nothing after
     i, j = torch.arange(3)[:, None], torch.arange(7)
@@ -722,7 +722,7 @@ def test_library_sdpa_accepts_broadcast_kv_heads_like_enable_gqa():
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 8, 5, 4, generator=g)
     k, v = torch.randn(2, 2, 7, 4, generator=g), torch.randn(2, 2, 7, 4, generator=g)
-    mask = causal_mask(5, 7, align="bottom_right")
+    mask = causal_mask(5, 7, alignment="bottom_right")
     out = selfattn.scaled_dot_product_attention(
         q.reshape(2, 2, 4, 5, 4), k.unsqueeze(2), v.unsqueeze(2), mask
     ).reshape(2, 8, 5, 4)
@@ -858,3 +858,23 @@ def test_temperature_divides_the_scaled_scores(kernel):
         layer(x, temperature=0.0)
     with pytest.raises(TypeError, match="temperature must be a real number"):
         layer(x, temperature="hot")
+
+
+def test_grouped_keeps_the_rotary_embedding():
+    # Bug (issue 35): grouped() built its copy without `rope`, so the grouped layer lost
+    # its positions. grouped(num_heads) is an exact copy, rotation included.
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(24, 6, rope=selfattn.RotaryEmbedding(4)).eval()
+    x = torch.randn(2, 7, 24)
+    copy = layer.grouped(6)
+    assert copy.rope is not None
+    torch.testing.assert_close(copy(x, mask="causal"), layer(x, mask="causal"))
+    gqa = layer.grouped(2)
+    assert gqa.rope is not None and gqa.rope.d_head == 4
+    # and it rotates: decoding against a cache gives the full pass's last position
+    cache = KVCache()
+    with torch.no_grad():
+        gqa(x[:, :6], mask="causal", cache=cache)
+        torch.testing.assert_close(
+            gqa(x[:, 6:], mask="causal", cache=cache), gqa(x, mask="causal")[:, 6:]
+        )

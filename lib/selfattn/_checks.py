@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -396,3 +397,96 @@ def check_kernel_args(
     if kernel == "torch" and return_weights:
         raise ValueError("kernel='torch' returns no weights: use kernel='reference' for them")
     return kernel
+
+
+@dataclass(frozen=True)
+class AttentionArgs:
+    """The arguments of :func:`~selfattn.attention.scaled_dot_product_attention`, checked.
+
+    ``q``, ``k``, ``v`` are float32 for half inputs on the reference kernel (``dtype`` keeps
+    the inputs' dtype for the result). ``mask`` is ``None`` or a checked tensor: the string
+    ``"causal"`` becomes the bottom-right causal mask, except where a kernel applies it
+    itself (``causal`` is then set and ``mask`` is ``None``).
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor | None
+    causal: bool
+    scale: float
+    kernel: str
+    return_weights: bool
+    dropout: float
+    dtype: torch.dtype
+
+
+def resolve_attention_args(
+    q, k, v, mask, scale, return_weights, kernel, dropout, kernels: tuple[str, ...]
+) -> AttentionArgs:
+    """Every check of scaled dot-product attention's arguments, and their resolved values."""
+    batch = check_qkv(q, k, v)
+    return_weights = require_bool(return_weights, "return_weights")
+    kernel = check_choice(kernel, "kernel", kernels)
+    dropout = check_dropout(dropout)
+    n, m = q.shape[-2], k.shape[-2]
+    scale = check_scale(scale, q.shape[-1])
+    mask, causal = check_mask_arg(mask)
+    check_kernel_args(
+        kernel, kernels, mask=mask, causal=causal, return_weights=return_weights, dropout=dropout
+    )
+    # torch's own causal path needs no mask stored (its CPU kernel gives NaN for a scale <= 0)
+    kernel_is_causal = kernel == "flash" or (kernel == "torch" and n == m and scale > 0)
+    if causal and not kernel_is_causal:
+        from .masks import causal_mask  # masks imports this module
+
+        mask, causal = causal_mask(n, m, alignment="bottom_right", device=q.device), False
+    if mask is not None:
+        check_mask(mask, batch + (n, m), q.device)
+    dtype = q.dtype
+    if kernel == "reference" and is_half(q):
+        # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch
+        # SDPA and the flash kernels accumulate), and the result comes back in their dtype.
+        q, k, v = q.float(), k.float(), v.float()
+    return AttentionArgs(q, k, v, mask, causal, scale, kernel, return_weights, dropout, dtype)
+
+
+def check_layer_inputs(x, context, d_model: int, weight: torch.Tensor):
+    """An attention layer's inputs, batched: ``(x, context, unbatched)``.
+
+    ``x`` is ``(B, n, d_model)`` or unbatched ``(n, d_model)`` (then ``context``, if given, is
+    ``(m, d_model)``); both are floating point, in the dtype of the layer's ``weight`` and on
+    its device.
+    """
+    require_float(x, "x")
+    if context is not None:
+        require_float(context, "context")
+    require_same_device(x=x, context=context, weights=weight)
+    unbatched = x.dim() == 2
+    if unbatched:
+        x = x.unsqueeze(0)
+        if context is not None:
+            if context.dim() != 2:
+                raise ValueError(
+                    f"x is unbatched (n, d_model), so context must be (m, d_model), "
+                    f"got {tuple(context.shape)}"
+                )
+            context = context.unsqueeze(0)
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(
+            f"x must have shape (B, n, d_model={d_model}) or (n, d_model), got {tuple(x.shape)}"
+        )
+    if x.dtype != weight.dtype:
+        raise TypeError(
+            f"x has dtype {x.dtype} but the weights are {weight.dtype}; convert one of them"
+        )
+    if context is not None:
+        batch = x.shape[0]
+        if context.dim() != 3 or context.shape[-1] != d_model or context.shape[0] != batch:
+            raise ValueError(
+                f"context must have shape (B={batch}, m, d_model={d_model}), "
+                f"got {tuple(context.shape)}"
+            )
+        if context.dtype != x.dtype:
+            raise TypeError(f"context has dtype {context.dtype} but x has {x.dtype}")
+    return x, context, unbatched

@@ -15,17 +15,13 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import (
-    check_choice,
-    check_mask,
-    check_qkv,
-    check_scale,
+    AttentionArgs,
     is_half,
-    require_bool,
     require_dim_arg,
     require_float,
-    require_number,
+    resolve_attention_args,
 )
-from .masks import causal_mask
+from .masks import apply_mask
 
 __all__ = ["softmax", "scaled_dot_product_attention", "KERNELS"]
 
@@ -73,19 +69,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return exp / torch.where(total == 0, torch.ones_like(total), total)
 
 
-def scaled_dot_product_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | str | None = None,
-    *,
-    scale: float | None = None,
-    return_weights: bool = False,
-    kernel: str = "reference",
-    dropout: float = 0.0,
-):
-    r"""softmax(q k^T * scale + mask) v, with the weights on request.
-
+#: The arguments of :func:`scaled_dot_product_attention`, appended to its docstring (kept
+#: here so that the function reads as the formula).
+_SDPA_ARGS = r"""
     Args:
         q: queries ``(..., n, d_k)``.
         k: keys ``(..., m, d_k)``.
@@ -123,58 +109,48 @@ def scaled_dot_product_attention(
             a ``scale`` that is not a real number.
         ValueError: d_k or m mismatch, batch shapes or a mask that do not broadcast,
             tensors on different devices (or on ``meta``), a non-finite ``scale``.
-    """
-    batch = check_qkv(q, k, v)
-    return_weights = require_bool(return_weights, "return_weights")
-    kernel = check_choice(kernel, "kernel", KERNELS)
-    dropout = require_number(dropout, "dropout")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
-    n, m = q.shape[-2], k.shape[-2]
-    scale = check_scale(scale, q.shape[-1])
-    causal = isinstance(mask, str)
-    if causal and mask != "causal":
-        raise ValueError(f"mask must be a tensor, None or the string 'causal', got {mask!r}")
-    if kernel == "flash":
-        if not (mask is None or causal) or return_weights or dropout:
-            raise ValueError(
-                "kernel='flash' takes mask=None or 'causal', return_weights=False and no "
-                f"dropout; got mask {type(mask).__name__}, return_weights={return_weights}, "
-                f"dropout={dropout}"
-            )
+"""
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | str | None = None,
+    *,
+    scale: float | None = None,
+    return_weights: bool = False,
+    kernel: str = "reference",
+    dropout: float = 0.0,
+):
+    r"""``softmax(q k^T * scale + mask) v``, and the weights on request (chapter 3)."""
+    a = resolve_attention_args(q, k, v, mask, scale, return_weights, kernel, dropout, KERNELS)
+    if a.kernel != "reference":
+        return _fast_kernel(a)
+    scores = a.q @ a.k.transpose(-2, -1) * a.scale  # S = Q K^T / sqrt(d_k), (..., n, m)
+    weights = softmax(apply_mask(scores, a.mask), dim=-1)  # A = softmax(S + M)
+    output = F.dropout(weights, a.dropout) @ a.v  # A V, (..., n, d_v)
+    if a.return_weights:
+        return output.to(a.dtype), weights.to(a.dtype)
+    return output.to(a.dtype)
+
+
+scaled_dot_product_attention.__doc__ += _SDPA_ARGS
+
+
+def _fast_kernel(a: AttentionArgs) -> torch.Tensor:
+    """``kernel="flash"`` or ``"torch"``: the same attention, computed by a fused kernel."""
+    if a.kernel == "flash":
         from .efficient.flash import flash_attention  # the reference needs nothing from it
 
-        return flash_attention(q, k, v, causal=causal, alignment="bottom_right", scale=scale)
-    if kernel == "torch" and return_weights:
-        raise ValueError("kernel='torch' returns no weights: use kernel='reference' for them")
-    if kernel == "torch" and causal and n == m and scale > 0:
-        # torch's own causal path, no mask stored (its CPU kernel gives NaN for a scale <= 0)
-        return F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout, is_causal=True, scale=scale
+        return flash_attention(
+            a.q, a.k, a.v, causal=a.causal, alignment="bottom_right", scale=a.scale
         )
-    if causal:
-        mask = causal_mask(n, m, align="bottom_right", device=q.device)
-    if mask is not None:
-        check_mask(mask, batch + (n, m), q.device)
-    if kernel == "torch":
-        return _torch_kernel(q, k, v, mask, scale, dropout)
-    dtype = q.dtype
-    if is_half(q):
-        # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch
-        # SDPA and the flash kernels accumulate), and the result comes back in their dtype.
-        q, k, v = q.float(), k.float(), v.float()
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., n, m)
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask.to(scores.dtype)
-    weights = softmax(scores, dim=-1)
-    kept = F.dropout(weights, dropout) if dropout else weights
-    output = kept @ v  # (..., n, d_v)
-    if return_weights:
-        return output.to(dtype), weights.to(dtype)
-    return output.to(dtype)
+    if a.causal:  # n == m: torch's own causal path, no mask stored
+        return F.scaled_dot_product_attention(
+            a.q, a.k, a.v, dropout_p=a.dropout, is_causal=True, scale=a.scale
+        )
+    return _torch_kernel(a.q, a.k, a.v, a.mask, a.scale, a.dropout)
 
 
 def _torch_kernel(q, k, v, mask, scale: float, dropout: float) -> torch.Tensor:

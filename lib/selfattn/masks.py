@@ -12,9 +12,7 @@ from collections.abc import Callable
 import torch
 
 from ._checks import (
-    ALIGNMENTS,
     check_alignment,
-    check_choice,
     require_bool,
     require_bool_mask,
     require_int,
@@ -30,18 +28,19 @@ __all__ = [
     "to_additive_mask",
     "dependency_matrix",
     "causal_diagonal",
+    "apply_mask",
 ]
 
 
 def causal_mask(
-    n: int, m: int | None = None, *, align: str = "top_left", device=None
+    n: int, m: int | None = None, *, alignment: str = "top_left", device=None
 ) -> torch.Tensor:
     """Mask letting query ``i`` attend to keys ``j <= i`` (plus an offset when n != m).
 
     Args:
         n: number of queries.
         m: number of keys (defaults to ``n``).
-        align: ``"top_left"`` (query i sees keys 0..i, as ``is_causal=True`` in torch SDPA)
+        alignment: ``"top_left"`` (query i sees keys 0..i, as ``is_causal=True`` in torch SDPA)
             or ``"bottom_right"`` (the last query sees every key: query i sees keys
             0..i + m - n, the alignment for decoding new tokens against a cache).
         device: where to create the mask.
@@ -51,8 +50,7 @@ def causal_mask(
     """
     n = require_int(n, "n", 1)
     m = n if m is None else require_int(m, "m", 1)
-    check_choice(align, "align", ALIGNMENTS)
-    diagonal = causal_diagonal(n, m, align)
+    diagonal = causal_diagonal(n, m, alignment)
     return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=diagonal)
 
 
@@ -66,6 +64,19 @@ def causal_diagonal(n: int, m: int, alignment: str = "top_left") -> int:
     :func:`causal_mask` and the tiled kernels (:mod:`selfattn.efficient`) all read it here.
     """
     return 0 if check_alignment(alignment) == "top_left" else m - n
+
+
+def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``scores`` with ``mask`` applied: ``-inf`` where a bool mask is False, a float mask added.
+
+    ``None`` leaves the scores as they are. A forbidden score becomes ``-inf`` whatever it
+    was (an infinite or NaN score at a padded key included), so its weight is exactly 0.
+    """
+    if mask is None:
+        return scores
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, float("-inf"))
+    return scores + mask.to(scores.dtype)
 
 
 def padding_mask(lengths, max_len: int, *, device=None) -> torch.Tensor:

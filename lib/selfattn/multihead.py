@@ -56,7 +56,7 @@ One :class:`KVCache` per layer. Each call appends the new positions' keys and va
 positions, so the keys seen by the ``n`` new queries number ``m = len(cache)`` after the
 append. Feed the prompt once with ``mask="causal"`` (prefill), then one token at a time
 (``n = 1`` sees every cached key, so no mask is needed; ``"causal"`` is also correct).
-``"causal"`` is always aligned bottom-right (``causal_mask(n, m, align="bottom_right")``,
+``"causal"`` is always aligned bottom-right (``causal_mask(n, m, alignment="bottom_right")``,
 torch's ``causal_lower_right``; ``alignment="bottom_right"`` with the flash kernel):
 the top-left alignment of SDPA's ``is_causal`` would let new query ``i`` see only keys
 ``0 .. i``, the first positions of the prompt::
@@ -67,7 +67,7 @@ the top-left alignment of SDPA's ``is_causal`` would let new query ``i`` see onl
 
 An explicit mask passed with a cache must cover every key, old and new: shape
 ``(..., n, len(cache) + n)``, aligned bottom-right (the new queries are the last rows of
-the full causal mask: ``causal_mask(n, m, align="bottom_right")``). For cross-attention
+the full causal mask: ``causal_mask(n, m, alignment="bottom_right")``). For cross-attention
 the cache stores the context's keys and values on the first call and reuses them after.
 
 **Elsewhere.** The decoding benchmark (:func:`selfattn.bench.attention_stack`,
@@ -78,9 +78,11 @@ the cache stores the context's keys and values on the first call and reuses them
 
 from __future__ import annotations
 
+import copy
 import math
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -88,7 +90,11 @@ from torch import nn
 
 from ._checks import (
     check_choice,
+    check_dropout,
+    check_kernel_args,
+    check_layer_inputs,
     check_mask,
+    check_mask_arg,
     require_bool,
     require_float,
     require_int,
@@ -98,7 +104,7 @@ from ._checks import (
     require_tensor,
 )
 from .attention import KERNELS, scaled_dot_product_attention
-from .masks import causal_mask
+from .masks import apply_mask, causal_mask
 
 __all__ = [
     "MultiHeadAttention",
@@ -235,6 +241,32 @@ class KVCache:
                 )
         self._owner = weakref.ref(layer)
 
+    def _check_use(self, layer: nn.Module, context: torch.Tensor | None, x: torch.Tensor) -> bool:
+        """Refuse a use this cache cannot serve (``x`` batched); return whether it already
+        holds a cross-attention context's keys and values, to be reused."""
+        if context is not None and len(self) and not self.cross:
+            raise ValueError(
+                "this cache holds a self-attention layer's keys; a cross-attention call "
+                "needs its own KVCache"
+            )
+        self._claim(layer, context)
+        reuse = self.cross and len(self) > 0
+        if self.cross and not reuse and context is None:
+            raise ValueError(
+                "cross-attention needs context on the first call (the cache is empty)"
+            )
+        if len(self):
+            if self.k.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"the cache holds batch size {self.k.shape[0]}, x has {x.shape[0]}"
+                )
+            if self.k.device != x.device or self.k.dtype != x.dtype:
+                raise ValueError(
+                    f"the cache holds {self.k.dtype} on {self.k.device}, "
+                    f"x is {x.dtype} on {x.device}"
+                )
+        return reuse
+
     def _filled(self, cross: bool, context: torch.Tensor | None) -> None:
         self.cross = cross
         if cross and context is not None:
@@ -365,9 +397,7 @@ class MultiHeadAttention(nn.Module):
                 f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} "
                 "(each key/value head serves a group of query heads)"
             )
-        dropout = require_number(dropout, "dropout")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        dropout = check_dropout(dropout)
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
         self.num_kv_heads = num_kv_heads
         self.d_kv = num_kv_heads * self.d_head  # width of the keys (and of the values)
@@ -441,8 +471,9 @@ class MultiHeadAttention(nn.Module):
 
         Each new key (value) head is the **mean** of the key (value) projections of the
         query heads in its group (Ainslie et al., 2023, who then train a little more);
-        queries and the output projection are copied. ``grouped(num_heads)`` is an exact
-        copy. The layer must itself have one key/value head per query head.
+        queries, the output projection and the rotary module (``rope``) are copied.
+        ``grouped(num_heads)`` is an exact copy. The layer must itself have one key/value
+        head per query head.
         """
         if self.num_kv_heads != self.num_heads:
             raise ValueError(
@@ -457,6 +488,7 @@ class MultiHeadAttention(nn.Module):
             bias=bias,
             dropout=self.dropout,
             kernel=self.kernel,
+            rope=copy.deepcopy(self.rope),  # None, or the same rotation as this layer's
         ).to(self.qkv.weight.device, self.qkv.weight.dtype)
         d, g = self.d_model, self.num_heads // new.num_kv_heads
 
@@ -475,80 +507,6 @@ class MultiHeadAttention(nn.Module):
         return new.train(self.training)
 
     # -- forward -----------------------------------------------------------------
-    def _project(self, x: torch.Tensor, context: torch.Tensor | None, need_kv: bool):
-        d, d_kv = self.d_model, self.d_kv
-        if context is None:
-            # Self-attention: one matmul makes q, k and v together (the fused-QKV tip).
-            q, k, v = self.qkv(x).split([d, d_kv, d_kv], dim=-1)
-            return q, k, v
-        w, b = self.qkv.weight, self.qkv.bias
-        q = F.linear(x, w[:d], None if b is None else b[:d])
-        if not need_kv:
-            return q, None, None
-        k, v = F.linear(context, w[d:], None if b is None else b[d:]).split(d_kv, dim=-1)
-        return q, k, v
-
-    def _heads_mask(
-        self, mask, batch: int, n: int, m: int, cross: bool, device
-    ) -> torch.Tensor | None:
-        if mask is None:
-            return None
-        if isinstance(mask, str):
-            if mask != "causal":
-                raise ValueError(
-                    f"mask must be a tensor, None or the string 'causal', got {mask!r}"
-                )
-            if cross:
-                raise ValueError(
-                    "mask='causal' is for self-attention; cross-attention has no order "
-                    "between x and context"
-                )
-            return causal_mask(n, m, align="bottom_right", device=device)
-        mask = heads_mask(mask)
-        if mask.shape[-1] != m:
-            # Broadcasting over keys is always a mistake (a mask that forgot the cached keys).
-            raise ValueError(
-                f"mask's last dimension must be the number of keys m={m} (cached + new), "
-                f"got shape {tuple(mask.shape)}"
-            )
-        check_mask(mask, (batch, self.num_heads, n, m), device)
-        return mask
-
-    def _with_bias(self, score_bias, mask, batch: int, n: int, m: int, x) -> torch.Tensor:
-        """The score bias as a float mask ``(..., n, m)``, with ``mask`` folded in."""
-        if callable(score_bias) and not isinstance(score_bias, torch.Tensor):
-            score_bias = score_bias(n, m)
-        require_float(score_bias, "score_bias")
-        if score_bias.dim() not in (2, 3, 4) or score_bias.shape[-1] != m:
-            raise ValueError(
-                f"score_bias must have shape (n, m), (h, n, m) or (B, h, n, m) with m={m} keys, "
-                f"got {tuple(score_bias.shape)}"
-            )
-        check_mask(score_bias, (batch, self.num_heads, n, m), x.device)
-        if mask is None:
-            return score_bias
-        if mask.dtype == torch.bool:
-            return score_bias.masked_fill(~mask, float("-inf"))
-        return score_bias + mask
-
-    def _flash(self, q, k, v, causal: bool, scale: float) -> torch.Tensor:
-        batch, h, n, d_head = q.shape
-        group = h // self.num_kv_heads
-        if causal and n > 1:
-            # (B, h, n, d) -> (B, h_kv, group, n, d) against K/V (B, h_kv, 1, m, d): the
-            # batch axes broadcast, and the causal diagonal is each head's own
-            # (bottom-right: the n new queries are the last n of the m positions).
-            q = q.reshape(batch, self.num_kv_heads, group, n, d_head)
-            k, v = k.unsqueeze(2), v.unsqueeze(2)
-        else:
-            # One new query sees every key (bottom-right), so no diagonal is needed and
-            # the group's query heads can be rows of their key/value head, as above.
-            q, causal = _stack_group(q, group, n), False
-        out = scaled_dot_product_attention(
-            q, k, v, "causal" if causal else None, scale=scale, kernel="flash"
-        )
-        return out.reshape(batch, h, n, d_head)
-
     def forward(
         self,
         x: torch.Tensor,
@@ -560,8 +518,32 @@ class MultiHeadAttention(nn.Module):
         temperature: float = 1.0,
         return_weights: bool = False,
     ):
-        """Attend from ``x`` to itself (or to ``context``).
+        """``y = Concat(head_1, ..., head_h) W^O``, ``head_i = Attention(Q_i, K_i, V_i)``,
+        ``Q = x W^Q``, ``K = c W^K``, ``V = c W^V`` (``c``: ``context``, else ``x``)."""
+        a = self._resolve(x, context, mask, score_bias, cache, temperature, return_weights)
+        q, k, v = self._project(a.x, a.context, need_kv=not a.reuse_cache)  # c = context or x
+        q = split_heads(q, self.num_heads)  # (B, h, n, d_head)
+        k, v = self._keys_values(k, v, a)  # (B, h_kv, m_new, d_head), None with a full cache
+        if self.rope is not None:
+            q, k = self._rotate(q, k, a)  # positions after the cached ones
+        if a.cache is not None:
+            k, v = self._cached(k, v, a)  # (B, h_kv, m, d_head): old positions, then new
+        q, k, v, mask = self._group_query_heads(q, k, v, a)  # GQA: a group's heads as rows
+        heads = scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            mask,
+            scale=a.scale,
+            return_weights=a.return_weights,
+            dropout=a.dropout,
+            kernel=self.kernel,
+        )  # (B, h_kv, group * n, d_head), and (B, h_kv, group * n, m) weights on request
+        heads, weights = heads if a.return_weights else (heads, None)
+        y = self.out(merge_heads(heads.reshape(a.batch, self.num_heads, a.n, self.d_head)))
+        return a.finish(y, weights)
 
+    forward.__doc__ += """
         Args:
             x: queries' inputs ``(B, n, d_model)`` (or unbatched ``(n, d_model)``).
             context: keys' and values' inputs ``(B, m, d_model)`` for cross-attention;
@@ -592,145 +574,168 @@ class MultiHeadAttention(nn.Module):
             ValueError: a last dimension other than ``d_model``, mismatched batches,
                 a mask that does not broadcast to ``(B, h, n, m)``.
         """
-        require_float(x, "x")
+
+    # -- the steps of forward ----------------------------------------------------
+    def _resolve(self, x, context, mask, score_bias, cache, temperature, return_weights):
+        """Every check of a call, before anything is computed (a refused call leaves the
+        cache untouched); returns the call's resolved arguments."""
         return_weights = require_bool(return_weights, "return_weights")
         temperature = require_number(temperature, "temperature", positive=True)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a selfattn.KVCache, got {type(cache).__name__}")
-        if context is not None:
-            require_float(context, "context")
-        weight = self.qkv.weight
-        require_same_device(x=x, context=context, weights=weight)
-        unbatched = x.dim() == 2
-        if unbatched:
-            x = x.unsqueeze(0)
-            if context is not None:
-                if context.dim() != 2:
-                    raise ValueError(
-                        f"x is unbatched (n, d_model), so context must be (m, d_model), "
-                        f"got {tuple(context.shape)}"
-                    )
-                context = context.unsqueeze(0)
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"x must have shape (B, n, d_model={self.d_model}) or (n, d_model), "
-                f"got {tuple(x.shape)}"
-            )
-        if x.dtype != weight.dtype:
-            raise TypeError(
-                f"x has dtype {x.dtype} but the weights are {weight.dtype}; convert one of them"
-            )
-        batch, n = x.shape[0], x.shape[1]
+        x, context, unbatched = check_layer_inputs(x, context, self.d_model, self.qkv.weight)
+        reuse_cache = False if cache is None else cache._check_use(self, context, x)
         cross = context is not None or (cache is not None and cache.cross)
-        if context is not None:
-            if (
-                context.dim() != 3
-                or context.shape[-1] != self.d_model
-                or context.shape[0] != batch
-            ):
-                raise ValueError(
-                    f"context must have shape (B={batch}, m, d_model={self.d_model}), "
-                    f"got {tuple(context.shape)}"
-                )
-            if context.dtype != x.dtype:
-                raise TypeError(f"context has dtype {context.dtype} but x has {x.dtype}")
-
-        if context is not None and cache is not None and len(cache) and not cache.cross:
-            raise ValueError(
-                "this cache holds a self-attention layer's keys; a cross-attention call "
-                "needs its own KVCache"
-            )
-        if cache is not None:
-            cache._claim(self, context)
-        reuse_cross_cache = cross and cache is not None and len(cache) > 0
-        if cross and not reuse_cross_cache and context is None:
-            raise ValueError(
-                "cross-attention needs context on the first call (the cache is empty)"
-            )
-        if cache is not None and len(cache):
-            if cache.k.shape[0] != batch:
-                raise ValueError(f"the cache holds batch size {cache.k.shape[0]}, x has {batch}")
-            if cache.k.device != x.device or cache.k.dtype != x.dtype:
-                raise ValueError(
-                    f"the cache holds {cache.k.dtype} on {cache.k.device}, "
-                    f"x is {x.dtype} on {x.device}"
-                )
-        check_choice(self.kernel, "kernel", KERNELS)  # it may have been set after __init__
-        if self.kernel == "torch" and return_weights:
-            raise ValueError("kernel='torch' returns no weights: use kernel='reference' for them")
-        causal = isinstance(mask, str) and mask == "causal"
-        if self.kernel == "flash" and (
-            not (mask is None or causal)
-            or score_bias is not None
-            or return_weights
-            or (self.training and self.dropout > 0)
-        ):
-            raise ValueError(
-                "kernel='flash' takes mask=None or 'causal', no score_bias, return_weights="
-                f"False and no dropout in training; got mask {type(mask).__name__}, score_bias "
-                f"{type(score_bias).__name__}, return_weights={return_weights}, "
-                f"dropout={self.dropout} (training={self.training})"
-            )
+        dropout = self.dropout if self.training else 0.0
+        mask, causal = check_mask_arg(mask)
+        check_kernel_args(
+            self.kernel,  # it may have been set after __init__
+            KERNELS,
+            mask=mask,
+            causal=causal,
+            return_weights=return_weights,
+            dropout=dropout,
+            score_bias=score_bias,
+        )
         if self.rope is not None and cross:
             raise ValueError("rope rotates self-attention's queries and keys; this call is cross")
-        # The number of keys, known before anything is computed, so that a bad mask leaves
-        # the cache untouched.
-        if reuse_cross_cache:
+        if causal and cross:
+            raise ValueError(
+                "mask='causal' is for self-attention; cross-attention has no order "
+                "between x and context"
+            )
+        batch, n = x.shape[0], x.shape[1]
+        if reuse_cache:
             m = len(cache)
         else:
             m = (context.shape[1] if cross else n) + (0 if cache is None else len(cache))
-        mask = self._heads_mask(mask, batch, n, m, cross, x.device)
+        if causal and self.kernel != "flash":
+            mask = causal_mask(n, m, alignment="bottom_right", device=x.device)
+        if mask is not None:
+            mask = self._heads_mask(mask, batch, n, m, x.device)
         if score_bias is not None:
             mask = self._with_bias(score_bias, mask, batch, n, m, x)
-
-        q, k, v = self._project(x, context, need_kv=not reuse_cross_cache)
-        q = split_heads(q, self.num_heads)  # (B, h, n, d_head)
-        if reuse_cross_cache:
-            k, v = cache.k, cache.v  # the context's keys/values, computed on the first call
-        else:
-            k, v = (
-                split_heads(k, self.num_kv_heads),
-                split_heads(v, self.num_kv_heads),
-            )  # (B, h_kv, m_new, d_head)
-            if self.rope is not None:
-                # the new positions follow the cached ones
-                start = 0 if cache is None else len(cache)
-                positions = torch.arange(start, start + n, device=x.device)
-                q, k = self.rope(q, k, q_positions=positions, k_positions=positions)
-            if cache is not None:
-                k, v = cache.append(k, v)  # (B, h_kv, m, d_head): old positions then new
-                cache._filled(cross, context)
-        # Grouped-query attention without repeating K/V: the group of query heads that
-        # shares key/value head j becomes extra query rows of head j, (B, h_kv, group * n,
-        # d_head), so every product runs against the h_kv stored heads (MHA: group = 1,
-        # nothing moves). The scores are scaled, masked and normalised in the book's one
-        # attention function.
-        group = self.num_heads // self.num_kv_heads
         scale = 1.0 / (math.sqrt(self.d_head) * temperature)
-        if self.kernel == "flash":
-            y = self.out(merge_heads(self._flash(q, k, v, causal, scale)))
-            return y.squeeze(0) if unbatched else y
-        q = _stack_group(q, group, n)
-        if mask is not None:
-            mask = _stack_group(mask, group, n)
-        attended = scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask,
+        return _Call(
+            x=x,
+            context=context,
+            cache=cache,
+            cross=cross,
+            reuse_cache=reuse_cache,
+            batch=batch,
+            heads=self.num_heads,
+            n=n,
+            m=m,
+            mask=mask,
+            causal=causal,
             scale=scale,
+            dropout=dropout,
             return_weights=return_weights,
-            dropout=self.dropout if self.training else 0.0,
-            kernel=self.kernel,
-        )  # (B, h_kv, group * n, d_head), and (B, h_kv, group * n, m) weights on request
-        if return_weights:
-            attended, weights = attended
-        # (B, h_kv, group * n, .) -> (B, h, n, .): rows j * n + i are head j of the group
-        attended = attended.reshape(batch, self.num_heads, n, self.d_head)
-        y = self.out(merge_heads(attended))
-        if unbatched:
+            unbatched=unbatched,
+        )
+
+    def _project(self, x: torch.Tensor, context: torch.Tensor | None, need_kv: bool):
+        d, d_kv = self.d_model, self.d_kv
+        if context is None:
+            # Self-attention: one matmul makes q, k and v together (the fused-QKV tip).
+            q, k, v = self.qkv(x).split([d, d_kv, d_kv], dim=-1)
+            return q, k, v
+        w, b = self.qkv.weight, self.qkv.bias
+        q = F.linear(x, w[:d], None if b is None else b[:d])
+        if not need_kv:
+            return q, None, None
+        k, v = F.linear(context, w[d:], None if b is None else b[d:]).split(d_kv, dim=-1)
+        return q, k, v
+
+    def _keys_values(self, k, v, a: _Call):
+        """The new keys and values as heads ``(B, h_kv, m_new, d_head)`` (``None`` when a
+        cross-attention cache already holds the context's)."""
+        if a.reuse_cache:
+            return None, None
+        return split_heads(k, self.num_kv_heads), split_heads(v, self.num_kv_heads)
+
+    def _rotate(self, q, k, a: _Call):
+        """Rotary embedding of the queries and new keys; the new positions follow the cached."""
+        start = 0 if a.cache is None else len(a.cache)
+        positions = torch.arange(start, start + a.n, device=q.device)
+        return self.rope(q, k, q_positions=positions, k_positions=positions)
+
+    def _cached(self, k, v, a: _Call):
+        """Append the new keys and values to the cache; return all of them."""
+        if a.reuse_cache:
+            return a.cache.k, a.cache.v  # the context's keys/values, computed on the first call
+        k, v = a.cache.append(k, v)
+        a.cache._filled(a.cross, a.context)
+        return k, v
+
+    def _group_query_heads(self, q, k, v, a: _Call):
+        """Grouped-query attention without repeating K/V: ``(q, k, v, mask)`` as the attention
+        function receives them.
+
+        The ``group`` query heads that share key/value head ``j`` become extra query rows of
+        head ``j``, ``(B, h_kv, group * n, d_head)``, so every product runs against the
+        ``h_kv`` stored heads (MHA: ``group = 1``, nothing moves). The flash kernel's causal
+        diagonal is each head's own, so there the group is an axis of its own instead:
+        ``(B, h_kv, group, n, d_head)`` against K/V ``(B, h_kv, 1, m, d_head)``.
+        """
+        group = self.num_heads // self.num_kv_heads
+        if self.kernel == "flash" and a.causal and a.n > 1:
+            q = q.reshape(a.batch, self.num_kv_heads, group, a.n, self.d_head)
+            return q, k.unsqueeze(2), v.unsqueeze(2), "causal"
+        # One new query sees every key (bottom-right), so it needs no causal diagonal.
+        mask = None if a.mask is None else _stack_group(a.mask, group, a.n)
+        return _stack_group(q, group, a.n), k, v, mask
+
+    def _heads_mask(self, mask, batch: int, n: int, m: int, device) -> torch.Tensor:
+        mask = heads_mask(mask)
+        if mask.shape[-1] != m:
+            # Broadcasting over keys is always a mistake (a mask that forgot the cached keys).
+            raise ValueError(
+                f"mask's last dimension must be the number of keys m={m} (cached + new), "
+                f"got shape {tuple(mask.shape)}"
+            )
+        check_mask(mask, (batch, self.num_heads, n, m), device)
+        return mask
+
+    def _with_bias(self, score_bias, mask, batch: int, n: int, m: int, x) -> torch.Tensor:
+        """The score bias as a float mask ``(..., n, m)``, with ``mask`` folded in."""
+        if callable(score_bias) and not isinstance(score_bias, torch.Tensor):
+            score_bias = score_bias(n, m)
+        require_float(score_bias, "score_bias")
+        if score_bias.dim() not in (2, 3, 4) or score_bias.shape[-1] != m:
+            raise ValueError(
+                f"score_bias must have shape (n, m), (h, n, m) or (B, h, n, m) with m={m} keys, "
+                f"got {tuple(score_bias.shape)}"
+            )
+        check_mask(score_bias, (batch, self.num_heads, n, m), x.device)
+        return apply_mask(score_bias, mask)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call of :meth:`MultiHeadAttention.forward`, its arguments checked and resolved."""
+
+    x: torch.Tensor  # (B, n, d_model), batched
+    context: torch.Tensor | None  # (B, m, d_model) for cross-attention
+    cache: KVCache | None
+    cross: bool  # cross-attention (a context, or a cache filled from one)
+    reuse_cache: bool  # the cache holds the context's keys and values already
+    batch: int
+    heads: int  # query heads h
+    n: int  # queries
+    m: int  # keys, cached ones included
+    mask: torch.Tensor | None  # laid out for (B, h, n, m), score bias folded in
+    causal: bool
+    scale: float  # 1 / (sqrt(d_head) * temperature)
+    dropout: float  # 0 outside training
+    return_weights: bool
+    unbatched: bool
+
+    def finish(self, y: torch.Tensor, weights: torch.Tensor | None):
+        """``y`` (and the weights as ``(B, h, n, m)``) in the shape of the call's input."""
+        if self.unbatched:
             y = y.squeeze(0)
-        if not return_weights:
+        if weights is None:
             return y
-        weights = weights.reshape(batch, self.num_heads, n, m)
-        return y, weights.squeeze(0) if unbatched else weights
+        weights = weights.reshape(self.batch, self.heads, self.n, self.m)
+        return y, weights.squeeze(0) if self.unbatched else weights

@@ -242,7 +242,7 @@ def alibi_bias(
     distance = (q_pos - k_pos).abs().float()  # (n, m)
     bias = -alibi_slopes(num_heads).to(device)[:, None, None] * distance  # (h, n, m)
     if causal:  # the queries are the last n of the m positions: bottom-right alignment
-        visible = causal_mask(n, m, align="bottom_right", device=device)
+        visible = causal_mask(n, m, alignment="bottom_right", device=device)
         bias = bias.masked_fill(~visible, float("-inf"))
     return bias
 

@@ -153,8 +153,10 @@ class OrderModel(nn.Module):
         bias = self._score_bias(n, tokens.device)
         weights = []
         for block in self.blocks:
-            x, w = block(x, mask=mask, score_bias=bias, return_weights=True)
-            weights.append(w["self"])
+            x = block(x, mask=mask, score_bias=bias, return_weights=return_weights)
+            if return_weights:
+                x, w = x
+                weights.append(w["self"])
         logits = self.head(self.ln_f(x))
         return (logits, weights) if return_weights else logits
 

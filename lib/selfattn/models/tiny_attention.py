@@ -335,8 +335,10 @@ class AttentionClassifier(nn.Module):
         x = self.embed_tokens(ids)
         all_weights = []
         for block in self.blocks:
-            x, weights = block(x, temperature=temperature, return_weights=True)
-            all_weights.append(weights["self"])
+            x = block(x, temperature=temperature, return_weights=return_weights)
+            if return_weights:
+                x, weights = x
+                all_weights.append(weights["self"])
         b, n = ids.shape
         if query_position is None:
             query_position = torch.full((b,), n - 1, dtype=torch.long, device=ids.device)

@@ -116,8 +116,9 @@ class TransformerBlock(nn.Module):
             :class:`~selfattn.multihead.MultiHeadAttention`), or ``None``.
         attention: the self-attention sub-layer, in place of a new
             :class:`~selfattn.multihead.MultiHeadAttention`: a module called like it
-            (``attention(x, mask=, score_bias=, cache=, temperature=, return_weights=True)``
-            returns ``(y (B, n, d), weights)``) with ``num_heads`` heads, such as chapter 2's
+            (``attention(x, mask=, score_bias=, cache=, temperature=, return_weights=)``
+            returns ``y (B, n, d)``, or ``(y, weights)`` when ``return_weights`` is true)
+            with ``num_heads`` heads, such as chapter 2's
             :class:`~selfattn.models.tiny_attention.SelfAttention` with its ``W_O``.
     """
 
@@ -209,27 +210,32 @@ class TransformerBlock(nn.Module):
                     if value is not None
                 )
             )
+        # Weights only on request: the fast kernels ("torch", "flash") return none.
         weights = {}
-        a, weights["self"] = self.attn(
+        out = self.attn(
             self.ln1(x),
             mask=mask,
             score_bias=score_bias,
             cache=cache,
             temperature=temperature,
-            return_weights=True,
+            return_weights=return_weights,
         )
-        x = x + a
+        if return_weights:
+            out, weights["self"] = out
+        x = x + out
         if self.cross is not None:
             if context is None and (cross_cache is None or len(cross_cache) == 0):
                 raise ValueError("this block has cross-attention: pass context (B, m, d_model)")
-            c, weights["cross"] = self.cross(
+            out = self.cross(
                 self.ln_cross(x),
                 context=context,
                 mask=context_mask,
                 cache=cross_cache,
-                return_weights=True,
+                return_weights=return_weights,
             )
-            x = x + c
+            if return_weights:
+                out, weights["cross"] = out
+            x = x + out
         if self.mlp is not None:
             x = x + self.mlp(self.ln2(x))
         return (x, weights) if return_weights else x
@@ -256,8 +262,10 @@ class Encoder(nn.Module):
         return_weights = require_bool(return_weights, "return_weights")
         weights = []
         for block in self.blocks:
-            x, w = block(x, mask=mask, return_weights=True)
-            weights.append(w["self"])
+            x = block(x, mask=mask, return_weights=return_weights)
+            if return_weights:
+                x, w = x
+                weights.append(w["self"])
         x = self.ln_f(x)
         return (x, weights) if return_weights else x
 
@@ -321,19 +329,21 @@ class Decoder(nn.Module):
             )
         weights = []
         for i, block in enumerate(self.blocks):
-            c = caches[i] if caches is not None else {"self": None, "cross": None}
+            layer_caches = caches[i] if caches is not None else {"self": None, "cross": None}
             # "causal" is aligned bottom-right: correct both for a full sequence and for new
             # tokens appended to a cache.
-            x, w = block(
+            x = block(
                 x,
                 mask="causal",
                 context=context,
                 context_mask=context_mask,
-                cache=c["self"],
-                cross_cache=c["cross"] if self.cross_attention else None,
-                return_weights=True,
+                cache=layer_caches["self"],
+                cross_cache=layer_caches["cross"] if self.cross_attention else None,
+                return_weights=return_weights,
             )
-            weights.append(w)
+            if return_weights:
+                x, w = x
+                weights.append(w)
         x = self.ln_f(x)
         return (x, weights) if return_weights else x
 
