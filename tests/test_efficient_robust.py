@@ -36,7 +36,7 @@ KERNELS = {
         q, k, v, size, **kw
     ),
     "sliding_window_attention_reference": lambda q, k, v, size, **kw: (
-        sliding_window_attention_reference(q, k, v, 2, block_size=size, **kw)
+        sliding_window_attention_reference(q, k, v, 2, block_q=size, **kw)
     ),
     "linear_attention": lambda q, k, v, size, scale=None, **kw: linear_attention(
         q, k, v, chunk_size=size, **kw

@@ -24,6 +24,7 @@ from selfattn.efficient import (
     linear,
     paged,
     performer,
+    sliding_window,
     sparse,
     triton_configs,
     triton_flash,
@@ -124,12 +125,14 @@ FLAG_CALLS = {
     ("selfattn.efficient.sparse", "longformer_mask", "causal"): lambda f: sparse.longformer_mask(
         6, 2, [0], causal=f
     ),
-    ("selfattn.efficient.sparse", "sliding_window_attention", "causal"): lambda f: (
-        sparse.sliding_window_attention(Q, K, V, 2, causal=f)
+    ("selfattn.efficient.sliding_window", "sliding_window_attention", "causal"): lambda f: (
+        sliding_window.sliding_window_attention(Q, K, V, 2, causal=f)
     ),
-    ("selfattn.efficient.sparse", "sliding_window_attention_reference", "causal"): lambda f: (
-        sparse.sliding_window_attention_reference(Q, K, V, 2, causal=f)
-    ),
+    (
+        "selfattn.efficient.sliding_window",
+        "sliding_window_attention_reference",
+        "causal",
+    ): lambda f: sliding_window.sliding_window_attention_reference(Q, K, V, 2, causal=f),
     ("selfattn.efficient.sparse", "strided_mask", "causal"): lambda f: sparse.strided_mask(
         6, 2, causal=f
     ),
@@ -540,13 +543,13 @@ FLOAT_CALLS = {
             Q, K, V, torch.ones(5, 5, dtype=torch.bool), 1, scale=x
         ),
     ),
-    ("selfattn.efficient.sparse", "sliding_window_attention", "scale"): (
+    ("selfattn.efficient.sliding_window", "sliding_window_attention", "scale"): (
         "finite",
-        lambda x: sparse.sliding_window_attention(Q, K, V, 2, scale=x),
+        lambda x: sliding_window.sliding_window_attention(Q, K, V, 2, scale=x),
     ),
-    ("selfattn.efficient.sparse", "sliding_window_attention_reference", "scale"): (
+    ("selfattn.efficient.sliding_window", "sliding_window_attention_reference", "scale"): (
         "finite",
-        lambda x: sparse.sliding_window_attention_reference(Q, K, V, 2, scale=x),
+        lambda x: sliding_window.sliding_window_attention_reference(Q, K, V, 2, scale=x),
     ),
     ("selfattn.efficient.triton_flash", "triton_flash_attention", "scale"): (
         "finite",

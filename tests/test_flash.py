@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from selfattn import scaled_dot_product_attention
 from selfattn.efficient import flash as fl
 from selfattn.efficient import flash_attention, flash_attention_reference, online_softmax_steps
+from selfattn.efficient._tiled import Recompute
 from tiled_attention_checks import (
     ALIGN,
     assert_forward_skips_autograd_without_grad,
@@ -70,9 +71,9 @@ def test_large_score_jumps_trigger_rescale_and_stay_exact(monkeypatch):
     # call for the same tile); the result must still match (relative to its magnitude).
     tiles, real_tile_scores = [], fl._tile_scores
 
-    def spy(qa, kt, s_buf, qs, qe, ks, ke, causal, offset):
+    def spy(qa, kt, s_buf, qs, qe, ks, ke, a):
         tiles.append((qs, ks))
-        return real_tile_scores(qa, kt, s_buf, qs, qe, ks, ke, causal, offset)
+        return real_tile_scores(qa, kt, s_buf, qs, qe, ks, ke, a)
 
     monkeypatch.setattr(fl, "_tile_scores", spy)
     torch.manual_seed(1)
@@ -125,12 +126,12 @@ def test_causal_skips_blocks_above_the_diagonal(monkeypatch):
 def test_online_softmax_steps_end_in_softmax_attention():
     g = torch.Generator().manual_seed(3)
     s, v = torch.randn(23, generator=g) * 3, torch.randn(23, 4, generator=g)
-    steps = online_softmax_steps(s, v, block=5)
+    steps = online_softmax_steps(s, v, block_k=5)
     assert [st_["stop"] for st_ in steps] == [5, 10, 15, 20, 23]
     ref = torch.softmax(s.double(), 0) @ v.double()
     torch.testing.assert_close(steps[-1]["out"], ref)
-    assert steps[-1]["m"] == pytest.approx(float(s.max()))
-    assert steps[-1]["l"] == pytest.approx(float(torch.exp(s.double() - s.max()).sum()))
+    assert steps[-1]["mu"] == pytest.approx(float(s.max()))
+    assert steps[-1]["ell"] == pytest.approx(float(torch.exp(s.double() - s.max()).sum()))
     for st_ in steps:  # after every block: exact attention over the keys seen so far
         seen = slice(0, st_["stop"])
         torch.testing.assert_close(
@@ -328,7 +329,7 @@ def test_backward_holds_no_n_by_m_tensor(monkeypatch):
 
 def test_forward_without_grad_skips_autograd(monkeypatch):
     # The chapters and `make bench` time the forward: without gradients it must not save state.
-    assert_forward_skips_autograd_without_grad(monkeypatch, fl._FlashAttention, flash_attention)
+    assert_forward_skips_autograd_without_grad(monkeypatch, Recompute, flash_attention)
 
 
 def test_half_inputs_with_large_finite_scores_stay_finite():
@@ -373,8 +374,8 @@ def test_robust_arguments():
 
 def test_online_softmax_steps_masked_scores_give_zeros_not_nan():
     s = torch.tensor([float("-inf")] * 3 + [0.5, 1.0])
-    steps = online_softmax_steps(s, torch.ones(5, 2), block=3)
-    assert torch.equal(steps[0]["out"], torch.zeros(2)) and steps[0]["l"] == 0.0
+    steps = online_softmax_steps(s, torch.ones(5, 2), block_k=3)
+    assert torch.equal(steps[0]["out"], torch.zeros(2)) and steps[0]["ell"] == 0.0
     torch.testing.assert_close(steps[-1]["out"], torch.ones(2, dtype=torch.float64))
     all_masked = online_softmax_steps(torch.full((4,), float("-inf")), torch.ones(4, 2), 2)
     assert all(torch.equal(st_["out"], torch.zeros(2, dtype=torch.float64)) for st_ in all_masked)

@@ -14,7 +14,7 @@ from selfattn.efficient import (
     sliding_window_attention_reference,
     strided_mask,
 )
-from selfattn.efficient import sparse as sp
+from selfattn.efficient._tiled import Recompute
 from selfattn.masks import sliding_window_mask
 from tiled_attention_checks import (
     ALIGN,
@@ -37,7 +37,7 @@ from tiled_attention_checks import (
 def test_equals_dense_masked_attention(n, w, causal, block, seed):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 3, n, 8, generator=g) for _ in range(3))
-    out = sliding_window_attention(q, k, v, w, causal=causal, block_size=block)
+    out = sliding_window_attention(q, k, v, w, causal=causal, block_q=block)
     ref = F.scaled_dot_product_attention(
         q, k, v, attn_mask=sliding_window_mask(n, w, causal=causal)
     )
@@ -117,7 +117,7 @@ def test_receptive_field_grows_by_window_minus_one_per_layer():
         (lambda q: sliding_window_attention(q, q, q, 0), ValueError, "window"),
         (lambda q: sliding_window_attention(q, q, q, 2.0), TypeError, "window"),
         (lambda q: sliding_window_attention(q, q[:, :3], q, 2), ValueError, "d_k"),
-        (lambda q: sliding_window_attention(q, q, q, 2, block_size=0), ValueError, "block_size"),
+        (lambda q: sliding_window_attention(q, q, q, 2, block_q=0), ValueError, "block_q"),
         (
             lambda q: block_sparse_mask(5, 2, torch.ones(2, 2, dtype=torch.bool)),
             ValueError,
@@ -162,11 +162,9 @@ def test_fast_and_reference_match_the_dense_band(n, m, w, causal, alignment, blo
     q, k, v = qkv(n, m, seed=seed)
     want = dense(q, k, v, w, causal, alignment)
     ref = sliding_window_attention_reference(
-        q, k, v, w, causal=causal, alignment=alignment, block_size=block or 7
+        q, k, v, w, causal=causal, alignment=alignment, block_q=block or 7
     )
-    fast = sliding_window_attention(
-        q, k, v, w, causal=causal, alignment=alignment, block_size=block
-    )
+    fast = sliding_window_attention(q, k, v, w, causal=causal, alignment=alignment, block_q=block)
     assert not torch.isnan(fast).any() and not torch.isnan(ref).any()
     torch.testing.assert_close(ref, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
@@ -179,14 +177,14 @@ def test_window_covering_everything_is_torch_causal_attention(n, m, alignment):
     q, k, v = qkv(n, m)
     want = torch_attention(q, k, v, True, alignment)
     for fn in (sliding_window_attention, sliding_window_attention_reference):
-        got = fn(q, k, v, max(n, m), alignment=alignment, block_size=3)
+        got = fn(q, k, v, max(n, m), alignment=alignment, block_q=3)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_empty_bands_give_zeros():
     q, k, v = qkv(7, 2)  # bottom-right: queries 0..4 come before every key
     for fn in (sliding_window_attention, sliding_window_attention_reference):
-        out = fn(q, k, v, 2, alignment="bottom_right", block_size=3)
+        out = fn(q, k, v, 2, alignment="bottom_right", block_q=3)
         assert torch.equal(out[:, :5], torch.zeros_like(out[:, :5]))
         assert out[:, 5:].abs().sum() > 0
 
@@ -204,7 +202,7 @@ def test_empty_bands_give_zeros():
 def test_gradcheck_float64(n, m, w, causal, alignment, block):
     q, k, v = qkv(n, m, d=3, dv=2, dtype=torch.float64, requires_grad=True)
     fn = lambda q, k, v: sliding_window_attention(
-        q, k, v, w, causal=causal, alignment=alignment, block_size=block
+        q, k, v, w, causal=causal, alignment=alignment, block_q=block
     )
     assert torch.autograd.gradcheck(fn, (q, k, v))
 
@@ -222,7 +220,7 @@ def test_gradients_match_dense_sdpa_float32(n, m, w, causal, alignment, seed):
     q, k, v = qkv(n, m, d=16, dv=8, batch=(2, 2), seed=seed, requires_grad=True)
     assert_gradients_match(
         lambda q, k, v: sliding_window_attention(
-            q, k, v, w, causal=causal, alignment=alignment, block_size=5
+            q, k, v, w, causal=causal, alignment=alignment, block_q=5
         ),
         lambda q, k, v: dense(q, k, v, w, causal, alignment),
         q,
@@ -234,7 +232,7 @@ def test_gradients_match_dense_sdpa_float32(n, m, w, causal, alignment, seed):
 
 def test_forward_without_grad_skips_autograd(monkeypatch):
     assert_forward_skips_autograd_without_grad(
-        monkeypatch, sp._SlidingWindow, lambda q, k, v: sliding_window_attention(q, k, v, 3)
+        monkeypatch, Recompute, lambda q, k, v: sliding_window_attention(q, k, v, 3)
     )
 
 
@@ -250,7 +248,7 @@ def test_huge_window_or_block_does_not_allocate_huge_tiles(monkeypatch):
 
     monkeypatch.setattr(torch, "matmul", spy)
     out = sliding_window_attention(q, q, q, 10**5)
-    out_block = sliding_window_attention(q, q, q, 2, block_size=10**6)
+    out_block = sliding_window_attention(q, q, q, 2, block_q=10**6)
     monkeypatch.undo()
     assert max(seen) < 1000
     torch.testing.assert_close(out, sliding_window_attention(q, q, q, 5))
@@ -280,15 +278,15 @@ def test_robust_arguments():
     q = torch.randn(5, 4)
     with pytest.raises(ValueError, match="window"):
         sliding_window_attention_reference(q, q, q, -1)
-    with pytest.raises(TypeError, match="block_size"):
-        sliding_window_attention_reference(q, q, q, 2, block_size=1.5)
+    with pytest.raises(TypeError, match="block_q"):
+        sliding_window_attention_reference(q, q, q, 2, block_q=1.5)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 3e-3), (torch.bfloat16, 2e-2)])
 def test_half_precision_gradients(dtype, tol):
     q, k, v = qkv(40, 40, d=16, dv=16, dtype=dtype, requires_grad=True)
     assert_half_gradients_match(
-        lambda q, k, v: sliding_window_attention(q, k, v, 5, block_size=8),
+        lambda q, k, v: sliding_window_attention(q, k, v, 5, block_q=8),
         lambda q, k, v: dense(q, k, v, 5, True, "top_left"),
         q,
         k,

@@ -17,7 +17,7 @@ def test_each_step_is_softmax_attention_over_the_keys_seen(n, block, seed):
         seen = slice(0, step["stop"])
         oracle = torch.softmax(run.scores[seen], 0) @ run.values[seen]
         assert torch.allclose(step["out"], oracle, atol=1e-12)
-        assert step["m"] == run.scores[seen].max().item()
+        assert step["mu"] == run.scores[seen].max().item()
     assert torch.allclose(run.steps[-1]["out"], run.exact, atol=1e-12)
     assert torch.allclose(run.exact, torch.softmax(run.scores, 0) @ run.values)
 
@@ -28,7 +28,7 @@ def test_the_late_large_score_moves_the_max(seed):
     moved = [t for t, st in enumerate(steps) if t > 0 and st["alpha"] < 1]
     assert moved, "the explorer's point (alpha < 1 when the max moves) needs a move"
     for prev, st in zip(steps, steps[1:]):
-        assert (st["alpha"] < 1) == (st["m"] > prev["m"])
+        assert (st["alpha"] < 1) == (st["mu"] > prev["mu"])
 
 
 def test_bad_input_is_refused():

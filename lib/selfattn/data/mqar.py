@@ -27,7 +27,7 @@ from torch import nn
 from .._checks import require_int, require_number
 from ..attention import scaled_dot_product_attention
 from ..efficient.linear import decayed_linear_attention, linear_attention
-from ..efficient.sparse import sliding_window_attention
+from ..efficient.sliding_window import sliding_window_attention
 from ..train import _keeps_rng
 
 __all__ = ["MQARBatch", "mqar_batch", "MIXERS", "RecallMixerModel", "train_mqar"]

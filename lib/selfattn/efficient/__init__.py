@@ -24,11 +24,10 @@ from .linear import (
     linear_attention_recurrent,
     linear_attention_step,
 )
+from .sliding_window import sliding_window_attention, sliding_window_attention_reference
 from .sparse import (
     block_sparse_mask,
     receptive_field,
-    sliding_window_attention,
-    sliding_window_attention_reference,
     strided_mask,
 )
 from .triton_flash import triton_available, triton_flash_attention

@@ -36,7 +36,7 @@ from .._checks import (
     require_int,
     require_same_device,
 )
-from .flash import _work_dtype
+from ._tiled import work_dtype
 
 __all__ = ["partial_attention", "merge_attention_states", "flash_decoding"]
 
@@ -64,7 +64,7 @@ def partial_attention(
     """
     check_qkv(q, k, v)
     scale = check_scale(scale, q.shape[-1])
-    work = _work_dtype(q.dtype)
+    work = work_dtype(q.dtype)
     s = q.to(work) @ k.to(work).transpose(-2, -1) * scale
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -147,7 +147,7 @@ def flash_decoding(
     chunk_size = require_int(chunk_size, "chunk_size", 1)
     scale = check_scale(scale, q.shape[-1])
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    work = _work_dtype(q.dtype)
+    work = work_dtype(q.dtype)
     # The empty state: no keys seen, output 0, log-sum-exp -inf.
     out = torch.zeros(*batch, n, d_v, dtype=work, device=q.device)
     lse = torch.full((*batch, n), float("-inf"), dtype=work, device=q.device)

@@ -45,7 +45,7 @@ from .._checks import (
     require_same_device,
 )
 from ..masks import causal_diagonal
-from .flash import _work_dtype
+from ._tiled import work_dtype
 
 __all__ = [
     "elu_feature_map",
@@ -120,7 +120,7 @@ def linear_attention(
     n, m = q.shape[-2], k.shape[-2]
     chunk_size = require_int(chunk_size, "chunk_size", 1)
     offset = causal_diagonal(n, m, alignment)
-    dtype, work = q.dtype, _work_dtype(q.dtype)
+    dtype, work = q.dtype, work_dtype(q.dtype)
     q, k, v = q.to(work), k.to(work), v.to(work)
     fq, fk = _features(q, k, feature_map)
     if not causal:
@@ -299,7 +299,7 @@ def linear_attention_recurrent(
             f"the recurrent form is causal self-attention: n={n} queries but m={k.shape[-2]} keys"
         )
     # Half inputs run in float32 (the state's sums overflow float16), as the other kernels do.
-    dtype, work = q.dtype, _work_dtype(q.dtype)
+    dtype, work = q.dtype, work_dtype(q.dtype)
     q, k, v = q.to(work), k.to(work), v.to(work)
     state = LinearAttentionState.empty(
         batch, q.shape[-1], v.shape[-1], dtype=work, device=q.device

@@ -26,7 +26,7 @@ import math
 import torch
 
 from .._checks import check_qkv, require_bool, require_float_tensors, require_int, require_number
-from .flash import _work_dtype
+from ._tiled import work_dtype
 from .linear import linear_attention
 
 __all__ = [
@@ -148,7 +148,7 @@ def performer_attention(
         scale = 1.0 / math.sqrt(d)
     # > 0 and finite: its square root scales q and k
     scale = require_number(scale, "scale", positive=True)
-    dtype, work = q.dtype, _work_dtype(q.dtype)
+    dtype, work = q.dtype, work_dtype(q.dtype)
     if projection is None:
         projection = gaussian_projection(
             num_features, d, orthogonal=orthogonal, generator=generator, dtype=work,

@@ -74,16 +74,16 @@ def plot_tile_step(step: int, n: int = 16, block: int = 4, seed: int = 0, axes=N
         for j in range(n)
     ]
     ax_s.bar(range(n), run.scores.numpy(), color=colours)
-    ax_s.axhline(now["m"], color="tab:red", ls="--", label=f"running max μ = {now['m']:.2f}")
+    ax_s.axhline(now["mu"], color="tab:red", ls="--", label=f"running max μ = {now['mu']:.2f}")
     ax_s.set_title(f"step {step}/{len(steps)}: keys {now['start']}..{now['stop'] - 1} (orange)")
     ax_s.set_xlabel("key j")
     ax_s.set_ylabel("score s_j")
     ax_s.legend(loc="lower left")
 
-    ls = [s["l"] for s in steps[:step]]
+    ls = [s["ell"] for s in steps[:step]]
     ax_l.bar(range(1, step + 1), ls, color="tab:green")
     ax_l.set_xlim(0.4, len(steps) + 0.6)
-    ax_l.set_title(f"running sum ℓ = {now['l']:.3f}, α = {now['alpha']:.3f}")
+    ax_l.set_title(f"running sum ℓ = {now['ell']:.3f}, α = {now['alpha']:.3f}")
     ax_l.set_xlabel("step (key block)")
     ax_l.set_ylabel("ℓ = sum exp(s_j - μ)")
 
