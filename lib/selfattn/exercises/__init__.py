@@ -27,6 +27,9 @@ chapter's number and the label's place in ``EXERCISES``, as the book numbers the
         for name, x in cases:
             expect_close(answer(x.clone()), reference(x), case=name)
 
+``progress(3)`` (the last code cell of each chapter) lists the chapter's exercises with
+✅ / ❌ / ⏳ from the checks of the reader's answers run in this kernel.
+
 Outside a chapter's module (a test, say) a checker is declared by its number instead,
 ``@checker("0.1", "double it")``.
 """
@@ -44,6 +47,7 @@ from ._core import (
     expect_shape,
     expect_true,
     name_mistake,
+    progress,
     set_time_limit,
 )
 
@@ -60,5 +64,6 @@ __all__ = [
     "expect_shape",
     "expect_true",
     "name_mistake",
+    "progress",
     "set_time_limit",
 ]

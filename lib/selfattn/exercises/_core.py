@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import copy
 import functools
+import linecache
 import math
 import numbers
 import os
 import re
 import signal
 import sys
+import sysconfig
 import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -412,6 +415,7 @@ def checker(exercise: str, title: str):
 
     def decorate(check: Callable) -> Callable[..., CheckResult]:
         number = exercise_number(check.__module__, exercise)
+        _TITLES.setdefault(check.__module__, {}).setdefault(exercise, title)
         label = f"Exercise {number} ({title})"
 
         @functools.wraps(check)
@@ -427,11 +431,7 @@ def checker(exercise: str, title: str):
                 except Mismatch as err:
                     result = CheckResult(label, FAILED, f"❌ {label}: {err}")
                 except AnswerRaised as err:  # the reader's code crashed: say so, never raise
-                    result = CheckResult(
-                        label,
-                        FAILED,
-                        f"❌ {label}: your code raised {type(err.error).__name__}: {err.error}",
-                    )
+                    result = CheckResult(label, FAILED, f"❌ {label}: {describe_error(err.error)}")
                 except Exception as err:  # the checker's own failure: never blame the reader
                     what = f"{type(err).__name__}: {err}"
                     if _calls.answered:
@@ -449,6 +449,8 @@ def checker(exercise: str, title: str):
                 else:
                     result = CheckResult(label, PASSED, f"✅ {label}: passed")
             print(result.message)
+            if not _from_solution(answer, sys._getframe(1)):
+                _RESULTS.setdefault(check.__module__, {})[exercise] = result.status
             return result
 
         # What the tests compare with the chapter: the label as declared, and its number.
@@ -456,3 +458,118 @@ def checker(exercise: str, title: str):
         return run
 
     return decorate
+
+
+# ----------------------------------------------------------------------------- the reader's line
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Folders whose frames are not the reader's: this package, the stdlib, site-packages."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # selfattn/
+    dirs = {here}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.add(os.path.abspath(path))
+    return tuple(d.rstrip(os.sep) + os.sep for d in dirs)
+
+
+def reader_frame(error: BaseException) -> traceback.FrameSummary | None:
+    """The last frame of the reader's own code in ``error``'s traceback, or None.
+
+    The reader's code is every frame outside this package, the standard library and the
+    installed packages (torch, numpy): a notebook cell, or a file of the reader's. When the
+    error is raised inside torch, say, the frame named is the reader's line that called it.
+    """
+    library = _library_dirs()
+    frames = traceback.extract_tb(error.__traceback__)
+    mine = [f for f in frames if not os.path.abspath(f.filename).startswith(library)]
+    return mine[-1] if mine else None
+
+
+def _where(frame: traceback.FrameSummary) -> str:
+    name = os.path.basename(frame.filename)
+    cell = "ipykernel" in frame.filename or frame.filename.startswith("<ipython-input")
+    place = f"line {frame.lineno} of your cell" if cell else f"line {frame.lineno} of {name}"
+    if frame.name and frame.name != "<module>":
+        place += f", in {frame.name}"
+    line = (frame.line or "").strip()
+    if len(line) > 60:
+        line = line[:57] + "..."
+    return f"{place}: {line}" if line else place
+
+
+def describe_error(error: BaseException) -> str:
+    """``your code raised ValueError: ... (at line 3 of your cell, in f: return x @ y)``."""
+    text = f"your code raised {type(error).__name__}: {error}"
+    frame = reader_frame(error)
+    return f"{text}\n    at {_where(frame)}" if frame is not None else text
+
+
+# ----------------------------------------------------------------------------- progress
+
+#: ``{module: {label: status}}``: the last result of each exercise's checker in this kernel,
+#: for the reader's own answers (checks of a solution cell are not counted).
+_RESULTS: dict[str, dict[str, str]] = {}
+#: ``{module: {label: title}}``, as the checkers declare them.
+_TITLES: dict[str, dict[str, str]] = {}
+SOLUTION_MARK = "# @title Solution"
+
+
+def _from_solution(answer, caller) -> bool:
+    """Whether a check is of a solution: a ``..._solution`` function, or called from a solution
+    cell (its first line is ``# @title Solution``, as every solution cell's is)."""
+    if getattr(answer, "__name__", "").endswith("_solution"):
+        return True
+    try:
+        lines = linecache.getlines(caller.f_code.co_filename)
+    except Exception:
+        return False
+    return bool(lines) and lines[0].strip() == SOLUTION_MARK
+
+
+_ICONS = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "⏳"}
+
+
+@dataclass
+class Progress:
+    """What :func:`progress` printed: ``{number: status}`` in the chapter's order."""
+
+    chapter: int
+    statuses: dict
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def progress(chapter: int, *, module=None) -> Progress:
+    """Print the chapter's exercises with ✅ / ❌ / ⏳ from the checks run in this kernel.
+
+    ✅ passed, ❌ the last check failed, ⏳ not attempted yet (or not checked yet). Checks of
+    the book's solutions do not count: only the reader's own answers do.
+    """
+    import importlib
+
+    if module is None:
+        module = importlib.import_module(f"selfattn.exercises.ch{int(chapter):02d}")
+    name = module.__name__
+    labels = tuple(getattr(module, "EXERCISES", ()))
+    results = _RESULTS.get(name, {})
+    titles = _TITLES.get(name, {})
+    statuses, lines = {}, [f"Chapter {int(chapter)}: your exercises, as checked in this kernel"]
+    for label in labels:
+        number = exercise_number(name, label)
+        status = results.get(label, NOT_ATTEMPTED)
+        statuses[number] = status
+        title = titles.get(label, label)
+        head = f"{_ICONS[status]} Exercise {number} ({title})"
+        word = {PASSED: "passed", FAILED: "failed", NOT_ATTEMPTED: "not attempted yet"}[status]
+        line = f"{head}: {word}"
+        if len(line) > 79:
+            keep = 79 - len(f"{_ICONS[status]} Exercise {number} (...): {word}")
+            line = f"{_ICONS[status]} Exercise {number} ({title[: max(keep, 1)]}...): {word}"
+        lines.append(line)
+    done = sum(s == PASSED for s in statuses.values())
+    lines.append(f"{done} of {len(labels)} passed")
+    print("\n".join(lines))
+    return Progress(int(chapter), statuses)
