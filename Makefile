@@ -50,10 +50,21 @@ test-lib: install
 # Strict nbval, run as a Colab reader runs the book: a wheel of the library installed in a
 # fresh venv, each chapter copied alone into an empty folder (tools/reader_run.py). Every
 # chapter in _toc.yml must run there and reproduce its committed outputs, with claims raising,
-# twice: on this CPU's floating-point path and on a second one that stands for another machine
-# (unvectorised ATen kernels, MKL's compatible path). Prints each chapter's time and budget.
+# twice: on this CPU's floating-point path with the book's pinned packages, and on a second
+# path that stands for another machine (unvectorised ATen kernels, MKL's compatible path) with
+# Colab's own package versions (tools/colab_constraints.txt; the venv of those is kept in
+# COLAB_VENV between runs, about 5 GB, 2-3 minutes to build). Prints each chapter's time.
+COLAB_VENV ?= /tmp/colab-venv
 test-notebooks: install
-	$(PY) tools/reader_run.py
+	COLAB_VENV=$(COLAB_VENV) $(PY) tools/reader_run.py
+
+# Refresh tools/colab_constraints.txt from a copy of Colab's runtime list, e.g.
+#   git clone https://github.com/googlecolab/backend-info /tmp/backend-info
+#   make colab-versions FREEZE=/tmp/backend-info/pip-freeze.gpu.txt SOURCE="backend-info at <commit>"
+.PHONY: colab-versions
+colab-versions: install
+	@test -n "$(FREEZE)" || { echo "usage: make colab-versions FREEZE=path/to/pip-freeze.gpu.txt [SOURCE=...]"; exit 1; }
+	$(PY) tools/colab_versions.py $(FREEZE) $(if $(SOURCE),--source "$(SOURCE)")
 
 # Formatting and lint (ruff, configured in pyproject.toml and chapters/ruff.toml), and no code
 # or output line of a chapter wider than the website's code column (79 characters).

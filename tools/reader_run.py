@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fcntl
 import json
 import os
 import re
@@ -62,6 +63,16 @@ from selfattn.results import SECOND_PATH  # noqa: E402
 #: (tests/test_fp_paths.py shows it).
 PATHS = {"native": {}, "second": SECOND_PATH}
 
+#: The environment each pass runs in: ``book`` is this checkout's pinned one
+#: (requirements.txt); ``colab`` starts from Colab's own versions (tools/colab_constraints.txt),
+#: then installs the wheel as a chapter's setup cell does. The second pass stands for another
+#: reader's machine, and the reader most likely to run the book elsewhere runs it on Colab:
+#: other rounding and Colab's packages, together, in one pass (``--env`` overrides it).
+ENVS = {"native": "book", "second": "colab"}
+COLAB_CONSTRAINTS = ROOT / "tools" / "colab_constraints.txt"
+#: Test tools the base environment adds to Colab's packages (Colab has pytest, not these).
+TEST_TOOLS = ("nbval", "pytest-xdist")
+
 #: A reader's time budget per chapter on 2 CPU cores (design.md), by chapter number.
 BUDGET_S = {n: 90 if 6 <= n <= 9 else 60 for n in range(1, 11)}
 
@@ -71,8 +82,7 @@ def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], check=True, **kwargs)
 
 
-def build_reader_env(work: Path) -> Path:
-    """A fresh venv with the selfattn wheel installed; returns its python."""
+def build_wheel(work: Path) -> Path:
     wheels = work / "wheel"
     run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
@@ -80,10 +90,11 @@ def build_reader_env(work: Path) -> Path:
         cwd=work,
     )
     (wheel,) = wheels.glob("selfattn-*.whl")
-    venv = work / "venv"
-    run([sys.executable, "-m", "venv", "--without-pip", venv])
-    python = venv / "bin" / "python"
-    purelib = Path(
+    return wheel
+
+
+def _purelib(python: Path) -> Path:
+    return Path(
         subprocess.run(
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             check=True,
@@ -91,12 +102,22 @@ def build_reader_env(work: Path) -> Path:
             text=True,
         ).stdout.strip()
     )
-    run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
-        + ["--target", purelib, wheel]
+
+
+def _versions(python: Path, names: list[str]) -> dict[str, str]:
+    code = (
+        "import sys, importlib.metadata as m\n"
+        "for n in sys.argv[1:]:\n"
+        "    try: print(n, m.version(n))\n"
+        "    except m.PackageNotFoundError: print(n, '-')\n"
     )
-    here = sysconfig.get_paths()["purelib"]
-    (purelib / "_book_environment.pth").write_text(here + "\n")
+    out = subprocess.run(
+        [python, "-c", code, *names], check=True, capture_output=True, text=True
+    ).stdout.split()
+    return dict(zip(out[::2], out[1::2]))
+
+
+def _check_wheel_import(python: Path, purelib: Path, work: Path) -> None:
     where = subprocess.run(
         [python, "-c", "import selfattn; print(selfattn.__file__)"],
         check=True,
@@ -107,6 +128,92 @@ def build_reader_env(work: Path) -> Path:
     if not Path(where).is_relative_to(purelib):
         sys.exit(f"reader_run: selfattn imported from {where}, not from the wheel in {purelib}")
     print(f"selfattn from the wheel: {where}", flush=True)
+
+
+def colab_base(venv: Path) -> Path:
+    """A venv holding exactly Colab's versions (tools/colab_constraints.txt) and the test
+    tools; kept between runs at ``venv``, keyed by the constraints file, and rebuilt when that
+    file changes. Returns its python."""
+    import hashlib
+
+    from colab_versions import read_constraints
+
+    pins = read_constraints(COLAB_CONSTRAINTS)
+    key = hashlib.sha256(COLAB_CONSTRAINTS.read_bytes()).hexdigest()[:16]
+    python, stamp = venv / "bin" / "python", venv / ".constraints"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # Two runs at once (two developers) build it once: the second waits for the first.
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp.exists() and stamp.read_text() == key):
+            _install_colab_base(venv, pins, key)
+    return python
+
+
+def _install_colab_base(venv: Path, pins: dict[str, str], key: str) -> None:
+    python, stamp = venv / "bin" / "python", venv / ".constraints"
+    shutil.rmtree(venv, ignore_errors=True)
+    run([sys.executable, "-m", "venv", venv])
+    ours = {n: v for n, v in _pins_of_requirements().items() if n in TEST_TOOLS}
+    run(
+        [python, "-m", "pip", "install", "-q", "-r", COLAB_CONSTRAINTS]
+        + [f"{n}=={v}" for n, v in ours.items()]
+    )
+    got = _versions(python, list(pins))
+    wrong = [f"{n} {got[n]} (Colab: {v})" for n, v in pins.items() if got[n] != v]
+    if wrong:
+        sys.exit("reader_run: pip did not install Colab's versions: " + ", ".join(wrong))
+    stamp.write_text(key)
+
+
+def _pins_of_requirements() -> dict[str, str]:
+    found = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line.strip())
+        if m:
+            found[m[1].lower()] = m[2]
+    return found
+
+
+def build_colab_env(work: Path, wheel: Path, base_venv: Path) -> Path:
+    """A fresh venv over Colab's versions (:func:`colab_base`, reached through a ``.pth``
+    line), into which the wheel is installed as the setup cell installs it: a plain
+    ``pip install`` with its dependencies, so pip upgrades whatever of Colab's packages the
+    library's declared floors reject (ipywidgets 7.7.1, as on Colab), into this venv only.
+    Prints each of Colab's versions before and after; returns the venv's python."""
+    base = colab_base(base_venv)
+    venv = work / "venv-colab"
+    run([sys.executable, "-m", "venv", venv])
+    python = venv / "bin" / "python"
+    purelib = _purelib(python)
+    (purelib / "_colab_base.pth").write_text(str(_purelib(base)) + "\n")
+    from colab_versions import read_constraints
+
+    names = list(read_constraints(COLAB_CONSTRAINTS))
+    before = _versions(python, names)
+    run([python, "-m", "pip", "install", "-q", wheel])
+    after = _versions(python, names)
+    print("\nColab's versions, and what installing the wheel changed (as on Colab):")
+    for name in names:
+        change = "" if before[name] == after[name] else f" -> {after[name]}"
+        print(f"  {name:<20} {before[name]}{change}")
+    _check_wheel_import(python, purelib, work)
+    return python
+
+
+def build_reader_env(work: Path, wheel: Path) -> Path:
+    """A fresh venv with the selfattn wheel installed; returns its python."""
+    venv = work / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", venv])
+    python = venv / "bin" / "python"
+    purelib = _purelib(python)
+    run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+        + ["--target", purelib, wheel]
+    )
+    here = sysconfig.get_paths()["purelib"]
+    (purelib / "_book_environment.pth").write_text(here + "\n")
+    _check_wheel_import(python, purelib, work)
     return python
 
 
@@ -205,8 +312,11 @@ def print_budget_table(times: dict[str, float]) -> None:
     print(flush=True)
 
 
-def run_pass(python: Path, chapters: list[Path], work: Path, name: str, workers: str) -> int:
-    """Strict nbval on fresh copies of ``chapters`` on one floating-point path."""
+def run_pass(
+    python: Path, chapters: list[Path], work: Path, name: str, workers: str, env_name: str
+) -> int:
+    """Strict nbval on fresh copies of ``chapters`` on one floating-point path, in the
+    environment ``env_name`` (``python``'s)."""
     folder = work / f"reader-{name}"
     copies = copy_alone(chapters, folder)
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
@@ -220,7 +330,8 @@ def run_pass(python: Path, chapters: list[Path], work: Path, name: str, workers:
     if workers not in {"0", "1"} and len(copies) > 1:
         cmd += ["-n", workers, "--dist", "loadfile"]
     shown = " ".join(f"{k}={v}" for k, v in PATHS[name].items()) or "this CPU's own"
-    print(f"\n=== floating-point path {name!r} ({shown}) ===", flush=True)
+    where = "Colab's versions" if env_name == "colab" else "the book's pinned versions"
+    print(f"\n=== floating-point path {name!r} ({shown}), {where} ===", flush=True)
     result = subprocess.run([str(c) for c in cmd + copies], cwd=folder / "reader", env=env)
     if name == "native" and junit.exists():
         print_budget_table(chapter_times(junit))
@@ -237,6 +348,18 @@ def main(argv: list[str]) -> int:
         default="native,second",
         help="floating-point paths to run, comma-separated: native, second (default both)",
     )
+    parser.add_argument(
+        "--env",
+        choices=("book", "colab"),
+        default=None,
+        help="run every pass in this environment (default: native in book, second in colab)",
+    )
+    parser.add_argument(
+        "--colab-venv",
+        type=Path,
+        default=Path(os.environ.get("COLAB_VENV", Path(tempfile.gettempdir()) / "colab-venv")),
+        help="where the venv of Colab's versions is kept between runs (env COLAB_VENV)",
+    )
     args = parser.parse_args(argv)
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     unknown = sorted(set(paths) - set(PATHS))
@@ -248,8 +371,18 @@ def main(argv: list[str]) -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="selfattn-reader-"))
     try:
-        python = build_reader_env(work)
-        failed = [name for name in paths if run_pass(python, chapters, work, name, args.workers)]
+        wheel = build_wheel(work)
+        envs = {name: args.env or ENVS[name] for name in paths}
+        pythons = {}
+        if "book" in envs.values():
+            pythons["book"] = build_reader_env(work, wheel)
+        if "colab" in envs.values():
+            pythons["colab"] = build_colab_env(work, wheel, args.colab_venv)
+        failed = [
+            name
+            for name in paths
+            if run_pass(pythons[envs[name]], chapters, work, name, args.workers, envs[name])
+        ]
         if failed:
             print(f"reader_run: strict nbval failed on the path(s) {failed}")
         return 1 if failed else 0

@@ -193,13 +193,37 @@ def _to_jsonable(value):
     return value
 
 
+#: myst-nb's glue format: a display whose MIME types carry this prefix (frontends show
+#: nothing for them) and whose metadata names the value (myst_nb.ext.glue.GLUE_PREFIX).
+GLUE_PREFIX = "application/papermill.record/"
+
+
 def _glue(name: str, value, display: bool) -> None:
-    """myst-nb's glue, or nothing where myst-nb is missing (on Colab: no prose to glue into)."""
+    """myst-nb's glue; where myst-nb is missing (Colab), the same display, published here.
+
+    The website's prose reads glued values from a chapter's saved outputs. A reader on Colab
+    has no myst-nb, and without this their run would publish fewer outputs than the saved
+    ones (invisible in the notebook, but strict nbval compares them): the few lines of
+    myst-nb's ``glue`` are repeated here so that a chapter's outputs do not depend on it
+    (tests/test_results.py checks the two publish the same display).
+    """
     try:
         from myst_nb import glue
     except ImportError:
-        return
+        glue = _glue_without_myst_nb
     glue(name, value, display=display)
+
+
+def _glue_without_myst_nb(name: str, value, display: bool = True) -> None:
+    try:
+        from IPython.core.formatters import format_display_data
+        from IPython.display import display as ipy_display
+    except ImportError:  # plain Python: nothing to display into
+        return
+    bundle, metadata = format_display_data(value)
+    prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = {"name": name, "mime_prefix": prefix}
+    ipy_display({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
 
 
 def record(
