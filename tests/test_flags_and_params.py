@@ -75,7 +75,7 @@ FLAG_CALLS = {
     ("selfattn.attention", "scaled_dot_product_attention", "return_weights"): lambda f: (
         selfattn.scaled_dot_product_attention(Q, K, V, return_weights=f)
     ),
-    ("selfattn.bench", "generate", "use_cache"): lambda f: bench.generate(
+    ("selfattn.models.attention_decoder", "generate", "use_cache"): lambda f: selfattn.generate(
         [_layer()], torch.randn(1, 2, 8), 1, use_cache=f
     ),
     ("selfattn.bench", "run_cpu", "quick"): lambda f: bench.run_cpu(quick=f, out=None),

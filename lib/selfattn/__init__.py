@@ -9,6 +9,8 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 * ``costs``: parameter, FLOP and byte counts (chapters 1, 5, 7, 8)
 * ``efficient``: FlashAttention (PyTorch, Triton), sliding-window and linear attention,
   FlashDecoding (chapters 5, 7-8); ``bench``: the ``make bench`` harness (imported on demand)
+* ``models``: the tiny models the chapters train, and chapter 5's decoding model
+  (``attention_stack``, ``generate``, imported on demand)
 * ``viz``: the shared plots; ``diagrams``: schematic figures (chapters 1-8);
   ``runtime``: ``setup()``; ``results``: glued figures
 * ``train``: the training loop; ``exercises``: the checkers
@@ -44,9 +46,9 @@ from .viz import plot_attention
 
 __version__ = "0.1.0"
 
-#: Names that live in :mod:`selfattn.bench`, imported on first use (PEP 562), so that
-#: ``import selfattn`` does not load the benchmark harness.
-_FROM_BENCH = ("attention_stack", "generate")
+#: Names that live in :mod:`selfattn.models.attention_decoder` (chapter 5's decoding model),
+#: imported on first use (PEP 562), so that ``import selfattn`` does not load the models.
+_FROM_MODELS = ("attention_stack", "generate")
 
 __all__ = [
     *_attention_all,
@@ -72,13 +74,13 @@ __all__ = [
     "reference",
     "setup",
     "train_loop",
-    *_FROM_BENCH,
+    *_FROM_MODELS,
 ]
 
 
 def __getattr__(name: str):
-    if name in _FROM_BENCH:
-        from . import bench
+    if name in _FROM_MODELS:
+        from .models import attention_decoder
 
-        return getattr(bench, name)
+        return getattr(attention_decoder, name)
     raise AttributeError(f"module 'selfattn' has no attribute {name!r}")

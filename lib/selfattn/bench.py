@@ -53,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,9 +61,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as benchmark
-from torch import nn
 
-from ._checks import require_bool, require_float, require_int, require_number
+from ._checks import require_bool, require_int, require_number
 from .costs import kv_cache_bytes
 from .efficient import (
     LinearAttentionState,
@@ -73,12 +72,11 @@ from .efficient import (
     sliding_window_attention,
 )
 from .efficient.decoding import flash_decoding
-from .multihead import KVCache, MultiHeadAttention
+from .models.attention_decoder import attention_stack, generate
+from .multihead import KVCache
 
 __all__ = [
     "plain_attention",
-    "attention_stack",
-    "generate",
     "METHODS",
     "make_inputs",
     "timeit",
@@ -175,102 +173,6 @@ def _linear_decode(x) -> torch.Tensor:
     return out
 
 
-# -- a stack of layers and autoregressive decoding (the KV-cache cases) ---------------
-
-
-def attention_stack(
-    num_layers: int,
-    d_model: int,
-    num_heads: int,
-    *,
-    seed: int = 0,
-    num_kv_heads: int | None = None,
-) -> nn.ModuleList:
-    """``num_layers`` :class:`~selfattn.multihead.MultiHeadAttention` layers, seeded, in eval mode.
-
-    :func:`generate` runs them as a residual stack ``x <- x + layer(x, mask="causal")``.
-    ``num_kv_heads`` makes every layer grouped-query attention.
-    """
-    num_layers = require_int(num_layers, "num_layers", 1)
-    seed = require_int(seed, "seed", None)
-    g = torch.Generator().manual_seed(seed)
-    layers = nn.ModuleList(
-        MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads)
-        for _ in range(num_layers)
-    )
-    with torch.no_grad():
-        for p in layers.parameters():
-            # nn.Linear's default init, drawn from our own generator so the stack does not
-            # depend on (or disturb) the global RNG.
-            bound = 1.0 / math.sqrt(d_model)
-            p.copy_(torch.empty_like(p).uniform_(-bound, bound, generator=g))
-    return layers.eval()
-
-
-def _next_input(y_last: torch.Tensor) -> torch.Tensor:
-    # The "token" fed back: the last output, rescaled to unit RMS so that 256 steps
-    # neither explode nor vanish (a stand-in for sampling a token and embedding it).
-    return y_last / y_last.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
-
-
-@torch.no_grad()
-def generate(
-    layers: Sequence[MultiHeadAttention],
-    prompt: torch.Tensor,
-    steps: int,
-    *,
-    use_cache: bool = True,
-) -> torch.Tensor:
-    """Decode ``steps`` vectors autoregressively through a residual stack of attention layers.
-
-    Each layer computes ``x + layer(x, mask="causal")``; the output at the last position,
-    rescaled to unit RMS, is the next input. With ``use_cache`` the prompt is run once
-    (prefill) and every later step feeds one position through the layers and their
-    :class:`~selfattn.multihead.KVCache`; without it every step re-runs the whole prefix.
-    The results agree to float rounding (tested), so timing both measures the cache's
-    speed-up::
-
-        layers = attention_stack(num_layers=4, d_model=256, num_heads=8, seed=0)
-        prompt = torch.randn(1, 16, 256)
-        fast = generate(layers, prompt, 256, use_cache=True)  # (1, 256, 256)
-        slow = generate(layers, prompt, 256, use_cache=False)  # same values, O(T^2) work
-
-    Args:
-        layers: e.g. :func:`attention_stack`'s output.
-        prompt: ``(B, p, d_model)`` with ``p >= 1``.
-        steps: number of vectors to generate (>= 1).
-        use_cache: decode with one KV cache per layer, or recompute.
-
-    Returns:
-        ``(B, steps, d_model)``, the generated inputs in order.
-    """
-    use_cache = require_bool(use_cache, "use_cache")
-    require_float(prompt, "prompt")
-    if prompt.dim() != 3 or prompt.shape[1] < 1:
-        raise ValueError(f"prompt must have shape (B, p >= 1, d_model), got {tuple(prompt.shape)}")
-    steps = require_int(steps, "steps", 1)
-    out = []
-    if use_cache:
-        caches = [KVCache() for _ in layers]
-        x = prompt
-        for _ in range(steps):
-            h = x
-            for layer, cache in zip(layers, caches):
-                h = h + layer(h, mask="causal", cache=cache)
-            x = _next_input(h[:, -1:])  # (B, 1, d): only the new position goes in next time
-            out.append(x)
-    else:
-        seq = prompt
-        for _ in range(steps):
-            h = seq
-            for layer in layers:
-                h = h + layer(h, mask="causal")
-            x = _next_input(h[:, -1:])
-            out.append(x)
-            seq = torch.cat([seq, x], dim=1)
-    return torch.cat(out, dim=1)
-
-
 # -- the cases ------------------------------------------------------------------------
 
 
@@ -328,12 +230,12 @@ _CASES: dict[str, _Case] = {
     ),
     "kv_cache_decode": _Case(
         lambda x: generate(x["layers"], x["prompt"], x["steps"], use_cache=True),
-        "selfattn.bench.generate with KV cache (4 layers, d_model 256, 4 heads)",
+        "selfattn.generate with KV cache (4 layers, d_model 256, 4 heads)",
         "generate",
     ),
     "no_cache_decode": _Case(
         lambda x: generate(x["layers"], x["prompt"], x["steps"], use_cache=False),
-        "selfattn.bench.generate recomputing the prefix each step",
+        "selfattn.generate recomputing the prefix each step",
         "generate",
     ),
     "flash_attention_train": _Case(
@@ -749,133 +651,142 @@ def goal_met(goal: str, value: float) -> bool:
     return value <= bound if op == "<=" else value >= bound
 
 
+class _Targets:
+    """The targets table as it is built: one row per target, with its value, goal and verdict."""
+
+    def __init__(self, results: list[dict]):
+        self.results, self.rows = results, []
+
+    def case(self, method: str, n: int) -> dict | None:
+        return _case(self.results, method, n)
+
+    def add(self, name, value, goal, detail, value_cpu=None) -> None:
+        met = goal == REPORTED or goal_met(goal, value)
+        row = {"target": name, "value": value, "goal": goal, "met": met, "detail": detail}
+        if value_cpu is not None:  # from process CPU times (less disturbed by other load)
+            row["value_cpu_time"] = value_cpu
+        self.rows.append(row)
+
+    def ratio(self, name, a, b, goal=None, *, key="median_s") -> None:
+        """The target ``a[key] / b[key]``; goal ``("<=" or ">=", bound)``, None: reported."""
+        r = a[key] / b[key]
+        if key == "median_s":
+            detail, cpu = f"{a[key]:.3f} s vs {b[key]:.3f} s", _cpu_ratio(a, b)
+        else:
+            detail, cpu = f"{a[key]:.1f} MiB vs {b[key]:.1f} MiB", None
+        self.add(name, r, REPORTED if goal is None else f"{goal[0]} {goal[1]:g}", detail, cpu)
+
+    def slope(self, name, points: list[tuple[int, float]], detail: str) -> None:
+        """The log-log slope in n of an extra peak memory, at most linear as the goal."""
+        p = fit_slope([a for a, _ in points], [b for _, b in points])
+        self.add(name, p, "<= 1.2 (at most linear)", detail)
+
+
+def _cpu_ratio(a: dict, b: dict) -> float | None:
+    if a.get("cpu_median_s") and b.get("cpu_median_s"):
+        return a["cpu_median_s"] / b["cpu_median_s"]
+    return None
+
+
+def _mib(points) -> str:
+    return ", ".join(f"n={a}: {b:.1f} MiB" for a, b in points)
+
+
 def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
     """The performance targets chapters 7 and 8 quote, each with its value and whether met.
 
     A target whose cases are missing (or lack a time or a memory) is left out.
     """
     size = _sizes(quick)
-    mid, big, steps = size["mid"], size["big"], size["steps"]
-    targets = []
+    t = _Targets(results)
+    _forward_targets(t, size["mid"], size["big"], size["steps"])
+    _training_targets(t, size["train"][-1])
+    _decoding_targets(t, size["cache"], size["gqa_cache"])
+    return t.rows
 
-    def add(name, value, goal, detail, value_cpu=None):
-        met = goal == REPORTED or goal_met(goal, value)
-        row = {"target": name, "value": value, "goal": goal, "met": met, "detail": detail}
-        if value_cpu is not None:  # from process CPU times (less disturbed by other load)
-            row["value_cpu_time"] = value_cpu
-        targets.append(row)
 
-    def cpu_ratio(a, b):
-        if a.get("cpu_median_s") and b.get("cpu_median_s"):
-            return a["cpu_median_s"] / b["cpu_median_s"]
-        return None
-
-    def ratio(name, a, b, goal=None, *, key="median_s"):
-        """The target ``a[key] / b[key]``; goal ``("<=" or ">=", bound)``, None: reported."""
-        r = a[key] / b[key]
-        if key == "median_s":
-            detail, cpu = f"{a[key]:.3f} s vs {b[key]:.3f} s", cpu_ratio(a, b)
-        else:
-            detail, cpu = f"{a[key]:.1f} MiB vs {b[key]:.1f} MiB", None
-        add(name, r, REPORTED if goal is None else f"{goal[0]} {goal[1]:g}", detail, cpu)
-
-    flash, sdpa, plain = (
-        _case(results, "flash_attention", mid),
-        _case(results, "sdpa", mid),
-        _case(results, "plain", mid),
-    )
+def _forward_targets(t: _Targets, mid: int, big: int, steps: int) -> None:
+    """FlashAttention against SDPA and plain attention, the sparse and linear kernels, and
+    the KV cache's speed-up."""
+    flash, sdpa, plain = (t.case(m, mid) for m in ("flash_attention", "sdpa", "plain"))
     if flash and sdpa:
-        ratio(f"flash_attention time / SDPA time, n={mid}", flash, sdpa, ("<=", 1.25))
+        t.ratio(f"flash_attention time / SDPA time, n={mid}", flash, sdpa, ("<=", 1.25))
     if flash and plain and plain.get("extra_peak_mib", 0) > 0:
         name = f"flash_attention extra peak / plain's, n={mid}"
-        ratio(name, flash, plain, ("<=", 0.05), key="extra_peak_mib")
-    win, dense = _case(results, "sliding_window", big), _case(results, "dense_masked_sdpa", big)
+        t.ratio(name, flash, plain, ("<=", 0.05), key="extra_peak_mib")
+    win, dense = t.case("sliding_window", big), t.case("dense_masked_sdpa", big)
     if win and dense:
-        ratio(f"dense masked time / sliding_window time, n={big}", dense, win, (">=", 5))
+        t.ratio(f"dense masked time / sliding_window time, n={big}", dense, win, (">=", 5))
     wins = sorted(
         (r["n"], r["extra_peak_mib"])
-        for r in results
+        for r in t.results
         if r["method"] == "sliding_window" and "extra_peak_mib" in r
     )
     wins = [w for w in wins if w[0] >= big // 4]
     if len(wins) >= 2:
-        p = fit_slope([a for a, _ in wins], [b for _, b in wins])
-        add(
-            f"sliding_window extra-memory slope in n (log-log, n >= {big // 4})",
-            p,
-            "<= 1.2 (at most linear)",
-            ", ".join(f"n={a}: {b:.1f} MiB" for a, b in wins),
-        )
-    lin, plain_big = _case(results, "linear_attention", big), _case(results, "plain", big)
+        name = f"sliding_window extra-memory slope in n (log-log, n >= {big // 4})"
+        t.slope(name, wins, _mib(wins))
+    lin, plain_big = t.case("linear_attention", big), t.case("plain", big)
     if lin and plain_big:
-        ratio(f"plain time / linear_attention time, n={big}", plain_big, lin, (">=", 10))
-    fast, slow = _case(results, "kv_cache_decode", steps), _case(results, "no_cache_decode", steps)
+        t.ratio(f"plain time / linear_attention time, n={big}", plain_big, lin, (">=", 10))
+    fast, slow = t.case("kv_cache_decode", steps), t.case("no_cache_decode", steps)
     if fast and slow:
-        ratio(f"KV-cache decoding speed-up, {steps} tokens", slow, fast)
-    train = size["train"][-1]
+        t.ratio(f"KV-cache decoding speed-up, {steps} tokens", slow, fast)
+
+
+def _training_targets(t: _Targets, train: int) -> None:
+    """FlashAttention's forward and backward against SDPA's and plain attention's."""
     flash, sdpa, plain = (
-        _case(results, m, train) for m in ("flash_attention_train", "sdpa_train", "plain_train")
+        t.case(m, train) for m in ("flash_attention_train", "sdpa_train", "plain_train")
     )
     if flash and sdpa:
-        ratio(f"flash_attention fwd+bwd time / SDPA fwd+bwd, n={train}", flash, sdpa, ("<=", 2))
+        t.ratio(f"flash_attention fwd+bwd time / SDPA fwd+bwd, n={train}", flash, sdpa, ("<=", 2))
     if flash and plain and plain["extra_peak_mib"] > 0:
         name = f"flash_attention fwd+bwd extra peak / plain's, n={train}"
-        ratio(name, flash, plain, ("<=", 0.1), key="extra_peak_mib")
+        t.ratio(name, flash, plain, ("<=", 0.1), key="extra_peak_mib")
     grows = {
-        m: sorted((r["n"], r["extra_peak_mib"]) for r in results if r["method"] == m)
+        m: sorted((r["n"], r["extra_peak_mib"]) for r in t.results if r["method"] == m)
         for m in ("flash_attention_train", "plain_train")
-        if _case(results, m, train)
+        if t.case(m, train)
     }
     if len(grows.get("flash_attention_train", [])) >= 2:
-        p = fit_slope(*zip(*grows["flash_attention_train"]))
-        detail = ", ".join(f"n={a}: {b:.1f} MiB" for a, b in grows["flash_attention_train"])
+        detail = _mib(grows["flash_attention_train"])
         if len(grows.get("plain_train", [])) >= 2:
             detail += f"; plain's slope {fit_slope(*zip(*grows['plain_train'])):.2f}"
-        add(
-            "flash_attention fwd+bwd extra-peak slope in n (log-log)",
-            p,
-            "<= 1.2 (at most linear)",
-            detail,
-        )
-    cache = size["cache"]
-    flash, sdpa, plain = (_case(results, m, cache) for m in _DECODE_QUERIES)
+        name = "flash_attention fwd+bwd extra-peak slope in n (log-log)"
+        t.slope(name, grows["flash_attention_train"], detail)
+
+
+def _decoding_targets(t: _Targets, cache: int, gqa_cache: int) -> None:
+    """FlashDecoding against SDPA per token, and grouped-query attention's cache and time."""
+    flash, sdpa, plain = (t.case(m, cache) for m in _DECODE_QUERIES)
     if flash and sdpa and "per_token_s" in flash and "per_token_s" in sdpa:
         r = flash["per_token_s"] / sdpa["per_token_s"]
         detail = f"{flash['per_token_s'] * 1e3:.2f} ms vs {sdpa['per_token_s'] * 1e3:.2f} ms"
         if plain and "per_token_s" in plain:
             detail += f"; plain {plain['per_token_s'] * 1e3:.2f} ms"
-        add(
-            f"flash_decoding time per token / SDPA decode's, cache {cache}",
-            r,
-            REPORTED,
-            detail + " per token",
-            cpu_ratio(flash, sdpa),
-        )
-    gqa_cache = size["gqa_cache"]
-    mha = next((r for r in results if r["method"] == "mha_decode" and r["n"] == gqa_cache), None)
-    gqa = next((r for r in results if r["method"] == "gqa_decode" and r["n"] == gqa_cache), None)
+        name = f"flash_decoding time per token / SDPA decode's, cache {cache}"
+        t.add(name, r, REPORTED, detail + " per token", _cpu_ratio(flash, sdpa))
+    mha = next((r for r in t.results if r["method"] == "mha_decode" and r["n"] == gqa_cache), None)
+    gqa = next((r for r in t.results if r["method"] == "gqa_decode" and r["n"] == gqa_cache), None)
     if mha and gqa and mha.get("cache_bytes") and gqa.get("cache_bytes"):
-        r = gqa["cache_bytes"] / mha["cache_bytes"]
-        goal = GQA_KV_HEADS / GQA_HEADS
-        add(
+        t.add(
             f"GQA ({GQA_HEADS}->{GQA_KV_HEADS} KV heads) cache bytes / MHA's, {gqa_cache} "
             "positions",
-            r,
-            f"<= {goal:g}",
+            gqa["cache_bytes"] / mha["cache_bytes"],
+            f"<= {GQA_KV_HEADS / GQA_HEADS:g}",
             f"{gqa['cache_bytes'] / 2**20:.1f} MiB vs {mha['cache_bytes'] / 2**20:.1f} MiB "
             "(one layer)",
         )
-    mha, gqa = _case(results, "mha_decode", gqa_cache), _case(results, "gqa_decode", gqa_cache)
+    mha, gqa = t.case("mha_decode", gqa_cache), t.case("gqa_decode", gqa_cache)
     if mha and gqa and "per_token_s" in mha and "per_token_s" in gqa:
-        r = gqa["per_token_s"] / mha["per_token_s"]
-        add(
+        t.add(
             f"GQA decode time per token / MHA's, {gqa_cache} cached positions",
-            r,
+            gqa["per_token_s"] / mha["per_token_s"],
             REPORTED,
             f"{gqa['per_token_s'] * 1e3:.2f} ms vs {mha['per_token_s'] * 1e3:.2f} ms per token",
-            cpu_ratio(gqa, mha),
+            _cpu_ratio(gqa, mha),
         )
-    return targets
 
 
 def run_cpu(
@@ -917,45 +828,14 @@ def run_cpu(
             raise ValueError(f"only: unknown methods {unknown}; expected some of {METHODS}")
     torch.set_num_threads(threads)
     started = _dt.datetime.now(_dt.timezone.utc)
-    results = []
-    for method, n in _plan(quick):
-        if only is not None and method not in only:
-            continue
-        row = {
-            "method": method,
-            "n": n,
-            "description": _CASES[method].description,
-            **_facts(method, n),
-        }
-        if timing:
-            row.update(time_case(method, n, repeats=repeats))
-        if memory:
-            row.update(memory_case(method, n, threads=threads))
-        results.append(row)
-        log(
-            f"{method:>18} n={n:>6}:"
-            + (
-                f" median {row['median_s']:.4f} s (cpu {row['cpu_median_s']:.4f} s)"
-                if timing
-                else ""
-            )
-            + (f" = {row['per_token_s'] * 1e3:.2f} ms/token" if "per_token_s" in row else "")
-            + (f" extra peak {row['extra_peak_mib']:.1f} MiB" if memory else "")
+    results = [
+        _measure(
+            method, n, timing=timing, memory=memory, repeats=repeats, threads=threads, log=log
         )
-    report = {
-        "kind": "cpu",
-        "date": started.isoformat(timespec="seconds"),
-        "seconds": round((_dt.datetime.now(_dt.timezone.utc) - started).total_seconds(), 1),
-        "machine": machine_info(),
-        "torch_threads": threads,
-        "dtype": "float32",
-        "shape": f"batch 1 x {HEADS} heads x n x d={D_HEAD}",
-        "window": WINDOW,
-        "quick": quick,
-        "method": "median of repeats after 1 warm-up (wall and process CPU time); extra peak "
-        "RSS over the inputs in a fresh subprocess (VmHWM after /proc/self/clear_refs)",
-        "cases": results,
-    }
+        for method, n in _plan(quick)
+        if only is None or method in only
+    ]
+    report = _cpu_report(results, started, threads=threads, quick=quick)
     if memory and timing and only is None:
         report["targets"] = evaluate_targets(results, quick=quick)
     if only is not None:
@@ -970,6 +850,43 @@ def run_cpu(
         out.write_text(json.dumps(report, indent=1) + "\n")
         log(f"wrote {out}")
     return report
+
+
+def _measure(method: str, n: int, *, timing, memory, repeats, threads, log) -> dict:
+    """One row of the CPU table: the case's facts, its time and its memory; logged."""
+    row = {"method": method, "n": n, "description": _CASES[method].description}
+    row.update(_facts(method, n))
+    if timing:
+        row.update(time_case(method, n, repeats=repeats))
+    if memory:
+        row.update(memory_case(method, n, threads=threads))
+    line = f"{method:>18} n={n:>6}:"
+    if timing:
+        line += f" median {row['median_s']:.4f} s (cpu {row['cpu_median_s']:.4f} s)"
+    if "per_token_s" in row:
+        line += f" = {row['per_token_s'] * 1e3:.2f} ms/token"
+    if memory:
+        line += f" extra peak {row['extra_peak_mib']:.1f} MiB"
+    log(line)
+    return row
+
+
+def _cpu_report(results: list[dict], started, *, threads: int, quick: bool) -> dict:
+    """The CPU results file: the machine, the settings and the cases."""
+    return {
+        "kind": "cpu",
+        "date": started.isoformat(timespec="seconds"),
+        "seconds": round((_dt.datetime.now(_dt.timezone.utc) - started).total_seconds(), 1),
+        "machine": machine_info(),
+        "torch_threads": threads,
+        "dtype": "float32",
+        "shape": f"batch 1 x {HEADS} heads x n x d={D_HEAD}",
+        "window": WINDOW,
+        "quick": quick,
+        "method": "median of repeats after 1 warm-up (wall and process CPU time); extra peak "
+        "RSS over the inputs in a fresh subprocess (VmHWM after /proc/self/clear_refs)",
+        "cases": results,
+    }
 
 
 def merge_results(old: dict, new: dict) -> dict:

@@ -4,6 +4,8 @@ Each submodule defines ``__all__``; this package re-exports them so readers
 write ``from selfattn.models import ...``.
 """
 
+from .attention_decoder import *  # noqa: F401,F403
+from .attention_decoder import __all__ as _attention_decoder_all
 from .heads import *  # noqa: F401,F403
 from .heads import __all__ as _heads_all
 from .positional import *  # noqa: F401,F403
@@ -18,6 +20,7 @@ from .transformer import *  # noqa: F401,F403
 from .transformer import __all__ as _transformer_all
 
 __all__: list[str] = [
+    *_attention_decoder_all,
     *_heads_all,
     *_positional_all,
     *_recurrent_all,
