@@ -6,6 +6,7 @@
     python tools/i18n.py config OUT.yml  # the zh_CN edition's Jupyter Book configuration
     python tools/i18n.py todo DOC OUT.json     # a document's messages left to translate
     python tools/i18n.py apply DOC IN.json     # write translations back into its catalog
+                                               # (DOC "glue": the glued words, see below)
 
 Sphinx's own internationalisation: the gettext builder extracts every paragraph, heading,
 list item, table cell, admonition and directive body of the book as a message; sphinx-intl
@@ -14,6 +15,21 @@ chapter; the API reference, generated from docstrings, stays English). When the 
 changes, ``update`` adds the new messages (untranslated) and marks the changed ones fuzzy;
 ``tests/test_translations.py`` fails until each is translated and its fuzzy flag removed,
 and ``check`` (run by ``make book-zh``) fails when the catalogs were not updated at all.
+
+Two kinds of text are not Sphinx messages, and the catalogs hold them too:
+
+* **figure alt texts** (``metadata.mystnb.image.alt`` of a code cell) and **exercise titles**
+  (the argument of ``{exercise-start}``, which sphinx-exercise keeps out of gettext):
+  ``update`` adds each to its chapter's catalog with the context ``alt`` or ``exercise``;
+  the Chinese build swaps them for their translations (``_ext/book_zh.py``, fed by
+  :func:`config`);
+* **glued words**: a ``{glue:text}`` role stands for a value the notebook recorded, a number
+  (the same in both editions) or words ("meets", "none", chapter 10's summary lines).
+  Every glued value with words is a message of ``locales/zh_CN/glue.po``: its context is
+  the glue key, its id the English value. When a chapter is re-recorded and a value changes,
+  ``update`` adds the new value (with the old translation as a fuzzy suggestion) and the
+  tests, ``check`` and the build fail until it is translated. Values that are names in
+  every language (:data:`NAME_GLUES`, the benchmark's CPU) are not translated.
 """
 
 from __future__ import annotations
@@ -46,6 +62,14 @@ FOOTER = (
     '<a href="https://opensource.org/license/mit" rel="license">MIT 许可证</a>。</p>'
 )
 BIN = Path(sys.executable).parent
+#: The glued words (see the module docstring): context = glue key, id = the English value.
+GLUE_CATALOG = LOCALES / LANGUAGE / "glue.po"
+#: Glued values that are names, the same in every language: never translated.
+NAME_GLUES = {"ch07_bench_cpu"}
+#: The contexts, in a chapter's catalog, of a figure's alt text and of an exercise's title
+#: (texts that Sphinx's gettext does not extract; _ext/book_zh.py translates them).
+ALT_CONTEXT = "alt"
+EXERCISE_CONTEXT = "exercise"
 
 
 def documents() -> list[str]:
@@ -54,7 +78,7 @@ def documents() -> list[str]:
 
 
 def catalog(doc: str) -> Path:
-    return CATALOGS / f"{doc}.po"
+    return GLUE_CATALOG if doc == "glue" else CATALOGS / f"{doc}.po"
 
 
 def read(path: Path):
@@ -87,6 +111,7 @@ def update(docs: list[str] | None = None) -> None:
             target = Path(tmp, f"{doc}.pot")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(pots / f"{doc}.pot", target)
+            add_extra_messages(doc, target)
         subprocess.run(
             [BIN / "sphinx-intl", "update", "-p", tmp, "-d", LOCALES, "-l", LANGUAGE, "-w", "0"],
             check=True,
@@ -97,7 +122,53 @@ def update(docs: list[str] | None = None) -> None:
             stale.unlink()
     for doc in docs:
         prefill(doc)
+    update_glue()
     stats()
+
+
+def extra_messages(doc: str) -> list[tuple[str, str]]:
+    """``(text, context)`` of the texts of ``doc``'s notebook that Sphinx's gettext does not
+    extract: each figure's alt text (context ``alt``) and each exercise's title (context
+    ``exercise``, the argument of ``{exercise-start}``), in order, without repeats."""
+    source = ROOT / f"{doc}.ipynb"
+    if not source.exists():
+        return []
+    found = []
+    for cell in json.loads(source.read_text(encoding="utf-8"))["cells"]:
+        image = cell.get("metadata", {}).get("mystnb", {}).get("image", {})
+        alt = image.get("alt") if isinstance(image, dict) else None
+        if isinstance(alt, str) and alt.strip():
+            found.append((alt.strip(), ALT_CONTEXT))
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            for title in re.findall(r"^[`:]{3,}\{exercise-start\}[ \t]*(\S.*?)\s*$", text, re.M):
+                found.append((title, EXERCISE_CONTEXT))
+    return list(dict.fromkeys(found))
+
+
+def alt_texts(doc: str) -> list[str]:
+    """The alt texts of the figures of ``doc``'s notebook, in order."""
+    return [text for text, ctx in extra_messages(doc) if ctx == ALT_CONTEXT]
+
+
+def add_extra_messages(doc: str, pot: Path) -> None:
+    """Append ``doc``'s alt texts and exercise titles to its extracted ``.pot``."""
+    cat = read(pot)
+    for text, context in extra_messages(doc):
+        cat.add(text, context=context, locations=[(f"{doc}.ipynb", 0)])
+    write(pot, cat)
+
+
+def translated_extras() -> dict[str, dict[str, str]]:
+    """``{context: {English: Chinese}}`` of the alt texts and exercise titles over every
+    catalog (translated, not fuzzy), for _ext/book_zh.py."""
+    found: dict[str, dict[str, str]] = {ALT_CONTEXT: {}, EXERCISE_CONTEXT: {}}
+    for doc in documents():
+        if catalog(doc).exists():
+            for m in read(catalog(doc)):
+                if m.id and m.context in found and m.string and not m.fuzzy:
+                    found[m.context][m.id] = m.string
+    return found
 
 
 # Math, roles (glued numbers, citations, references) and inline code: never translated.
@@ -136,7 +207,7 @@ def counts(doc: str) -> dict[str, int]:
 
 def stats() -> None:
     total = dict.fromkeys(("messages", "translated", "fuzzy", "untranslated"), 0)
-    for doc in documents():
+    for doc in documents() + ["glue"]:
         if not catalog(doc).exists():
             print(f"{doc:40s} no catalog (run make translations)")
             continue
@@ -151,17 +222,23 @@ def check() -> None:
     pots = extract()
     missing = {}
     for doc in documents():
-        wanted = {m.id for m in read(pots / f"{doc}.pot") if m.id}
-        have = {m.id for m in read(catalog(doc)) if m.id} if catalog(doc).exists() else set()
+        wanted = {(m.id, m.context) for m in read(pots / f"{doc}.pot") if m.id}
+        wanted |= set(extra_messages(doc))
+        have = set()
+        if catalog(doc).exists():
+            have = {(m.id, m.context) for m in read(catalog(doc)) if m.id}
         if wanted - have:
-            missing[doc] = sorted(wanted - have)
+            missing[doc] = sorted(m for m, _ in wanted - have)
+    todo = glue_todo()
+    if todo:
+        missing["glued words (locales/zh_CN/glue.po)"] = sorted(f"{k}: {v}" for k, v in todo)
     if missing:
         lines = [f"  {doc}: {len(ids)} new, e.g. {ids[0][:70]!r}" for doc, ids in missing.items()]
         sys.exit(
             "the English changed since the catalogs were updated: run `make translations`, "
             "translate the new messages, then rebuild\n" + "\n".join(lines)
         )
-    print(f"catalogs current: {len(documents())} documents")
+    print(f"catalogs current: {len(documents())} documents, {len(text_glues())} glued words")
 
 
 def write(path: Path, cat) -> None:
@@ -207,7 +284,10 @@ def todo(doc: str, out: Path) -> None:
     for m in read(catalog(doc)):
         if m.id and (m.fuzzy or not m.string):
             text, _ = mask(m.id)
-            items.append({"id": m.id, "text": text, "old": m.string if m.fuzzy else "", "zh": ""})
+            item = {"id": m.id, "text": text, "old": m.string if m.fuzzy else "", "zh": ""}
+            if m.context:
+                item["context"] = m.context
+            items.append(item)
     out.write_text(json.dumps(items, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"{len(items)} messages to translate -> {out}")
 
@@ -219,7 +299,7 @@ def apply(doc: str, source: Path) -> None:
     cat = read(catalog(doc))
     done, gone, bad = 0, 0, []
     for item in json.loads(source.read_text(encoding="utf-8")):
-        message = cat.get(item["id"])
+        message = cat.get(item["id"], context=item.get("context"))
         if message is None:
             gone += 1
             continue
@@ -241,6 +321,114 @@ def apply(doc: str, source: Path) -> None:
 
 
 GLUE_ROLE = re.compile(r"\{glue(?::text)?\}`([^`:]+)(?::([^`]*))?`")
+# A number as a glued value prints it: digits, a sign, a point, an exponent, a percent.
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?%?")
+
+
+def has_words(value: str) -> bool:
+    """True for a glued value with words in it (not a number, a list of numbers, NaN)."""
+    rest = _NUMBER.sub(" ", value)
+    return bool(re.search(r"[A-Za-z]", rest)) and rest.strip() not in ("NaN", "nan", "inf")
+
+
+def glue_values(doc: str) -> dict[str, str]:
+    """``{key: text/plain}`` of every glue output stored in ``doc``'s notebook."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from notebook_edition import _glue_values
+
+    source = ROOT / f"{doc}.ipynb"
+    return _glue_values(json.loads(source.read_text(encoding="utf-8"))) if source.exists() else {}
+
+
+def glue_roles(messages: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """``{glue key: value as shown}`` for every glue role in the messages of each document
+    (default: its catalog's), formatted as myst-nb formats it from the notebook."""
+    from myst_nb.core.variables import format_plain_text
+
+    found = {}
+    for doc in documents():
+        if messages is not None:
+            ids = messages.get(doc, [])
+        elif catalog(doc).exists():
+            ids = [m.id for m in read(catalog(doc)) if m.id]
+        else:
+            ids = []
+        values = glue_values(doc)
+        for text in ids:
+            for role in GLUE_ROLE.finditer(text):
+                key, fmt = role.group(1), role.group(2) or ""
+                if key in values:
+                    found[key] = format_plain_text(values[key], fmt)
+    return found
+
+
+def text_glues(messages: dict[str, list[str]] | None = None) -> set[tuple[str, str]]:
+    """``{(glue key, English value)}``: the glued values with words that the messages show."""
+    return {
+        (key, value)
+        for key, value in glue_roles(messages).items()
+        if key not in NAME_GLUES and has_words(value)
+    }
+
+
+def glue_todo(wanted: set[tuple[str, str]] | None = None, cat=None) -> list[tuple[str, str]]:
+    """The glued values with words that ``cat`` (default: glue.po) does not hold at all."""
+    wanted = text_glues() if wanted is None else wanted
+    if cat is None:
+        cat = read(GLUE_CATALOG) if GLUE_CATALOG.exists() else None
+    if cat is None:
+        return sorted(wanted)
+    return sorted((k, v) for k, v in wanted if cat.get(v, context=k) is None)
+
+
+def merge_glue(cat, wanted: set[tuple[str, str]], used: set[str] | None = None):
+    """glue.po brought up to ``wanted``: a new value of a key starts fuzzy with the key's old
+    translation as a suggestion (or empty); an old value without digits stays (a closed set,
+    "meets" / "misses": the other word comes back on another run) while its key is ``used``
+    (default: a key of ``wanted``); an old value with digits (a sentence of figures) and
+    every unused key go."""
+    from babel.messages.catalog import Catalog
+
+    new = Catalog(locale=LANGUAGE, project="Self-Attention, Executed: glued words")
+    if cat is not None:
+        new.creation_date = cat.creation_date
+    keys = {k for k, _ in wanted} | (used or set())
+    for key, value in sorted(wanted):
+        old = cat.get(value, context=key) if cat is not None else None
+        if old is not None:
+            new.add(
+                value,
+                old.string,
+                context=key,
+                flags=old.flags,
+                previous_id=old.previous_id,
+                auto_comments=old.auto_comments,
+            )
+            continue
+        before = [m for m in cat if m.id and m.context == key and m.string] if cat else []
+        if before:
+            new.add(
+                value, before[-1].string, context=key, flags={"fuzzy"}, previous_id=[before[-1].id]
+            )
+        else:
+            new.add(value, "", context=key)
+    for m in cat or []:
+        if (
+            m.id
+            and m.context in keys
+            and (m.id, m.context) not in {(v, k) for k, v in wanted}
+            and not re.search(r"\d", m.id)
+            and m.string
+            and not m.fuzzy
+        ):
+            new.add(m.id, m.string, context=m.context, auto_comments=["another run's value"])
+    return new
+
+
+def update_glue() -> None:
+    """Bring ``locales/zh_CN/glue.po`` up to the glued words the catalogs show now."""
+    cat = read(GLUE_CATALOG) if GLUE_CATALOG.exists() else None
+    write(GLUE_CATALOG, merge_glue(cat, text_glues(), set(glue_roles())))
 
 
 def glued_catalogs(out: Path) -> Path:
@@ -250,23 +438,31 @@ def glued_catalogs(out: Path) -> Path:
     a glue role inside a translated message finds no value (myst-nb warns and renders
     nothing). The committed catalogs keep the roles (the translation tests check they
     survive); the build reads these copies, where each role is already the text it stands
-    for, formatted exactly as myst-nb formats it from the values stored in the notebook.
+    for: a number formatted exactly as myst-nb formats it from the value stored in the
+    notebook, words as their translation in glue.po (an untranslated one stops the build).
     """
-    sys.path.insert(0, str(ROOT / "tools"))
     from myst_nb.core.variables import format_plain_text
-    from notebook_edition import _glue_values
 
+    words = read(GLUE_CATALOG) if GLUE_CATALOG.exists() else None
     target = out / LANGUAGE / "LC_MESSAGES"
     shutil.rmtree(out, ignore_errors=True)
+    untranslated = set()
     for doc in documents():
         cat = read(catalog(doc))
-        source = ROOT / f"{doc}.ipynb"
-        values = _glue_values(json.loads(source.read_text())) if source.exists() else {}
+        values = glue_values(doc)
 
         def fill(m: re.Match, values=values, doc=doc) -> str:
-            if m.group(1) not in values:
-                raise KeyError(f"{doc}: glue key {m.group(1)!r} has no stored value")
-            return format_plain_text(values[m.group(1)], m.group(2) or "")
+            key = m.group(1)
+            if key not in values:
+                raise KeyError(f"{doc}: glue key {key!r} has no stored value")
+            value = format_plain_text(values[key], m.group(2) or "")
+            if key in NAME_GLUES or not has_words(value):
+                return value
+            message = words.get(value, context=key) if words is not None else None
+            if message is None or not message.string or message.fuzzy:
+                untranslated.add((key, value))
+                return value
+            return message.string
 
         for message in cat:
             if message.id and message.string:
@@ -274,6 +470,12 @@ def glued_catalogs(out: Path) -> Path:
         path = target / f"{doc}.po"
         path.parent.mkdir(parents=True, exist_ok=True)
         write(path, cat)
+    if untranslated:
+        sys.exit(
+            f"{len(untranslated)} glued values with words have no translation in "
+            f"{GLUE_CATALOG.relative_to(ROOT)} (run `make translations`, then translate them), "
+            "e.g. " + "; ".join(f"{k}: {v[:60]!r}" for k, v in sorted(untranslated)[:3])
+        )
     return out
 
 
@@ -286,7 +488,12 @@ def config(out_dir: Path | None = None) -> dict:
     conf = sphinx.setdefault("config", {})
     conf["language"] = LANGUAGE
     # The catalogs with glued values filled in (see glued_catalogs), next to the config.
-    conf["locale_dirs"] = [str(glued_catalogs(out_dir or ROOT / "_build" / "zh" / "locales"))]
+    locales = glued_catalogs(out_dir or ROOT / "_build" / "zh" / "locales")
+    conf["locale_dirs"] = [str(locales)]
+    # Figures' alt texts and exercises' titles in Chinese (_ext/book_zh.py swaps them in).
+    extras = locales / "extra_messages.json"
+    extras.write_text(json.dumps(translated_extras(), ensure_ascii=False, indent=0) + "\n")
+    conf["book_zh_extra_messages"] = str(extras)
     conf["book_edition_language"] = LANGUAGE
     # myst-nb's buttons on collapsed cells ("Show code cell source"), in Chinese too.
     conf["nb_code_prompt_show"] = "显示代码单元（{type}）"
@@ -296,6 +503,7 @@ def config(out_dir: Path | None = None) -> dict:
     sphinx["local_extensions"] = {
         name: str((ROOT / path).resolve()) for name, path in local.items()
     }
+    sphinx["local_extensions"]["book_zh"] = str((ROOT / "_ext").resolve())
     return cfg
 
 

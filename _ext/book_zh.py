@@ -1,0 +1,71 @@
+"""The Chinese edition only (tools/i18n.py config adds this extension to its configuration).
+
+Two kinds of text never reach Sphinx's gettext: a figure's alt text (cell metadata,
+``metadata.mystnb.image.alt``) and an exercise's title (the argument of
+``{exercise-start}``, which sphinx-exercise puts into the page without a translatable
+source). ``tools/i18n.py update`` adds both to their chapter's catalog (contexts ``alt`` and
+``exercise``); ``tools/i18n.py config`` writes the translated ones to a JSON file
+(``book_zh_extra_messages``); here every image takes its Chinese alt text, so that a screen
+reader reads Chinese, and every exercise its Chinese title. A text without a translation is
+a warning (an error in ``make book-zh``, which builds with ``-W``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from docutils import nodes
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+
+def _extras(app) -> dict[str, dict[str, str]]:
+    if not hasattr(app, "_book_zh_extras"):
+        path = Path(app.config.book_zh_extra_messages)
+        app._book_zh_extras = json.loads(path.read_text(encoding="utf-8"))
+    return app._book_zh_extras
+
+
+def _has_english(text: str) -> bool:
+    return any(ch.isascii() and ch.isalpha() for ch in text)
+
+
+def translate_extras(app, doctree) -> None:
+    if not app.config.book_zh_extra_messages:
+        return
+    extras = _extras(app)
+    for image in doctree.findall(nodes.image):
+        alt = (image.get("alt") or "").strip()
+        if alt and alt in extras["alt"]:
+            image["alt"] = extras["alt"][alt]
+        elif alt and _has_english(alt):
+            logger.warning(
+                f"figure alt text not translated (tools/i18n.py update, then translate it): "
+                f"{alt[:70]!r}",
+                location=image,
+            )
+    try:
+        from sphinx_exercise.nodes import exercise_subtitle
+    except ImportError:  # pragma: no cover - sphinx-exercise is a requirement of the book
+        return
+    for subtitle in doctree.findall(exercise_subtitle):
+        title = subtitle.astext().strip()
+        if title in extras["exercise"]:
+            subtitle.children = []
+            subtitle += nodes.Text(extras["exercise"][title])
+        elif _has_english(title):
+            logger.warning(
+                f"exercise title not translated (tools/i18n.py update, then translate it): "
+                f"{title!r}",
+                location=subtitle,
+            )
+
+
+def setup(app):
+    app.add_config_value("book_zh_extra_messages", "", "env")
+    # When a page is read: sphinx-exercise's post-transforms later copy an exercise's title
+    # into its own title and into its solution's.
+    app.connect("doctree-read", translate_extras)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
