@@ -16,6 +16,16 @@ Found by the browser tests in tests_site/:
   linked by any page, are removed after the copy: the site shrinks from 63 MB to about
   48 MB (issue: the English site under 60 MB; tests_site/test_pages.py::test_site_size).
 
+Exercises are numbered ``chapter.position`` ("Exercise 3.2"), as the checkers and the notebook
+editions number them: Sphinx numbers them across the book when the table of contents has no
+section numbers ("Exercise 11"), so after it assigns figure numbers this renumbers each
+chapter's exercises (``env.toc_fignumbers``, which sphinx-exercise reads for titles and
+references).
+
+A "predict, then run" cell (tagged ``predict``) has its output collapsed until the reader opens
+it ("Show the answer (predict first)"), as myst-nb's ``hide-output`` tag does; the notebook
+editions drop that output (tools/notebook_edition.py).
+
 The theme's "Open issue" button (``use_issues_button``) opens a blank issue titled with the
 page's file name; here it opens the erratum form (``.github/ISSUE_TEMPLATE/erratum.yml``) with
 the page filled in.
@@ -40,7 +50,9 @@ import re
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+from docutils import nodes
 from sphinx.transforms import SphinxTransform
+from sphinx.transforms.post_transforms import SphinxPostTransform
 
 
 def _script_key(js) -> tuple:
@@ -179,7 +191,50 @@ def prune_mathjax(app, exception) -> None:
             path.unlink()
 
 
+_CHAPTER_DOC = re.compile(r"(?:^|/)(\d+)_[^/]*$")
+
+
+def number_exercises_by_chapter(app, env) -> list[str]:
+    """Exercise numbers ``(chapter, position)`` instead of one count across the book."""
+    for docname, kinds in env.toc_fignumbers.items():
+        found = _CHAPTER_DOC.search(docname)
+        if not found or not kinds.get("exercise"):
+            continue
+        numbers = kinds["exercise"]
+        order = sorted(numbers, key=lambda ident: numbers[ident])
+        chapter = int(found[1])
+        kinds["exercise"] = {ident: (chapter, i) for i, ident in enumerate(order, 1)}
+    return []
+
+
+PREDICT_PROMPTS = {
+    "en": ("Show the answer (predict first)", "Hide the answer"),
+    "zh": ("显示答案（请先预测）", "隐藏答案"),
+}
+
+
+class CollapsePredictions(SphinxPostTransform):
+    """Collapse the output of every cell tagged ``predict`` (before myst-nb wraps it)."""
+
+    default_priority = 198  # myst-nb's HideInputCells is 199
+    formats = ("html",)
+
+    def run(self, **kwargs) -> None:
+        lang = "zh" if str(self.config.language or "").startswith("zh") else "en"
+        show, hide = PREDICT_PROMPTS[lang]
+        for node in self.document.findall(nodes.container):
+            if node.get("nb_element") != "cell_code" or "tag_predict" not in node["classes"]:
+                continue
+            mode = node.get("hide_mode")
+            if mode in (None, "input"):
+                node["hide_mode"] = "input+output" if mode == "input" else "output"
+            node["prompt_show"], node["prompt_hide"] = show, hide
+
+
 def setup(app):
+    # After Sphinx assigns the figure numbers (its own handler has the default priority).
+    app.connect("env-get-updated", number_exercises_by_chapter, priority=900)
+    app.add_post_transform(CollapsePredictions)
     app.add_config_value("book_student_edition", False, "env")
     app.add_config_value("book_notebook_edition", "notebooks", "env")
     app.add_config_value("book_edition_language", "en", "env")

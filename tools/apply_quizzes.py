@@ -7,9 +7,10 @@
 Concept checks (``lib/selfattn/quizzes/chNN.json``, see :mod:`selfattn.quizzes`): each check
 names the section it closes (``"after": "3.2"``); its cell goes just before the next cell that
 starts another ``##`` section (checks closing the same section keep the data's order). The cell
-is written *with* its output, which is a pure function of the data (no random ids), so nothing
-needs to be re-executed and strict nbval reproduces it. Tags: ``concept-check`` (ours) and
-``remove-input`` (myst-nb: the website shows only the quiz, Jupyter and Colab the call too).
+is written *with* its output, which is a pure function of the data (no random ids), and an
+execution count, so nothing needs to be re-executed and strict nbval reproduces it. Tags:
+``concept-check`` (ours) and ``remove-input`` (myst-nb: the website shows only the quiz,
+Jupyter and Colab the call too).
 
 The progress cell (``selfattn.exercises.progress(N)``, tag ``exercise-progress``) goes at the
 end of the ``## Exercises`` section, before ``## Summary``. Its output is what a "Run all"
@@ -169,9 +170,18 @@ def updated(nb: dict, path: Path) -> dict:
         if previous is not None and previous.get("outputs") and cell["id"] == PROGRESS_ID:
             # A recorded run's output (execute.py) is the real one: keep it.
             cell["outputs"] = previous["outputs"]
-        if previous is not None:
-            cell["execution_count"] = previous.get("execution_count")
         cells.insert(key // 1000, cell)
+    # nbval refuses a cell with outputs and no execution count ("unrun reference cell"): each
+    # of ours takes the count of the code cell before it plus one (nbval does not compare
+    # counts; tools/execute.py renumbers them all).
+    count = 0
+    for cell in cells:
+        if cell["cell_type"] != "code":
+            continue
+        if _ours(cell):
+            cell["execution_count"] = count + 1
+        if isinstance(cell.get("execution_count"), int):
+            count = cell["execution_count"]
     nb = dict(nb)
     nb["cells"] = cells
     return nb

@@ -18,7 +18,12 @@ markdown is plain Jupyter markdown:
 * code cells are unchanged except that bare bookkeeping calls (``rec("name", value)``,
   which store a figure for the website's prose) are left out, and code cells of a Deeper
   part start with a comment saying so. Solution cells stay collapsed (``jupyter.source_hidden``,
-  Colab's form view) and define their own names, so "Run all" keeps the reader's answers.
+  Colab's form view) and define their own names, so "Run all" keeps the reader's answers;
+* exercises are numbered as the website and the checkers number them, ``chapter.position``
+  ("Exercise 3.2: ..."), and so are references to them;
+* a "predict, then run" cell (tagged ``predict``) loses its outputs, so its answer is not
+  shown before the reader has predicted and run it (the website collapses the same output:
+  the cell is also tagged ``hide-output``; tests/test_predict.py checks every edition).
 
 Two editions: ``notebooks/chapters/`` (everything; the website's Colab button and ``.ipynb``
 download) and ``student/chapters/`` (the same without solutions: nbconvert's
@@ -48,6 +53,7 @@ from book import REGISTRY, registry_text, toc_chapters  # noqa: E402
 EDITIONS = {"notebooks": True, "student": False}  # folder -> with solutions
 GLUE_MIME = "application/papermill.record/text/plain"
 SOLUTION_TAG = "solution"
+PREDICT_TAG = "predict"
 DEEPER_TAG = "deeper"
 DEEPER_COMMENT = "# Deeper (optional): skip this cell on a first reading.\n"
 BOOKKEEPING = {"rec", "record"}
@@ -165,9 +171,14 @@ def _glue_values(nb: dict) -> dict[str, str]:
     return values
 
 
-def _labels(nb: dict) -> dict[str, str]:
-    """``{label: how to name it in text}`` for the labelled directives of the notebook."""
+def _labels(nb: dict, chapter: int | None = None) -> dict[str, str]:
+    """``{label: how to name it in text}`` for the labelled directives of the notebook.
+
+    An exercise is named by its number, ``chapter.position`` ("Exercise 3.2 (title)"), when
+    the chapter's number is known.
+    """
     names = {}
+    exercises = 0
     for cell in nb["cells"]:
         if cell["cell_type"] != "markdown":
             continue
@@ -177,19 +188,26 @@ def _labels(nb: dict) -> dict[str, str]:
             if not m:
                 continue
             kind = PRF_KINDS.get(m["name"], m["name"].split(":")[-1].replace("-start", ""))
+            head = kind.capitalize()
+            if m["name"] == "exercise-start":
+                exercises += 1
+                if chapter is not None:
+                    head = f"Exercise {chapter}.{exercises}"
             for option in lines[i + 1 : i + 6]:
                 om = re.match(r"^\s*:label:\s*(\S+)", option)
                 if om:
                     title = m["arg"].strip()
-                    names[om[1]] = f"{kind.capitalize()} ({title})" if title else kind.capitalize()
+                    names[om[1]] = f"{head} ({title})" if title else head
                     break
     return names
 
 
 class _Converter:
-    def __init__(self, nb: dict):
+    def __init__(self, nb: dict, chapter: int | None = None):
         self.glue = _glue_values(nb)
-        self.labels = _labels(nb)
+        self.labels = _labels(nb, chapter)
+        self.chapter = chapter
+        self.exercises = 0  # exercises met so far: the next one's position in the chapter
         self.cited: list[str] = []
 
     # roles -----------------------------------------------------------------------------
@@ -224,7 +242,7 @@ class _Converter:
     def inline(self, text: str) -> str:
         text = ROLE.sub(self.role, text)
         # "exercise {ref}`label`" names the kind twice once the label becomes "Exercise (…)"
-        return re.sub(r"\b(exercise|theorem|lemma) (?=\1 \()", "", text, flags=re.I)
+        return re.sub(r"\b(exercise|theorem|lemma) (?=\1 (\d+\.\d+ )?\()", "", text, flags=re.I)
 
     # directives ------------------------------------------------------------------------
     def block(self, lines: list[str]) -> list[str]:
@@ -291,7 +309,11 @@ class _Converter:
                 title = f"Deeper (optional): {topic}" if topic else "Deeper (optional)"
             return _quote([f"**{title}**", "", *body])
         if name == "exercise-start":
-            return [f"### Exercise: {arg}" if arg else "### Exercise", "", *body]
+            self.exercises += 1
+            head = "Exercise"
+            if self.chapter is not None:
+                head = f"Exercise {self.chapter}.{self.exercises}"
+            return [f"### {head}: {arg}" if arg else f"### {head}", "", *body]
         if name == "solution-start":  # its prose folded until opened (Jupyter, Colab)
             summary = "Show the solution (try the exercise first; its code cell is collapsed)"
             return [
@@ -354,14 +376,17 @@ def _tags(cell: dict) -> set[str]:
     return set(cell.get("metadata", {}).get("tags", []))
 
 
-def convert(nb: dict, *, solutions: bool = True) -> dict:
-    """The plain-Jupyter edition of one chapter notebook (a new dict; ``nb`` is unchanged)."""
+def convert(nb: dict, *, solutions: bool = True, chapter: int | None = None) -> dict:
+    """The plain-Jupyter edition of one chapter notebook (a new dict; ``nb`` is unchanged).
+
+    ``chapter`` (its number) numbers the exercises ``chapter.position``, as the website does.
+    """
     nb = copy.deepcopy(nb)
     if not solutions:
         node = from_dict(nb)
         node, _ = TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}).preprocess(node, {})
         nb = json.loads(json.dumps(node))
-    conv = _Converter(nb)
+    conv = _Converter(nb, chapter)
     cells = []
     for cell in nb["cells"]:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
@@ -375,6 +400,9 @@ def convert(nb: dict, *, solutions: bool = True) -> dict:
             if DEEPER_TAG in _tags(cell) and not text.startswith(DEEPER_COMMENT):
                 text = DEEPER_COMMENT + text
             cell["source"] = text
+            if PREDICT_TAG in _tags(cell):  # the answer: shown when the reader runs the cell
+                cell["outputs"] = []
+                cell["execution_count"] = None
         cells.append(cell)
     refs = _reference_list(conv.cited)
     for cell in cells:
@@ -389,8 +417,11 @@ def editions() -> dict[Path, str]:
     out = {}
     for src in toc_chapters():
         nb = json.loads(src.read_text(encoding="utf-8"))
+        number = re.match(r"(\d+)_", src.name)
+        chapter = int(number[1]) if number else None
         for folder, solutions in EDITIONS.items():
-            text = json.dumps(convert(nb, solutions=solutions), indent=1, ensure_ascii=False)
+            edition = convert(nb, solutions=solutions, chapter=chapter)
+            text = json.dumps(edition, indent=1, ensure_ascii=False)
             out[ROOT / folder / "chapters" / src.name] = text + "\n"
     return out
 
