@@ -382,7 +382,8 @@ def rope_frequencies(d: int, *, base: float = 10000.0, device=None) -> torch.Ten
     return _frequencies(d, require_base(base), device=device).float()
 
 
-def _positions(positions, x: torch.Tensor) -> torch.Tensor:
+def _check_positions(positions, x: torch.Tensor) -> torch.Tensor:
+    """The positions of ``x``'s ``n`` rows, checked: a tensor ``(n,)`` or ``(..., n)``."""
     n = x.shape[-2]
     if isinstance(positions, int) and not isinstance(positions, bool):
         raise TypeError(
@@ -488,7 +489,7 @@ def apply_rope(
         r = require_even(rotary_dim, "rotary_dim")
         if r > d:
             raise ValueError(f"rotary_dim must be at most x's last dimension {d}, got {r}")
-    pos = _positions(positions, x)
+    pos = _check_positions(positions, x)
     if frequencies is None:
         theta = _frequencies(r, require_base(base), device=x.device)
     else:
@@ -521,7 +522,7 @@ def apply_rope_complex(x: torch.Tensor, positions, *, base: float = 10000.0) -> 
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., n, d), got {tuple(x.shape)}")
     d = require_even(x.shape[-1], "x's last dimension d")
-    pos = _positions(positions, x)
+    pos = _check_positions(positions, x)
     angles = pos[..., :, None] * _frequencies(d, require_base(base), device=x.device)
     z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
     rotated = z * torch.polar(torch.ones_like(angles), angles)

@@ -121,9 +121,9 @@ class SelfAttention(nn.Module):
     @property
     def scale(self) -> float:
         """The scores' multiplier, ``1/sqrt(d_head)`` (1 when ``scaled=False``)."""
-        return 1.0 / self._root()
+        return 1.0 / self._score_divisor()
 
-    def _root(self) -> float:
+    def _score_divisor(self) -> float:
         # sqrt(d_head), the scores' divisor (1 when the scale is forgotten)
         return math.sqrt(self.d_k // self.num_heads) if self.scaled else 1.0
 
@@ -225,7 +225,7 @@ class SelfAttention(nn.Module):
             split_heads(self.w_k(context), self.num_heads),
             split_heads(self.w_v(context), self.num_heads),
         )  # (B, h, n or m, d / h)
-        scale = 1.0 / (self._root() * temperature)
+        scale = 1.0 / (self._score_divisor() * temperature)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, scale=scale, return_weights=True
         )
