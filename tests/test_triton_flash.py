@@ -50,7 +50,7 @@ def test_matches_sdpa_in_the_interpreter(dtype, n, m, dk, dv, causal):
 @needs_triton
 def test_broadcast_batch_scale_and_blocks():
     q, k, v = torch.randn(3, 19, 16), torch.randn(1, 19, 16), torch.randn(1, 19, 8)
-    out = triton_flash_attention(q, k, v, scale=0.2, block_m=32, block_n=16)
+    out = triton_flash_attention(q, k, v, scale=0.2, block_q=32, block_k=16)
     ref = F.scaled_dot_product_attention(q, k.expand(3, 19, 16), v.expand(3, 19, 8), scale=0.2)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
@@ -61,7 +61,7 @@ def test_bad_input():
     with pytest.raises(TypeError, match="float64"):
         triton_flash_attention(q.double(), q.double(), q.double())
     with pytest.raises(ValueError, match="power of two"):
-        triton_flash_attention(q, q, q, block_m=24)
+        triton_flash_attention(q, q, q, block_q=24)
     with pytest.raises(ValueError, match="256"):
         big = torch.randn(4, 300)
         triton_flash_attention(big, big, big)
@@ -152,7 +152,7 @@ def test_gradients_bf16_and_broadcast_batch():
     q = torch.randn(3, 19, 16, generator=g).bfloat16().requires_grad_()
     k = torch.randn(1, 23, 16, generator=g).bfloat16().requires_grad_()
     v = torch.randn(1, 23, 16, generator=g).bfloat16().requires_grad_()
-    out = triton_flash_attention(q, k, v, causal=True, alignment="bottom_right", block_m=32)
+    out = triton_flash_attention(q, k, v, causal=True, alignment="bottom_right", block_q=32)
     out.float().square().sum().backward()
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
     ref = _sdpa(q64, k64.expand(3, 23, 16), v64.expand(3, 23, 16), True, "bottom_right")

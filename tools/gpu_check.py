@@ -455,7 +455,7 @@ def launch_configs(plan: Plan, device) -> list[dict]:
                         "kernel": kernel,
                         "dtype": dtype_name,
                         "d": d,
-                        "config": f"{c.block_m}x{c.block_n} w{c.num_warps} s{c.num_stages}",
+                        "config": f"{c.block_q}x{c.block_k} w{c.num_warps} s{c.num_stages}",
                         "estimated_shared": shared_memory_bytes(c, kernel, d, d, dtype),
                     }
                 )
@@ -466,11 +466,12 @@ def shared_memory_report(device) -> list[dict]:
     """Shared memory Triton allocated for each compiled kernel (compare with the estimate)."""
     if device.type != "cuda":
         return []
-    from selfattn.efficient import triton_flash
+    from selfattn.efficient import triton_kernels
 
     rows = []
-    # the backward kernel is listed once per pass; its cache holds both passes' variants
-    for jit_fn in dict.fromkeys(triton_flash._kernels()):
+    # the backward kernel's cache holds both passes' variants
+    kernels = (triton_kernels.flash_fwd, triton_kernels.flash_bwd_delta, triton_kernels.flash_bwd)
+    for jit_fn in kernels:
         try:
             caches = jit_fn.device_caches[device.index or 0][0]
             for compiled in caches.values():
@@ -721,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key:<24} {value}")
     configs = launch_configs(plan, device)
     budget_of = "this GPU" if device.type == "cuda" else "a T4 (sm75), for show"
-    print(f"  Triton launch configs for {budget_of} (block_m x block_n, warps, stages):")
+    print(f"  Triton launch configs for {budget_of} (block_q x block_k, warps, stages):")
     for kernel in ("forward", "backward"):
         cells = [
             f"{r['dtype'].replace('float', 'f')} d={r['d']}: {r['config'] or 'does not fit'}"

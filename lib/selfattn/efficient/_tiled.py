@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_qkv, check_scale, require_bool, require_int
+from .._checks import check_causal, check_qkv, check_scale, require_int
 from ..masks import causal_diagonal
 
 __all__: list[str] = []
@@ -56,7 +56,7 @@ def check_tiled(q, k, v, causal, alignment, scale, **blocks) -> TiledArgs:
     Without ``block_k`` the key tile is the query tile (a band kernel's key tile is
     set by its band, not by the caller).
     """
-    causal = require_bool(causal, "causal")
+    causal = check_causal(causal)
     batch = check_qkv(q, k, v)  # also: one device for q, k and v
     offset = causal_diagonal(q.shape[-2], k.shape[-2], alignment)
     scale = check_scale(scale, q.shape[-1])

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import (
+    check_causal,
     check_qkv,
     check_scale,
     require_bool,
@@ -141,7 +142,7 @@ def flash_decoding(
         TypeError: bad tensors, ``chunk_size`` not an int, a scale that is not a number.
         ValueError: shapes that do not fit, tensors on different devices, ``chunk_size`` < 1.
     """
-    causal = require_bool(causal, "causal")
+    causal = check_causal(causal)
     return_lse = require_bool(return_lse, "return_lse")
     batch = check_qkv(q, k, v)
     chunk_size = require_int(chunk_size, "chunk_size", 1)

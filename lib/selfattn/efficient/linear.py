@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import (
+    check_causal,
     check_qkv,
     require_bool,
     require_float_tensors,
@@ -77,18 +78,38 @@ def _features(q, k, feature_map):
     return phi(q), phi(k)
 
 
-def linear_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = False,
-    feature_map: FeatureMap | None = None,
-    eps: float = 1e-6,
-    chunk_size: int = 128,
-    alignment: str = "top_left",
-) -> torch.Tensor:
-    r"""Linear attention, parallel form: ``phi(Q) (phi(K)^T V)`` over ``phi(Q) phi(K)^T 1``.
+@dataclass(frozen=True)
+class _LinearArgs:
+    """The checked arguments of :func:`linear_attention`."""
+
+    batch: tuple[int, ...]
+    causal: bool
+    offset: int  # causal: query i sees keys j <= i + offset
+    eps: float
+    chunk_size: int
+    phi: FeatureMap
+
+
+def _check_linear(q, k, v, causal, feature_map, eps, chunk_size, alignment) -> _LinearArgs:
+    causal = check_causal(causal)
+    eps = require_number(eps, "eps", nonnegative=True)
+    batch = check_qkv(q, k, v)
+    chunk_size = require_int(chunk_size, "chunk_size", 1)
+    offset = causal_diagonal(q.shape[-2], k.shape[-2], alignment)
+    phi = elu_feature_map if feature_map is None else feature_map
+    if not callable(phi):
+        raise TypeError(
+            f"feature_map must be callable (tensor -> tensor) or None, got {type(phi).__name__}"
+        )
+    return _LinearArgs(batch, causal, offset, eps, chunk_size, phi)
+
+
+_LINEAR_ARGS = r"""
+    Causal: ``out_i`` sums over the keys up to ``i``'s diagonal only, in chunks of
+    ``chunk_size`` queries: quadratic (the masked ``phi(Q) phi(K)^T``) within a chunk,
+    the running state ``S = sum phi(k) v^T``, ``z = sum phi(k)`` carried between chunks.
+    (A chunk is not a tile of the softmax kernels, hence its own name: no softmax, no
+    running maximum, and the state it hands on is the RNN's.)
 
     Args:
         q: ``(..., n, d)``; k: ``(..., m, d)``; v: ``(..., m, d_v)`` (batch dims broadcast).
@@ -98,9 +119,7 @@ def linear_attention(
         feature_map: ``phi``, applied to q and k; default ``elu(x) + 1``. Must give
             non-negative features, or the normaliser can vanish.
         eps: added to the normaliser.
-        chunk_size: causal only: queries per chunk. Within a chunk the masked
-            ``phi(Q) phi(K)^T`` is used; across chunks a running state
-            ``S = sum phi(k) v^T``, ``z = sum phi(k)``. Cost ``O(n (chunk_size + d) d)``.
+        chunk_size: causal only: queries per chunk. Cost ``O(n (chunk_size + d) d)``.
         alignment: ``"top_left"`` or ``"bottom_right"``; ignored when not ``causal``.
 
     Returns:
@@ -113,45 +132,61 @@ def linear_attention(
             that is not an int.
         ValueError: shapes that do not fit, tensors on different devices, a
             ``chunk_size`` below 1, an unknown ``alignment``.
-    """
-    causal = require_bool(causal, "causal")
-    eps = require_number(eps, "eps", nonnegative=True)
-    batch = check_qkv(q, k, v)
-    n, m = q.shape[-2], k.shape[-2]
-    chunk_size = require_int(chunk_size, "chunk_size", 1)
-    offset = causal_diagonal(n, m, alignment)
-    dtype, work = q.dtype, work_dtype(q.dtype)
-    q, k, v = q.to(work), k.to(work), v.to(work)
-    fq, fk = _features(q, k, feature_map)
-    if not causal:
-        kv = fk.transpose(-2, -1) @ v  # (..., d, d_v): every key and value, summarised once
-        z = fk.sum(dim=-2)  # (..., d)
-        num = fq @ kv
-        den = (fq * z.unsqueeze(-2)).sum(-1, keepdim=True)
-        return (num / (den + eps)).to(dtype)
-    d, d_v = fq.shape[-1], v.shape[-1]
-    fq = fq.expand(*batch, n, d)
-    fk = fk.expand(*batch, m, d)
-    v = v.expand(*batch, m, d_v)
-    state = fq.new_zeros(*batch, d, d_v)  # S = sum over the absorbed keys of phi(k_j) v_j^T
-    z = fq.new_zeros(*batch, d)  # z = sum over the absorbed keys of phi(k_j)
+"""
+
+
+def linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    feature_map: FeatureMap | None = None,
+    eps: float = 1e-6,
+    chunk_size: int = 128,
+    alignment: str = "top_left",
+) -> torch.Tensor:
+    r"""Linear attention: ``phi(Q) (phi(K)^T V)`` over ``phi(Q) (phi(K)^T 1) + eps``."""
+    a = _check_linear(q, k, v, causal, feature_map, eps, chunk_size, alignment)
+    dtype, work = q.dtype, work_dtype(q.dtype)  # half inputs: computed in float32
+    phi_q, phi_k, v = a.phi(q.to(work)), a.phi(k.to(work)), v.to(work)
+    if a.causal:
+        return _causal_chunks(phi_q, phi_k, v, a).to(dtype)
+    kv = phi_k.transpose(-2, -1) @ v  # (..., d, d_v): every key and value, summarised once
+    z = phi_k.sum(dim=-2)  # (..., d)
+    num = phi_q @ kv
+    den = (phi_q * z.unsqueeze(-2)).sum(-1, keepdim=True)
+    return (num / (den + a.eps)).to(dtype)
+
+
+linear_attention.__doc__ += _LINEAR_ARGS
+
+
+def _causal_chunks(phi_q, phi_k, v, a: _LinearArgs) -> torch.Tensor:
+    """Causal linear attention, chunk by chunk, the state carried between chunks."""
+    n, m, d, d_v = phi_q.shape[-2], phi_k.shape[-2], phi_q.shape[-1], v.shape[-1]
+    fq = phi_q.expand(*a.batch, n, d)
+    fk = phi_k.expand(*a.batch, m, d)
+    v = v.expand(*a.batch, m, d_v)
+    state = fq.new_zeros(*a.batch, d, d_v)  # S = sum over the absorbed keys of phi(k_j) v_j^T
+    z = fq.new_zeros(*a.batch, d)  # z = sum over the absorbed keys of phi(k_j)
     absorbed = 0  # keys 0 .. absorbed - 1 are in the state: every later query sees them
-    outs = [fq.new_zeros(*batch, 0, d_v)]
-    for s in range(0, n, chunk_size):
-        e = min(s + chunk_size, n)
+    outs = [fq.new_zeros(*a.batch, 0, d_v)]
+    for s in range(0, n, a.chunk_size):
+        e = min(s + a.chunk_size, n)
         # The chunk's keys are those on its queries' diagonals: [s + offset, e + offset).
-        ks, ke = min(max(s + offset, 0), m), min(max(e + offset, 0), m)
+        ks, ke = min(max(s + a.offset, 0), m), min(max(e + a.offset, 0), m)
         if ks > absorbed:
             state = state + fk[..., absorbed:ks, :].transpose(-2, -1) @ v[..., absorbed:ks, :]
             z = z + fk[..., absorbed:ks, :].sum(dim=-2)
             absorbed = ks
         qc, kc, vc = fq[..., s:e, :], fk[..., ks:ke, :], v[..., ks:ke, :]
         # Within the chunk key ks + c is visible to query s + r when ks + c <= s + r + offset.
-        a = (qc @ kc.transpose(-2, -1)).tril(s + offset - ks)
-        num = a @ vc + qc @ state
-        den = a.sum(-1, keepdim=True) + (qc * z.unsqueeze(-2)).sum(-1, keepdim=True)
-        outs.append(num / (den + eps))
-    return torch.cat(outs, dim=-2).to(dtype)
+        scores = (qc @ kc.transpose(-2, -1)).tril(s + a.offset - ks)
+        num = scores @ vc + qc @ state
+        den = scores.sum(-1, keepdim=True) + (qc * z.unsqueeze(-2)).sum(-1, keepdim=True)
+        outs.append(num / (den + a.eps))
+    return torch.cat(outs, dim=-2)
 
 
 @dataclass

@@ -25,7 +25,14 @@ import math
 
 import torch
 
-from .._checks import check_qkv, require_bool, require_float_tensors, require_int, require_number
+from .._checks import (
+    check_causal,
+    check_qkv,
+    require_bool,
+    require_float_tensors,
+    require_int,
+    require_number,
+)
 from ._tiled import work_dtype
 from .linear import linear_attention
 
@@ -139,7 +146,7 @@ def performer_attention(
     Returns:
         ``(..., n, d_v)`` in the dtype of ``q`` (half inputs computed in float32).
     """
-    causal = require_bool(causal, "causal")
+    causal = check_causal(causal)
     orthogonal = require_bool(orthogonal, "orthogonal")
     eps = require_number(eps, "eps", nonnegative=True)
     batch = check_qkv(q, k, v)

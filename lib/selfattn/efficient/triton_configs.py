@@ -24,7 +24,7 @@ from typing import Literal
 
 import torch
 
-from .._checks import require_bool, require_int
+from .._checks import check_causal, require_int
 
 __all__ = [
     "LaunchConfig",
@@ -64,18 +64,18 @@ MAX_GRID_AXIS1 = 65535
 class LaunchConfig:
     """Tile sizes and launch options of one kernel launch.
 
-    ``block_m`` query rows and ``block_n`` key rows per tile (powers of two >= 16),
+    ``block_q`` query rows and ``block_k`` key rows per tile (powers of two >= 16),
     ``num_warps`` warps per program, ``num_stages`` software-pipelining stages.
     """
 
-    block_m: int
-    block_n: int
+    block_q: int
+    block_k: int
     num_warps: int
     num_stages: int
 
 
-def _c(block_m: int, block_n: int, num_warps: int, num_stages: int) -> LaunchConfig:
-    return LaunchConfig(block_m, block_n, num_warps, num_stages)
+def _config(block_q: int, block_k: int, num_warps: int, num_stages: int) -> LaunchConfig:
+    return LaunchConfig(block_q, block_k, num_warps, num_stages)
 
 
 # Preference order: the fastest first (Triton's fused-attention tutorial's tiles for A100/H100),
@@ -84,21 +84,31 @@ def _c(block_m: int, block_n: int, num_warps: int, num_stages: int) -> LaunchCon
 # that a measurement on a GPU (make gpu-check) can specialise it.
 _CANDIDATES: dict[tuple[str, int, int], tuple[LaunchConfig, ...]] = {
     # forward, 16-bit inputs
-    ("forward", 64, 2): (_c(128, 64, 4, 3), _c(128, 64, 4, 2), _c(64, 64, 4, 2), _c(64, 32, 4, 2)),
-    ("forward", 128, 2): (_c(128, 64, 8, 3), _c(128, 32, 8, 3), _c(64, 32, 4, 2)),
-    ("forward", 256, 2): (_c(128, 64, 8, 2), _c(64, 32, 4, 2), _c(32, 16, 4, 2)),
+    ("forward", 64, 2): (
+        _config(128, 64, 4, 3),
+        _config(128, 64, 4, 2),
+        _config(64, 64, 4, 2),
+        _config(64, 32, 4, 2),
+    ),
+    ("forward", 128, 2): (_config(128, 64, 8, 3), _config(128, 32, 8, 3), _config(64, 32, 4, 2)),
+    ("forward", 256, 2): (_config(128, 64, 8, 2), _config(64, 32, 4, 2), _config(32, 16, 4, 2)),
     # forward, fp32 inputs
-    ("forward", 64, 4): (_c(128, 64, 4, 3), _c(64, 64, 4, 2), _c(64, 32, 4, 2)),
-    ("forward", 128, 4): (_c(64, 32, 4, 2), _c(32, 32, 4, 2), _c(32, 16, 4, 2)),
-    ("forward", 256, 4): (_c(64, 32, 4, 2), _c(32, 16, 4, 2), _c(16, 16, 4, 2), _c(16, 16, 4, 1)),
+    ("forward", 64, 4): (_config(128, 64, 4, 3), _config(64, 64, 4, 2), _config(64, 32, 4, 2)),
+    ("forward", 128, 4): (_config(64, 32, 4, 2), _config(32, 32, 4, 2), _config(32, 16, 4, 2)),
+    ("forward", 256, 4): (
+        _config(64, 32, 4, 2),
+        _config(32, 16, 4, 2),
+        _config(16, 16, 4, 2),
+        _config(16, 16, 4, 1),
+    ),
     # backward (one config for the dK/dV and the dQ kernel), 16-bit inputs
-    ("backward", 64, 2): (_c(64, 64, 4, 3), _c(64, 64, 4, 2), _c(32, 32, 4, 2)),
-    ("backward", 128, 2): (_c(64, 64, 8, 3), _c(64, 64, 8, 2), _c(32, 32, 4, 2)),
-    ("backward", 256, 2): (_c(64, 64, 8, 2), _c(32, 32, 4, 2), _c(16, 16, 4, 2)),
+    ("backward", 64, 2): (_config(64, 64, 4, 3), _config(64, 64, 4, 2), _config(32, 32, 4, 2)),
+    ("backward", 128, 2): (_config(64, 64, 8, 3), _config(64, 64, 8, 2), _config(32, 32, 4, 2)),
+    ("backward", 256, 2): (_config(64, 64, 8, 2), _config(32, 32, 4, 2), _config(16, 16, 4, 2)),
     # backward, fp32 inputs
-    ("backward", 64, 4): (_c(64, 64, 4, 2), _c(32, 32, 4, 2)),
-    ("backward", 128, 4): (_c(64, 64, 8, 2), _c(32, 32, 4, 2), _c(16, 16, 4, 2)),
-    ("backward", 256, 4): (_c(32, 32, 4, 2), _c(16, 16, 4, 2), _c(16, 16, 4, 1)),
+    ("backward", 64, 4): (_config(64, 64, 4, 2), _config(32, 32, 4, 2)),
+    ("backward", 128, 4): (_config(64, 64, 8, 2), _config(32, 32, 4, 2), _config(16, 16, 4, 2)),
+    ("backward", 256, 4): (_config(32, 32, 4, 2), _config(16, 16, 4, 2), _config(16, 16, 4, 1)),
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -111,7 +121,7 @@ def _bucket(head_dim: int) -> int:
     return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
 
 
-def _elt(dtype: torch.dtype) -> int:
+def _element_bytes(dtype: torch.dtype) -> int:
     if dtype not in _DTYPES:
         raise TypeError(f"dtype must be float16, bfloat16 or float32, got {dtype}")
     return 4 if dtype == torch.float32 else 2
@@ -130,8 +140,8 @@ def config_candidates(
 
     ``head_dim`` is the larger of d_k and d_v (1..256).
     """
-    require_bool(causal, "causal")  # same candidates for now; kept in the key (module docstring)
-    return _CANDIDATES[_kernel_name(kernel), _bucket(head_dim), _elt(dtype)]
+    check_causal(causal)  # same candidates for now; kept in the key (module docstring)
+    return _CANDIDATES[_kernel_name(kernel), _bucket(head_dim), _element_bytes(dtype)]
 
 
 def _padded(d: int) -> int:
@@ -143,19 +153,19 @@ def shared_memory_bytes(
 ) -> int:
     """Estimated shared memory of one program, in bytes: resident tile + staged tiles.
 
-    Forward: the query tile ``block_m x d_k`` stays, ``num_stages`` key and value tiles
-    ``block_n x (d_k + d_v)`` stream, and the probabilities ``block_m x block_n`` pass through
+    Forward: the query tile ``block_q x d_k`` stays, ``num_stages`` key and value tiles
+    ``block_k x (d_k + d_v)`` stream, and the probabilities ``block_q x block_k`` pass through
     shared memory on their way into the second dot (on sm75: compiled for sm75 with Triton 3.9,
     the forward kernel at 128 x 64 tiles, d = 64, fp16, two stages, uses exactly this sum,
     64 KiB; on sm80 and sm90 Triton needs less). Backward: the dK/dV kernel keeps a key/value tile
-    ``block_n x (d_k + d_v)`` and streams query/dO tiles ``block_m x (d_k + d_v)``; the dQ
+    ``block_k x (d_k + d_v)`` and streams query/dO tiles ``block_q x (d_k + d_v)``; the dQ
     kernel the other way round; the larger of the two counts. Head dims are padded to a power
     of two (>= 16), as the kernels do; each element takes the input dtype's bytes.
     """
     kernel = _kernel_name(kernel)
-    elt = _elt(dtype)
+    elt = _element_bytes(dtype)
     dk, dv = _padded(d_k), _padded(d_v)
-    bm, bn, stages = config.block_m, config.block_n, config.num_stages
+    bm, bn, stages = config.block_q, config.block_k, config.num_stages
     if kernel == "forward":
         return elt * (bm * dk + stages * bn * (dk + dv) + bm * bn)
     width = dk + dv
@@ -198,7 +208,7 @@ def choose_config(
     Raises:
         ValueError: no candidate fits (e.g. the fp32 backward at head dim 256 on sm75).
     """
-    causal = require_bool(causal, "causal")
+    causal = check_causal(causal)
     candidates = config_candidates(kernel, max(d_k, d_v), dtype, causal)
     for config in candidates:
         if shared_memory_bytes(config, kernel, d_k, d_v, dtype) <= budget - SCRATCH_HEADROOM:
