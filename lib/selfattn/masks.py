@@ -13,7 +13,7 @@ import torch
 
 from ._checks import (
     check_alignment,
-    require_bool,
+    check_causal,
     require_bool_mask,
     require_int,
     require_number,
@@ -132,7 +132,7 @@ def sliding_window_mask(n: int, window: int, *, causal: bool = True, device=None
     """
     n = require_int(n, "n", 1)
     window = require_int(window, "window", 1)
-    causal = require_bool(causal, "causal")
+    causal = check_causal(causal)
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
     near = (i - j).abs() < window

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ._checks import (
+    check_causal,
     check_choice,
     require_base,
     require_bool,
@@ -228,7 +229,7 @@ def alibi_bias(
         float32 tensor ``(h, n, m)``, a float mask for
         :func:`~selfattn.attention.scaled_dot_product_attention` with scores ``(B, h, n, m)``.
     """
-    causal = require_bool(causal, "causal")
+    causal = check_causal(causal)
     require_int(num_heads, "num_heads", 1)
     require_int(n, "n", 1)
     m = n if m is None else m

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import (
+    check_causal,
     check_token_ids,
     require_base,
     require_bool,
@@ -93,7 +94,7 @@ class OrderModel(nn.Module):
         cfg = self.cfg = OrderModelConfig(vocab_size=vocab_size, encoding=encoding, **kwargs)
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
             require_int(getattr(cfg, name), name, 1)
-        require_bool(cfg.causal, "causal")
+        check_causal(cfg.causal)
         require_base(cfg.rope_base, "rope_base")
         if cfg.d_model % cfg.num_heads or (cfg.d_model // cfg.num_heads) % 2:
             raise ValueError(
