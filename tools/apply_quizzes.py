@@ -14,8 +14,10 @@ Jupyter and Colab the call too).
 
 The progress cell (``selfattn.exercises.progress(N)``, tag ``exercise-progress``) goes at the
 end of the ``## Exercises`` section, before ``## Summary``. Its output is what a "Run all"
-prints (every exercise still a stub: ⏳), computed here the same way; ``tools/execute.py``
-then records it for real, and strict nbval checks it.
+prints (every exercise still a stub, so each is ⏳; solutions' checks do not count), computed
+here the same way from the chapter's ``EXERCISES``; ``tools/execute.py`` records the same
+output from a real run, and strict nbval checks that the two agree. Run this tool again after
+a chapter's exercises change.
 
 Idempotent: a cell this tool wrote is found by its id (``concept-check-<id>``,
 ``exercise-progress``) and rewritten in place; a check removed from the data loses its cell;
@@ -156,7 +158,6 @@ def _ours(cell: dict) -> bool:
 def updated(nb: dict, path: Path) -> dict:
     """The notebook with its concept-check and progress cells as the data say."""
     chapter = chapter_number(path)
-    old = {c["id"]: c for c in nb["cells"] if _ours(c)}
     cells = [c for c in nb["cells"] if not _ours(c)]
     wanted: list[tuple[int, dict]] = []
     if chapter in quizzes.chapters():
@@ -166,10 +167,6 @@ def updated(nb: dict, path: Path) -> dict:
     if _has_exercises(chapter):
         wanted.append((_summary_index(cells, path) * 1000 + 999, progress_cell(chapter)))
     for key, cell in sorted(wanted, key=lambda kv: kv[0], reverse=True):
-        previous = old.get(cell["id"])
-        if previous is not None and previous.get("outputs") and cell["id"] == PROGRESS_ID:
-            # A recorded run's output (execute.py) is the real one: keep it.
-            cell["outputs"] = previous["outputs"]
         cells.insert(key // 1000, cell)
     # nbval refuses a cell with outputs and no execution count ("unrun reference cell"): each
     # of ours takes the count of the code cell before it plus one (nbval does not compare
