@@ -60,11 +60,12 @@ test-notebooks: install
 
 # Refresh tools/colab_constraints.txt from a copy of Colab's runtime list, e.g.
 #   git clone https://github.com/googlecolab/backend-info /tmp/backend-info
-#   make colab-versions FREEZE=/tmp/backend-info/pip-freeze.gpu.txt SOURCE="backend-info at <commit>"
+#   make colab-versions FREEZE=/tmp/backend-info/pip-freeze.gpu.txt PYTHON_VERSION=3.13.15 \
+#     SOURCE="backend-info at <commit>"
 .PHONY: colab-versions
 colab-versions: install
-	@test -n "$(FREEZE)" || { echo "usage: make colab-versions FREEZE=path/to/pip-freeze.gpu.txt [SOURCE=...]"; exit 1; }
-	$(PY) tools/colab_versions.py $(FREEZE) $(if $(SOURCE),--source "$(SOURCE)")
+	@test -n "$(FREEZE)" -a -n "$(PYTHON_VERSION)" || { echo "usage: make colab-versions FREEZE=path/to/pip-freeze.gpu.txt PYTHON_VERSION=3.x.y (os-info-gpu.txt) [SOURCE=...]"; exit 1; }
+	$(PY) tools/colab_versions.py $(FREEZE) --python $(PYTHON_VERSION) $(if $(SOURCE),--source "$(SOURCE)")
 
 # Formatting and lint (ruff, configured in pyproject.toml and chapters/ruff.toml), and no code
 # or output line of a chapter wider than the website's code column (79 characters).
@@ -114,7 +115,7 @@ test-site: install
 	  CHROMIUM="$(CHROMIUM)" $(PY) -m pytest -p no:cacheprovider tests_site -q --durations=5; \
 	fi
 
-test: lint test-lib test-notebooks test-build
+test: lint test-lib test-floors test-notebooks test-build
 	$(MAKE) test-site SITE_BUILT=1
 	@echo "make test: all passed"
 
@@ -149,12 +150,11 @@ release: install
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z"; exit 1; }
 	$(PY) tools/release.py $(VERSION)
 
-# The library at its dependencies' floors (tools/floors.py): numpy, matplotlib, ipywidgets,
-# pillow and tqdm at exactly the lowest versions pyproject.toml declares, with torch 2.13 (the
-# oldest torch installable here; tests/test_dependency_floors.py checks the torch floor by its
-# table of torch APIs), in a venv of their own (FLOORS_VENV, kept between runs), running a
-# subset of the library's tests. About a minute once installed; the first run builds Pillow
-# 9.1 from source. Not part of `make test`.
+# The library at its dependencies' floors (tools/floors.py): torch, numpy, matplotlib,
+# ipywidgets, pillow and tqdm at exactly the lowest versions pyproject.toml declares (the torch
+# API that sets its floor: tests/test_dependency_floors.py), in a venv of their own
+# (FLOORS_VENV, kept between runs), running a subset of the library's tests. Part of `make
+# test`: a few minutes on a fresh machine (torch 2.5 is a 5 GB CUDA build), a minute after.
 FLOORS_VENV ?= /tmp/floors
 .PHONY: test-floors
 test-floors: install

@@ -4,16 +4,13 @@ A Colab reader installs ``selfattn`` on top of Colab's own packages (torch 2.11,
 matplotlib 3.10, ipywidgets 7.7.1 in August 2026), and pip keeps every installed package that
 meets the declared bound. So each bound must be the oldest version the code works with.
 
-**torch, by a table.** This machine cannot install an old torch in reasonable time: the only
-torch wheels on its disk are 2.13.0+cpu (``/opt/wheels``, the pinned one) and 2.14.1, both for
-CPython 3.11. Every older torch the package index offers is PyPI's CUDA build: the torch wheel
-alone is about 0.9 GB (2.5.1 for CPython 3.11: 906.5 MB), and ``import torch`` also needs the
-``nvidia-*`` CUDA runtime wheels it depends on, several GB more; the small CPU-only builds are
-on PyTorch's own index, which this machine cannot reach. So the torch floor is checked here by
-another means: every torch API the library, the tools and the chapters use that is newer than
-torch 2.0 is listed in ``TORCH_USED`` (the table), with the release that introduced it in
-``TORCH_NEW`` (a catalogue of torch APIs newer than 2.0, used or not) and where that release is
-written down (PyTorch's versioned documentation and release notes), and
+**torch, by a table and by running.** ``make test-floors`` (part of ``make test``) installs
+torch at its declared floor (PyPI's CUDA build, about 5 GB with its ``nvidia-*`` wheels; it
+runs on the CPU) and runs library tests with it. Which API sets that floor is said here: every
+torch API the library, the tools and the chapters use that is newer than torch 2.0 is listed
+in ``TORCH_USED`` (the table), with the release that introduced it in ``TORCH_NEW`` (a
+catalogue of torch APIs newer than 2.0, used or not) and where that release is written down
+(PyTorch's versioned documentation and release notes), and
 
 * a use of a torch API the catalogue lists, or of anything under a namespace torch 2.0 did not
   have (``TORCH_NEW_NAMESPACES``), that the table does not list fails, so the table cannot
@@ -29,14 +26,15 @@ written, every such method name the code uses (``untyped_storage``, ``nan_to_num
 was older than torch 2.0.
 
 **numpy, matplotlib, ipywidgets, pillow, tqdm, by running.** ``make test-floors``
-(tools/floors.py) installs exactly the floors pyproject.toml declares, with torch 2.13 (the
-oldest installable here), in a venv of their own and runs a subset of the library's tests
-there. The two APIs that set the ipywidgets and pillow floors are checked below as well.
+(tools/floors.py) installs exactly the floors pyproject.toml declares, torch's too, in a venv
+of their own and runs a subset of the library's tests there. The two APIs that set the
+ipywidgets and pillow floors are checked below as well.
 
-**Python.** The tests run on CPython 3.11 (``make test``, ``make test-floors``); torch for
-3.10, 3.12 or 3.13 is again a multi-GB CUDA download here. Where those interpreters are
-installed (pyenv), the library's sources are compiled by each, and every standard-library
-module they import is looked up there (3.13 removed several).
+**Python.** The tests run on CPython 3.11 (``make test``, ``make test-floors``): no other
+CPython can be installed on this machine (Debian 12's is 3.11; uv and pyenv fetch
+interpreters from GitHub, which it cannot reach). Where other interpreters are installed
+(pyenv), the library's sources are compiled by each, and every standard-library module they
+import is looked up there (3.13, Colab's since August 2026, removed several).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def parse_freeze(text: str) -> dict[str, str]:
     return found
 
 
-def constraints(freeze: dict[str, str], source: str) -> str:
+def constraints(freeze: dict[str, str], source: str, python: str) -> str:
     missing = [name for name in PACKAGES if name not in freeze]
     if missing:
         raise SystemExit(f"colab_versions: Colab's list has no {', '.join(missing)}")
@@ -79,6 +79,7 @@ def constraints(freeze: dict[str, str], source: str) -> str:
         "# Colab's versions of the packages the book touches (tools/colab_versions.py writes",
         "# this file; tools/reader_run.py's second pass installs exactly these, then the wheel).",
         f"# Source: {source}",
+        f"# Colab's Python: {python}",
         f"# Written: {datetime.date.today().isoformat()}",
     ]
     for name in PACKAGES:
@@ -88,6 +89,14 @@ def constraints(freeze: dict[str, str], source: str) -> str:
             version = version.split("+")[0]
         lines.append(f"{name}=={version}")
     return "\n".join(lines) + "\n"
+
+
+def colab_python(path: Path = OUT) -> str:
+    """Colab's Python version, as the constraints file records it (``3.13.15``)."""
+    m = re.search(r"^# Colab's Python: (\S+)$", path.read_text(encoding="utf-8"), re.M)
+    if not m:
+        raise SystemExit(f"{path} does not say Colab's Python version")
+    return m[1]
 
 
 def read_constraints(path: Path = OUT) -> dict[str, str]:
@@ -103,11 +112,15 @@ def main(argv: list[str]) -> None:
         default=None,
         help="where the copy came from (default: the file's path)",
     )
+    parser.add_argument(
+        "--python",
+        required=True,
+        help="Colab's Python version (os-info-gpu.txt beside the freeze), e.g. 3.13.15",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    text = constraints(
-        parse_freeze(args.freeze.read_text(encoding="utf-8")), args.source or str(args.freeze)
-    )
+    freeze = parse_freeze(args.freeze.read_text(encoding="utf-8"))
+    text = constraints(freeze, args.source or str(args.freeze), args.python)
     args.out.write_text(text, encoding="utf-8")
     print(text, end="")
 

@@ -71,7 +71,40 @@ PATHS = {"native": {}, "second": SECOND_PATH}
 ENVS = {"native": "book", "second": "colab"}
 COLAB_CONSTRAINTS = ROOT / "tools" / "colab_constraints.txt"
 #: Test tools the base environment adds to Colab's packages (Colab has pytest, not these).
-TEST_TOOLS = ("nbval", "pytest-xdist")
+TEST_TOOLS = ("nbval", "pytest-xdist", "hypothesis")
+
+
+def colab_interpreter() -> Path:
+    """A CPython of Colab's minor version (tools/colab_constraints.txt says which), else
+    this one, with a line that says so. Looked for on PATH and in pyenv's versions."""
+    import glob
+
+    from colab_versions import colab_python
+
+    minor = ".".join(colab_python(COLAB_CONSTRAINTS).split(".")[:2])
+    roots = [os.environ.get("PYENV_ROOT", ""), str(Path.home() / ".pyenv"), "/root/.pyenv"]
+    found = [shutil.which(f"python{minor}")] + [
+        c
+        for r in roots
+        if r
+        for c in sorted(glob.glob(f"{r}/versions/{minor}*/bin/python{minor}"))
+    ]
+    for candidate in filter(None, found):
+        probe = subprocess.run(
+            [candidate, "-c", "import sys, venv, ssl; print(sys.version.split()[0])"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0 and probe.stdout.startswith(minor + "."):
+            print(f"Colab's Python is {minor}: using {candidate} ({probe.stdout.strip()})")
+            return Path(candidate)
+    print(
+        f"reader_run: no Python {minor} (Colab's) on this machine: Colab's package versions "
+        f"run on this Python, {sys.version.split()[0]}",
+        flush=True,
+    )
+    return Path(sys.executable)
+
 
 #: A reader's time budget per chapter on 2 CPU cores (design.md), by chapter number.
 BUDGET_S = {n: 90 if 6 <= n <= 9 else 60 for n in range(1, 11)}
@@ -139,21 +172,22 @@ def colab_base(venv: Path) -> Path:
     from colab_versions import read_constraints
 
     pins = read_constraints(COLAB_CONSTRAINTS)
-    key = hashlib.sha256(COLAB_CONSTRAINTS.read_bytes()).hexdigest()[:16]
+    interpreter = colab_interpreter()
+    key = hashlib.sha256(COLAB_CONSTRAINTS.read_bytes() + bytes(interpreter)).hexdigest()[:16]
     python, stamp = venv / "bin" / "python", venv / ".constraints"
     venv.parent.mkdir(parents=True, exist_ok=True)
     # Two runs at once (two developers) build it once: the second waits for the first.
     with open(venv.parent / f".{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (stamp.exists() and stamp.read_text() == key):
-            _install_colab_base(venv, pins, key)
+            _install_colab_base(venv, pins, key, interpreter)
     return python
 
 
-def _install_colab_base(venv: Path, pins: dict[str, str], key: str) -> None:
+def _install_colab_base(venv: Path, pins: dict[str, str], key: str, interpreter: Path) -> None:
     python, stamp = venv / "bin" / "python", venv / ".constraints"
     shutil.rmtree(venv, ignore_errors=True)
-    run([sys.executable, "-m", "venv", venv])
+    run([interpreter, "-m", "venv", venv])
     ours = {n: v for n, v in _pins_of_requirements().items() if n in TEST_TOOLS}
     run(
         [python, "-m", "pip", "install", "-q", "-r", COLAB_CONSTRAINTS]
@@ -183,7 +217,7 @@ def build_colab_env(work: Path, wheel: Path, base_venv: Path) -> Path:
     Prints each of Colab's versions before and after; returns the venv's python."""
     base = colab_base(base_venv)
     venv = work / "venv-colab"
-    run([sys.executable, "-m", "venv", venv])
+    run([base.resolve(), "-m", "venv", venv])
     python = venv / "bin" / "python"
     purelib = _purelib(python)
     (purelib / "_colab_base.pth").write_text(str(_purelib(base)) + "\n")
@@ -198,6 +232,11 @@ def build_colab_env(work: Path, wheel: Path, base_venv: Path) -> Path:
         change = "" if before[name] == after[name] else f" -> {after[name]}"
         print(f"  {name:<20} {before[name]}{change}")
     _check_wheel_import(python, purelib, work)
+    # The library's own tests there too (the subset tools/floors.py runs at the floors).
+    from floors import TESTS
+
+    print("\nthe library's tests on Colab's versions and Python:", flush=True)
+    run([python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", *TESTS], cwd=ROOT)
     return python
 
 
