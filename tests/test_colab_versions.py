@@ -47,7 +47,9 @@ pytest==8.4.2
 
 
 def test_the_tool_keeps_the_books_packages_and_drops_local_tags():
-    text = colab_versions.constraints(colab_versions.parse_freeze(FREEZE), "a test copy")
+    text = colab_versions.constraints(
+        colab_versions.parse_freeze(FREEZE), "a test copy", "3.13.15"
+    )
     pins = colab_versions.parse_freeze(text)
     assert set(pins) == set(colab_versions.PACKAGES)
     assert pins["torch"] == "2.11.0"  # +cu128 names PyTorch's own index
@@ -55,12 +57,13 @@ def test_the_tool_keeps_the_books_packages_and_drops_local_tags():
     assert pins["ipywidgets"] == "7.7.1" and pins["jupyterlab-widgets"] == "3.0.16"
     assert "absl-py" not in pins
     assert "# Source: a test copy" in text
+    assert "# Colab's Python: 3.13.15" in text
 
 
 def test_the_tool_refuses_a_list_that_lacks_a_package():
     with pytest.raises(SystemExit, match="ipywidgets"):
         colab_versions.constraints(
-            colab_versions.parse_freeze(FREEZE.replace("ipywidgets==7.7.1\n", "")), "x"
+            colab_versions.parse_freeze(FREEZE.replace("ipywidgets==7.7.1\n", "")), "x", "3.13.15"
         )
 
 
@@ -68,6 +71,7 @@ def test_the_committed_file_names_its_source_and_every_package():
     text = (ROOT / "tools" / "colab_constraints.txt").read_text()
     assert "# Source: googlecolab/backend-info" in text
     assert "# Written: " in text
+    assert colab_versions.colab_python().startswith("3.")
     assert set(colab_versions.read_constraints()) == set(colab_versions.PACKAGES)
 
 
