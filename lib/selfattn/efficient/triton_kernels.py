@@ -117,8 +117,11 @@ def online_softmax_tile(
     q, acc, mu, ell, kt_ptrs, v_ptrs, rows, cols, n_k, diag, qk_scale,
     offs_dk, d_k, offs_dv, d_v, MASKED, CAUSAL, PRECISION, DOT_IN_FP32,
 ):
-    # One key tile of the forward, for a block of query rows. Base 2:
-    # qk_scale holds log2(e), so exp2 below is exp of the real scores.
+    """One key tile of the forward pass, for one block of query rows.
+
+    In base 2: qk_scale holds log2(e), so exp2 below is exp of the
+    real scores. Returns the new (acc, mu, ell).
+    """
     kt = _load(kt_ptrs, offs_dk, d_k, cols, n_k, DOT_IN_FP32)  # k^T
     s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale
     if MASKED:  # a tile across the diagonal or past the last key
@@ -176,6 +179,11 @@ def flash_fwd(
     PRECISION: tl.constexpr,
     DOT_IN_FP32: tl.constexpr,
 ):
+    """The forward pass: one program per (batch x head, block of queries).
+
+    Writes the output and each row's log2-sum-exp2 (``LSE``); the keys and values
+    stream through in tiles of ``BLOCK_K``, full tiles first without masks.
+    """
     bh, row0, offs_q = _program_rows(n_q, BLOCK_Q)
     offs_k = tl.arange(0, BLOCK_K)
     offs_dk = tl.arange(0, BLOCK_DK)
@@ -233,6 +241,7 @@ def flash_bwd_delta(
     BLOCK_Q: tl.constexpr,
     BLOCK_DV: tl.constexpr,
 ):
+    """``D_i = rowsum(dO_i * O_i)`` for every query row, the backward's first kernel."""
     # D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij: the term dS = P (dP - D) needs.
     bh, row0, offs_q = _program_rows(n_q, BLOCK_Q)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -278,6 +287,12 @@ def flash_bwd(
     PRECISION: tl.constexpr,
     DOT_IN_FP32: tl.constexpr,
 ):
+    """The backward pass, FlashAttention-2's Algorithm 2, in two launches.
+
+    ``DKDV=True``: a program per block of keys accumulates dK and dV over the queries;
+    ``DKDV=False``: a program per block of queries accumulates dQ over the keys. Both
+    recompute P tile by tile from the saved log-sum-exp.
+    """
     # The backward's two passes, launched one after the other. DKDV, a constexpr, picks
     # the pass: each compiles to a kernel of its own, with the other branch left out.
     offs_dk = tl.arange(0, BLOCK_DK)
@@ -346,3 +361,8 @@ def flash_bwd(
             v_ptrs += BLOCK_K * stride_vn
         dq_ptrs = _row_ptrs(DQ, bh, stride_qb, row0, stride_qn, BLOCK_Q, offs_dk)
         _store(dq_ptrs, dq * sm_scale, offs_q, n_q, offs_dk, d_k)
+
+
+# Triton's interpreter wraps a kernel without its docstring (the compiler's wrapper keeps it).
+for _kernel in (online_softmax_tile, flash_fwd, flash_bwd_delta, flash_bwd):
+    _kernel.__doc__ = getattr(_kernel, "fn", _kernel).__doc__
