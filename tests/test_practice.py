@@ -272,3 +272,28 @@ def test_cell_frames_are_called_cells():
     except ValueError as err:
         text = _core.describe_error(err)
     assert text.endswith("at line 2 of your cell, in f: raise ValueError('nope')"), text
+
+
+# ----------------------------------------------------------------------------- one numbering
+
+
+def test_notebook_editions_number_exercises_by_chapter():
+    import notebook_edition
+    from selfattn.exercises import ch03
+
+    nb = json.loads((ROOT / "chapters" / "03_scaled_dot_product.ipynb").read_text("utf-8"))
+    out = notebook_edition.convert(nb, chapter=3)
+    heads = [
+        line
+        for c in out["cells"]
+        if c["cell_type"] == "markdown"
+        for line in c["source"].splitlines()
+        if line.startswith("### Exercise")
+    ]
+    assert [h.split(":")[0] for h in heads] == [
+        f"### Exercise 3.{i}" for i in range(1, len(ch03.EXERCISES) + 1)
+    ]
+    # The checkers print the same numbers.
+    assert ch03.check_stable_softmax.number == f"3.{ch03.EXERCISES.index('softmax') + 1}"
+    labels = notebook_edition._labels(nb, 3)
+    assert labels["ex-ch03-softmax"].startswith(f"Exercise {ch03.check_stable_softmax.number} (")

@@ -69,6 +69,19 @@ def chapter_number(path: Path) -> int:
     return int(m[1])
 
 
+def as_stored(output: dict) -> dict:
+    """An output as nbformat writes it (and tools/execute.py): each text a list of lines."""
+    out = dict(output)
+    if "data" in out:
+        out["data"] = {
+            k: _lines(v) if isinstance(v, str) and not k.endswith("json") else v
+            for k, v in out["data"].items()
+        }
+    if isinstance(out.get("text"), str):
+        out["text"] = _lines(out["text"])
+    return out
+
+
 def quiz_cell(chapter: int, check_id: str) -> dict:
     source = (
         "from selfattn.quizzes import concept_check\n\n"
@@ -79,7 +92,7 @@ def quiz_cell(chapter: int, check_id: str) -> dict:
         "execution_count": None,
         "id": f"{QUIZ_PREFIX}{check_id}",
         "metadata": {"tags": [quizzes.CELL_TAG, "remove-input"]},
-        "outputs": [quizzes.output(chapter, check_id)],
+        "outputs": [as_stored(quizzes.output(chapter, check_id))],
         "source": _lines(source),
     }
 
