@@ -24,8 +24,20 @@ logger = logging.getLogger(__name__)
 def _extras(app) -> dict[str, dict[str, str]]:
     if not hasattr(app, "_book_zh_extras"):
         path = Path(app.config.book_zh_extra_messages)
-        app._book_zh_extras = json.loads(path.read_text(encoding="utf-8"))
+        extras = json.loads(path.read_text(encoding="utf-8"))
+        app._book_zh_extras = {
+            context: {_key(en): zh for en, zh in texts.items()}
+            for context, texts in extras.items()
+        }
     return app._book_zh_extras
+
+
+# Sphinx's smartquotes turn ' into ’ in a title; the catalog holds the source's quotes.
+_QUOTES = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"'})
+
+
+def _key(text: str) -> str:
+    return text.strip().translate(_QUOTES)
 
 
 def _has_english(text: str) -> bool:
@@ -37,7 +49,7 @@ def translate_extras(app, doctree) -> None:
         return
     extras = _extras(app)
     for image in doctree.findall(nodes.image):
-        alt = (image.get("alt") or "").strip()
+        alt = _key(image.get("alt") or "")
         if alt and alt in extras["alt"]:
             image["alt"] = extras["alt"][alt]
         elif alt and _has_english(alt):
@@ -50,17 +62,29 @@ def translate_extras(app, doctree) -> None:
         from sphinx_exercise.nodes import exercise_subtitle
     except ImportError:  # pragma: no cover - sphinx-exercise is a requirement of the book
         return
+    titles = extras["exercise"]
     for subtitle in doctree.findall(exercise_subtitle):
-        title = subtitle.astext().strip()
-        if title in extras["exercise"]:
+        title = _key(subtitle.astext())
+        if title in titles:
             subtitle.children = []
-            subtitle += nodes.Text(extras["exercise"][title])
+            subtitle += nodes.Text(titles[title])
         elif _has_english(title):
             logger.warning(
                 f"exercise title not translated (tools/i18n.py update, then translate it): "
                 f"{title!r}",
                 location=subtitle,
             )
+    # A solution's title ("Solution to Exercise 1.2 (...)") is built from the copy of the
+    # exercise that sphinx-exercise keeps in its registry: translate that copy too.
+    registry = getattr(app.env, "sphinx_exercise_registry", {})
+    for entry in registry.values():
+        if entry.get("docname") != app.env.docname or entry.get("node") is None:
+            continue
+        for subtitle in entry["node"].findall(exercise_subtitle):
+            title = _key(subtitle.astext())
+            if title in titles:
+                subtitle.children = []
+                subtitle += nodes.Text(titles[title])
 
 
 def setup(app):
