@@ -150,33 +150,14 @@ def online_softmax_tile(
 _SIZES = ["n_q", "n_k", "d_k", "d_v", "diag"]
 
 
+# fmt: off
 @jit(do_not_specialize=_SIZES)
 def flash_fwd(
-    Q,
-    K,
-    V,
-    Out,
-    LSE,
-    qk_scale,
-    n_q,
-    n_k,
-    d_k,
-    d_v,
-    diag,
-    stride_qb,
-    stride_qn,
-    stride_kb,
-    stride_kn,
-    stride_vb,
-    stride_vn,
-    stride_ob,
-    stride_on,
-    CAUSAL: tl.constexpr,
-    BLOCK_Q: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    BLOCK_DK: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-    PRECISION: tl.constexpr,
+    Q, K, V, Out, LSE, qk_scale,
+    n_q, n_k, d_k, d_v, diag,
+    stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_ob, stride_on,
+    CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr,
     DOT_IN_FP32: tl.constexpr,
 ):
     """The forward pass: one program per (batch x head, block of queries).
@@ -214,7 +195,7 @@ def flash_fwd(
                 q, acc, mu, ell, kt_ptrs, v_ptrs, offs_q, start_k + offs_k, n_k, diag,
                 qk_scale, offs_dk, d_k, offs_dv, d_v, stage == 1, CAUSAL, PRECISION,
                 DOT_IN_FP32,
-            )  # fmt: skip
+            )
             kt_ptrs += BLOCK_K * stride_kn
             v_ptrs += BLOCK_K * stride_vn
     ell_div = ell
@@ -225,21 +206,14 @@ def flash_fwd(
     _store(out_ptrs, acc, offs_q, n_q, offs_dv, d_v)
     lse = tl.where(ell == 0.0, float("inf"), mu + tl.log2(ell_div))
     tl.store(LSE + bh * n_q + offs_q, lse, mask=offs_q < n_q)
+# fmt: on
 
 
+# fmt: off
 @jit(do_not_specialize=["n_q", "d_v"])
 def flash_bwd_delta(
-    Out,
-    DO,
-    DELTA,
-    n_q,
-    d_v,
-    stride_ob,
-    stride_on,
-    stride_dob,
-    stride_don,
-    BLOCK_Q: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
+    Out, DO, DELTA, n_q, d_v, stride_ob, stride_on, stride_dob, stride_don,
+    BLOCK_Q: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     """``D_i = rowsum(dO_i * O_i)`` for every query row, the backward's first kernel."""
     # D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij: the term dS = P (dP - D) needs.
@@ -250,53 +224,26 @@ def flash_bwd_delta(
     o = _load(o_ptrs, offs_q, n_q, offs_dv, d_v, True)  # True: the product in fp32
     do = _load(do_ptrs, offs_q, n_q, offs_dv, d_v, True)
     tl.store(DELTA + bh * n_q + offs_q, tl.sum(o * do, 1), mask=offs_q < n_q)
+# fmt: on
 
 
+# fmt: off
 @jit(do_not_specialize=_SIZES)
 def flash_bwd(
-    Q,
-    K,
-    V,
-    DO,
-    LSE,
-    DELTA,
-    DQ,
-    DK,
-    DV,
-    sm_scale,
-    qk_scale,
-    n_q,
-    n_k,
-    d_k,
-    d_v,
-    diag,
-    stride_qb,
-    stride_qn,
-    stride_kb,
-    stride_kn,
-    stride_vb,
-    stride_vn,
-    stride_dob,
-    stride_don,
-    DKDV: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    BLOCK_Q: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    BLOCK_DK: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-    PRECISION: tl.constexpr,
+    Q, K, V, DO, LSE, DELTA, DQ, DK, DV, sm_scale, qk_scale,
+    n_q, n_k, d_k, d_v, diag,
+    stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_dob, stride_don,
+    DKDV: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr,
     DOT_IN_FP32: tl.constexpr,
 ):
-    """The backward pass, FlashAttention-2's Algorithm 2, in two launches.
+    """The backward pass (FlashAttention-2's Algorithm 2), one pass per launch.
 
-    ``DKDV=True``: a program per block of keys accumulates dK and dV over the queries;
-    ``DKDV=False``: a program per block of queries accumulates dQ over the keys. Both
-    recompute P tile by tile from the saved log-sum-exp.
+    ``DKDV``, a constexpr, picks the pass (each compiles to a kernel of its own): dK and dV
+    over the queries, a program per block of keys; or dQ over the keys, a program per
+    block of queries. Both recompute P tile by tile from the saved log-sum-exp.
     """
-    # The backward's two passes, launched one after the other. DKDV, a constexpr, picks
-    # the pass: each compiles to a kernel of its own, with the other branch left out.
-    offs_dk = tl.arange(0, BLOCK_DK)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_dk, offs_dv = tl.arange(0, BLOCK_DK), tl.arange(0, BLOCK_DV)
     if DKDV:
         # The dK/dV pass (_flash_bwd_dkdv in compile_for_gpu's report): one program per
         # block of keys; it keeps k, v, dK, dV on chip and streams the queries.
@@ -361,6 +308,7 @@ def flash_bwd(
             v_ptrs += BLOCK_K * stride_vn
         dq_ptrs = _row_ptrs(DQ, bh, stride_qb, row0, stride_qn, BLOCK_Q, offs_dk)
         _store(dq_ptrs, dq * sm_scale, offs_q, n_q, offs_dk, d_k)
+# fmt: on
 
 
 # Triton's interpreter wraps a kernel without its docstring (the compiler's wrapper keeps it).
