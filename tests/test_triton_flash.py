@@ -9,6 +9,7 @@ os.environ["TRITON_INTERPRET"] = (
     "1"  # before Triton is imported (selfattn imports it only when called)
 )
 
+import inspect  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
@@ -94,6 +95,32 @@ def test_import_selfattn_without_triton():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok") and "pip install triton" in out.stdout
+
+
+def test_kernel_source_readable_without_triton():
+    # Chapter 7 prints the forward's tile step with inspect.getsource: without Triton the
+    # kernels module still imports, its kernels plain functions that can be read.
+    code = (
+        "import sys, inspect; sys.modules['triton'] = None\n"
+        "from selfattn.efficient import triton_kernels as tk\n"
+        "assert not tk.INTERPRETED\n"
+        "print(inspect.getsource(tk.online_softmax_tile))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "def online_softmax_tile(" in out.stdout and "mu_new" in out.stdout
+    assert max(len(line) for line in out.stdout.splitlines()) <= 79  # the book's width
+
+
+@needs_triton
+def test_kernels_are_defined_once_at_module_level():
+    # One definition per kernel, at import: no factory, no globals() patching.
+    from selfattn.efficient import triton_flash, triton_kernels
+
+    source = inspect.getsource(triton_kernels) + inspect.getsource(triton_flash)
+    assert "globals()" not in source
+    assert triton_kernels.INTERPRETED  # conftest sets TRITON_INTERPRET=1 before the import
+    assert triton_flash._kernels(torch.device("cpu")) is triton_kernels
 
 
 def _sdpa(q, k, v, causal, alignment):
