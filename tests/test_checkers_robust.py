@@ -265,7 +265,7 @@ def test_a_non_function_answer_is_a_clear_failure():
 # -- every "predict, then run" checker reads the reader's number the same way ---------------
 
 PREDICTIONS = [
-    (ch01.check_predicted_layers, 25),
+    (ch01.check_predicted_layers, 26),
     (ch03.check_scaled_variance_prediction, ch03.PREDICTION_SIGMA**4),
     (ch04.check_allowed_pairs_prediction, 49),
     (ch07.check_causal_tiles_prediction, 72),

@@ -60,15 +60,34 @@ def test_attention_weights_fixed():
 
 
 def test_predicted_layers():
-    assert ch01.check_predicted_layers(25).passed
-    assert ch01.check_predicted_layers(25.0).passed
+    assert ch01.check_predicted_layers(26).passed
+    assert ch01.check_predicted_layers(26.0).passed
     assert ch01.check_predicted_layers(None).status == "not attempted"
-    assert "widens the receptive field by k - 1" in ch01.check_predicted_layers(20).message
-    assert "dilated stack" in ch01.check_predicted_layers(3).message
-    assert "recurrent network" in ch01.check_predicted_layers(100).message
-    other = ch01.check_predicted_layers(24)
-    assert other.status == "failed" and "expected 25" in other.message
-    assert ch01.conv_layers_needed(ch01.PREDICT_N, ch01.PREDICT_K) == 25
+    for wrong, words in (
+        (25, "the average width 5; but the stack starts with width 3"),
+        (20, "reaches k - 1 positions further back, not k"),
+        (13, "counts pairs of layers"),
+        (17, "a stack of width 7 only"),
+        (50, "a stack of width 3 only"),
+        (100, "recurrent network"),
+        (27, "expected 26"),
+    ):
+        result = ch01.check_predicted_layers(wrong)
+        assert result.status == "failed" and words in result.message, (wrong, result.message)
+
+
+def test_the_layer_count_is_what_autograd_measures():
+    n, widths = ch01.PREDICT_N, ch01.PREDICT_WIDTHS
+    right = ch01.layers_for_widths(n, widths)
+    assert right == 26
+    assert not ch01.widths_reach(n, widths, right - 1)
+    assert ch01.widths_reach(n, widths, right)
+    # the order matters: starting with the wide layer, one layer fewer does it
+    assert ch01.layers_for_widths(n, widths[::-1]) == 25
+    assert ch01.widths_reach(n, widths[::-1], 25)
+    # one width: the receptive-field proposition
+    for k in (2, 3, 5):
+        assert ch01.layers_for_widths(n, (k,)) == ch01.conv_layers_needed(n, k)
 
 
 def test_reach_to_first():

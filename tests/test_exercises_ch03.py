@@ -128,7 +128,8 @@ def layer_with_scale(scale_of):
 
 
 SCALE_BUG_WRONG = {
-    "the bug left in": (buggy_attention_layer, "still divided by sqrt(d_model)"),
+    "the bug left in": (buggy_attention_layer, "still multiplied by sqrt(d_k)"),
+    "sqrt(d_model)": (None, "divided by sqrt(d_model), the width of x"),
     "divided by d_k": (layer_with_scale(lambda d_k: 1 / d_k), "divided by d_k instead"),
     "no scale": (layer_with_scale(lambda d_k: 1.0), "not divided at all"),
 }
@@ -141,13 +142,27 @@ def test_scale_bug_accepts_the_fix():
     ).passed
 
 
-def test_buggy_layer_is_right_only_when_d_k_equals_d_model():
+def layer_d_model(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    scores = q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1])
+    return torch.softmax(scores, dim=-1) @ v
+
+
+SCALE_BUG_WRONG["sqrt(d_model)"] = (layer_d_model, SCALE_BUG_WRONG["sqrt(d_model)"][1])
+
+
+def test_buggy_layer_is_right_only_when_d_k_is_1():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 5, 16, generator=g, dtype=torch.float64)
-    same = [torch.randn(16, 16, generator=g, dtype=torch.float64) for _ in range(3)]
-    assert torch.allclose(buggy_attention_layer(x, *same), fixed_layer(x, *same))
-    narrow = [torch.randn(16, 4, generator=g, dtype=torch.float64) for _ in range(3)]
-    assert not torch.allclose(buggy_attention_layer(x, *narrow), fixed_layer(x, *narrow))
+    one = [torch.randn(16, 1, generator=g, dtype=torch.float64) for _ in range(3)]
+    assert torch.allclose(buggy_attention_layer(x, *one), fixed_layer(x, *one))
+    wide = [torch.randn(16, 4, generator=g, dtype=torch.float64) for _ in range(3)]
+    assert not torch.allclose(buggy_attention_layer(x, *wide), fixed_layer(x, *wide))
+
+
+def test_scale_bug_is_caught_only_after_the_invisible_case():
+    result = check_scale_bug(buggy_attention_layer)
+    assert "d_k=1" not in result.message and "d_k=8" in result.message, result.message
 
 
 @pytest.mark.parametrize("name", SCALE_BUG_WRONG)

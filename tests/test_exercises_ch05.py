@@ -1,56 +1,76 @@
 """Chapter 5's checkers accept the reference solutions, reject plausible wrong answers,
 and see stubs."""
 
+import torch
+from selfattn import merge_heads, scaled_dot_product_attention, split_heads
 from selfattn.exercises.ch05 import (
+    PREDICT_HEAD_HEADS,
+    PREDICT_HEAD_INDEX,
+    PREDICT_HEAD_SHAPE,
+    buggy_cached_attention,
+    buggy_gqa_attention,
+    buggy_heads,
     check_cache_bytes,
+    check_cached_attention_fixed,
     check_cross_projections,
-    check_decode_mask,
-    check_merge_heads,
+    check_gqa_fixed,
+    check_heads_fixed,
     check_merge_states,
     check_param_count,
-    check_split_heads,
+    check_predicted_head,
 )
+from selfattn.masks import causal_mask
 
 
 def stub(*args):
     raise NotImplementedError
 
 
-def test_split_heads():
-    def right(x, h):
-        B, n, d = x.shape
-        return x.reshape(B, n, h, d // h).transpose(1, 2)
+def test_predicted_head():
+    x = torch.arange(24.0).reshape(PREDICT_HEAD_SHAPE)
+    right = split_heads(x, PREDICT_HEAD_HEADS)[PREDICT_HEAD_INDEX].item()
+    assert right == 10  # head 2 holds features 4-5; position 1 starts at 6
+    assert check_predicted_head(right).passed
+    assert check_predicted_head(lambda: 10.0).passed
+    assert check_predicted_head(torch.tensor(10)).passed
+    for wrong, words in (
+        (18, "x.reshape(B, h, n, d_head)"),
+        (8, "strided split"),
+        (14, "head and position swapped"),
+        (10.5, "expected 10"),
+        ("10", "write a number"),
+    ):
+        result = check_predicted_head(wrong)
+        assert not result and words in result.message, (wrong, result.message)
+    assert check_predicted_head(None).status == "not attempted"
 
-    def no_transpose(x, h):  # right shape, wrong contents
-        B, n, d = x.shape
-        return x.reshape(B, h, n, d // h)
 
-    def strided(x, h):  # head j takes every h-th feature
-        B, n, d = x.shape
-        return x.reshape(B, n, d // h, h).permute(0, 3, 1, 2)
-
-    assert check_split_heads(right).passed
-    assert not check_split_heads(no_transpose)
-    assert not check_split_heads(strided)
-    assert check_split_heads(stub).status == "not attempted"
+def _gqa_right(q, k, v):
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    return scaled_dot_product_attention(q, k, v)
 
 
-def test_merge_heads():
-    def right(x):
-        B, h, n, dh = x.shape
-        return x.transpose(1, 2).reshape(B, n, h * dh)
+def test_gqa_fixed():
+    def expand(q, k, v):  # a right answer without copying the heads
+        B, h, n, dh = q.shape
+        h_kv = k.shape[1]
+        k, v = (
+            t[:, :, None].expand(B, h_kv, h // h_kv, *t.shape[2:]).reshape(B, h, -1, dh)
+            for t in (k, v)
+        )
+        return scaled_dot_product_attention(q, k, v)
 
-    def no_transpose(x):
-        B, h, n, dh = x.shape
-        return x.reshape(B, n, h * dh)
+    def first_kv_only(q, k, v):
+        return _gqa_right(q, k[:, :1].expand_as(k), v[:, :1].expand_as(v))
 
-    def average(x):
-        return x.mean(1)
-
-    assert check_merge_heads(right).passed
-    assert not check_merge_heads(no_transpose)
-    assert not check_merge_heads(average)
-    assert check_merge_heads(stub).status == "not attempted"
+    assert check_gqa_fixed(_gqa_right).passed
+    assert check_gqa_fixed(expand).passed
+    result = check_gqa_fixed(buggy_gqa_attention)
+    assert not result and "the bug is still there: repeat tiles" in result.message
+    assert "h_kv=2" in result.message  # h_kv = 1 and h_kv = h passed: the bug hides there
+    assert not check_gqa_fixed(first_kv_only)
+    assert check_gqa_fixed(stub).status == "not attempted"
 
 
 def test_cross_projections():
@@ -171,96 +191,95 @@ def test_merge_states():
     assert check_merge_states(stub).status == "not attempted"
 
 
-def test_decode_mask():
-    import torch
-
-    def right(n, m):
-        return torch.ones(n, m, dtype=torch.bool).tril(m - n)
-
-    def top_left(n, m):
-        return torch.ones(n, m, dtype=torch.bool).tril()
-
-    def inverted(n, m):
-        return ~right(n, m)
-
-    def blind_to_self(n, m):
-        return torch.ones(n, m, dtype=torch.bool).tril(m - n - 1)
-
-    def sees_next(n, m):
-        return torch.ones(n, m, dtype=torch.bool).tril(m - n + 1)
-
-    def all_visible(n, m):
-        return torch.ones(n, m, dtype=torch.bool)
-
-    def floats(n, m):
-        return right(n, m).float()
-
-    assert check_decode_mask(right).passed
-    for wrong, words in (
-        (top_left, "you aligned the causal mask top-left, so the new token cannot see"),
-        (inverted, "marks the blocked keys"),
-        (blind_to_self, "must see its own key"),
-        (sees_next, "sees the key after its own position"),
-        (all_visible, "must not see the later new ones"),
-        (floats, "return a bool mask"),
-    ):
-        result = check_decode_mask(wrong)
-        assert not result and words in result.message, (wrong.__name__, result.message)
-    assert check_decode_mask(stub).status == "not attempted"
-
-
-def _heads(x, layer, scale, dim=-1):
-    import torch
-    from selfattn import merge_heads, split_heads
-
-    d, h = layer.d_model, layer.num_heads
+def _by_hand(x, layer, scale=None, merge=True):
+    B, n, d = x.shape
+    h = layer.num_heads
     q, k, v = (split_heads(t, h) for t in layer.qkv(x).split(d, dim=-1))
-    weights = torch.softmax((q @ k.transpose(-2, -1)) * scale, dim=dim)
-    return layer.out(merge_heads(weights @ v))
+    scale = (d // h) ** -0.5 if scale is None else scale
+    out = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1) @ v
+    return layer.out(merge_heads(out) if merge else out.reshape(B, n, d))
 
 
-def test_fixed_scaling():
-    from selfattn.exercises.ch05 import check_fixed_scaling
-
+def test_heads_fixed():
     def right(x, layer):
-        return _heads(x, layer, (layer.d_model // layer.num_heads) ** -0.5)
-
-    def bug_left_in(x, layer):
-        return _heads(x, layer, layer.d_model**-0.5)
-
-    def no_scale(x, layer):
-        return _heads(x, layer, 1.0)
-
-    def no_sqrt(x, layer):
-        return _heads(x, layer, 1.0 / (layer.d_model // layer.num_heads))
-
-    def over_queries(x, layer):
-        return _heads(x, layer, (layer.d_model // layer.num_heads) ** -0.5, dim=-2)
+        return _by_hand(x, layer)
 
     def via_layer(x, layer):  # the library's layer is a right answer too
         return layer(x)
 
-    assert check_fixed_scaling(right).passed
-    assert check_fixed_scaling(via_layer).passed
-    for wrong, words in (
-        (bug_left_in, "the planted bug is still there: the scores are divided by sqrt(d_model)"),
-        (no_scale, "you removed the scaling altogether"),
-        (no_sqrt, "not by its square root"),
-        (over_queries, "your softmax runs over the queries"),
-    ):
-        result = check_fixed_scaling(wrong)
-        assert not result and words in result.message, (wrong.__name__, result.message)
-    assert check_fixed_scaling(stub).status == "not attempted"
+    def scale_d_model(x, layer):
+        return _by_hand(x, layer, scale=layer.d_model**-0.5)
+
+    def no_out_projection(x, layer):
+        B, n, d = x.shape
+        q, k, v = (split_heads(t, layer.num_heads) for t in layer.qkv(x).split(d, -1))
+        return merge_heads(scaled_dot_product_attention(q, k, v))
+
+    def zeroes_the_layer(x, layer):  # mutating the layer cannot fool the checker
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.zero_()
+        return layer(x)
+
+    assert check_heads_fixed(right).passed
+    assert check_heads_fixed(via_layer).passed
+    result = check_heads_fixed(buggy_heads)
+    assert not result and "the bug is still there" in result.message
+    assert "h=3" in result.message  # the h = 1 case passed: the bug hides there
+    result = check_heads_fixed(scale_d_model)
+    assert not result and "the scale changed" in result.message
+    assert not check_heads_fixed(no_out_projection)
+    assert not check_heads_fixed(zeroes_the_layer)
+    assert check_heads_fixed(stub).status == "not attempted"
 
 
-def test_fixed_scaling_leaves_the_readers_rng_alone():
-    import torch
-    from selfattn.exercises.ch05 import check_fixed_scaling
-
+def test_heads_fixed_leaves_the_readers_rng_alone():
     torch.manual_seed(123)
     before = torch.random.get_rng_state()
-    check_fixed_scaling(stub)
+    check_heads_fixed(stub)
     assert torch.equal(torch.random.get_rng_state(), before)
+
+
+def _step(q_new, k_new, v_new, k_cache, v_cache, *, new_first=False, top_left=False):
+    k = torch.cat([k_new, k_cache] if new_first else [k_cache, k_new], dim=-2)
+    v = torch.cat([v_new, v_cache] if new_first else [v_cache, v_new], dim=-2)
+    align = "top_left" if top_left else "bottom_right"
+    mask = causal_mask(q_new.shape[-2], k.shape[-2], alignment=align)
+    return scaled_dot_product_attention(q_new, k, v, mask), k, v
+
+
+def test_cached_attention_fixed():
+    def right(*args):
+        return _step(*args)
+
+    def top_left(*args):
+        return _step(*args, top_left=True)
+
+    def new_first_right_cache(*args):  # the cache fixed, the attention not
+        out = _step(*args, new_first=True)[0]
+        return (out, *_step(*args)[1:])
+
+    def two_values(*args):
+        return _step(*args)[:2]
+
+    def clears_the_cache(q_new, k_new, v_new, k_cache, v_cache):
+        # emptying the caller's cache in place cannot change what the checker expects
+        out = _step(q_new, k_new, v_new, k_cache, v_cache)
+        k_cache.zero_()
+        return out
+
+    assert check_cached_attention_fixed(right).passed
+    assert check_cached_attention_fixed(clears_the_cache).passed
+    result = check_cached_attention_fixed(buggy_cached_attention)
+    # one new token: its query sees every key, so only the returned cache shows the bug
+    assert not result and "the output is right here only because" in result.message
+    result = check_cached_attention_fixed(new_first_right_cache)
+    assert not result and "still put before the cached ones" in result.message
+    result = check_cached_attention_fixed(top_left)
+    assert not result and "aligned top-left" in result.message
+    result = check_cached_attention_fixed(two_values)
+    assert not result and "return a tuple (out, k, v)" in result.message
+    assert check_cached_attention_fixed(stub).status == "not attempted"
 
 
 def _decode(model, prompt, steps, *, prefill=True, fresh=False, cache=True):

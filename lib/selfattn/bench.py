@@ -45,6 +45,7 @@ import datetime as _dt
 import functools
 import importlib.util
 import json
+import logging
 import math
 import os
 import platform
@@ -60,7 +61,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torch.utils.benchmark as benchmark
 
 from ._checks import require_bool, require_int, require_number
 from .costs import kv_cache_bytes
@@ -74,6 +74,12 @@ from .efficient import (
 from .efficient.decoding import flash_decoding
 from .models.attention_decoder import attention_stack, generate
 from .multihead import KVCache
+
+# torch.utils.benchmark imports torch.utils.cpp_extension, which logs a warning on stderr
+# ("No CUDA runtime is found") when torch has CUDA support but the machine has no GPU, as
+# on a CPU Colab runtime; nothing here compiles an extension, so that warning is silenced.
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+import torch.utils.benchmark as benchmark  # noqa: E402
 
 __all__ = [
     "plain_attention",

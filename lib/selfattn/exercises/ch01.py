@@ -7,8 +7,8 @@ In the chapter's order (:data:`EXERCISES`, whose labels number them):
 * ``softmax-axis`` (find the bug) ``check_attention_weights_fixed``: attention with its
   softmax over the wrong axis (:func:`buggy_attention`), fixed.
 * ``reach`` (build) ``check_reach_to_first``: ``|| d y[-1] / d x[0] ||`` with autograd.
-* ``predict-layers`` (predict, then run) ``check_predicted_layers``: how many width-5
-  convolutions connect tokens 100 apart.
+* ``predict-layers`` (predict, then run) ``check_predicted_layers``: how many causal
+  convolutions of alternating widths 3, 7, 3, 7, ... connect tokens 100 apart.
 * ``accuracy`` (build) ``check_accuracy_by_distance``: accuracy per distance from predictions.
 
 Each checker names the most likely wrong answers ("no dilation", "softmax over the
@@ -26,7 +26,6 @@ from ._core import (
     Mismatch,
     call_answer,
     checker,
-    exercise_number,
     expect_close,
     expect_predicted,
     expect_true,
@@ -42,8 +41,10 @@ __all__ = [
     "buggy_attention",
     "attention",
     "PREDICT_N",
-    "PREDICT_K",
+    "PREDICT_WIDTHS",
     "conv_layers_needed",
+    "layers_for_widths",
+    "widths_reach",
     "dilated_layers_needed",
     "accuracy_by_distance",
 ]
@@ -230,25 +231,79 @@ def check_reach_to_first(answer):
             )
 
 
-#: The setting of the exercise "predict, then run (layers for distance 100)", width
-#: ``PREDICT_K`` causal convolutions and tokens ``PREDICT_N`` apart.
-PREDICT_N, PREDICT_K = 100, 5
+#: The setting of the exercise "predict, then run: layers for a distance of 100": causal
+#: convolutions whose widths repeat ``PREDICT_WIDTHS`` (3, 7, 3, 7, ...), stride 1, no
+#: dilation, and tokens ``PREDICT_N`` apart.
+PREDICT_N, PREDICT_WIDTHS = 100, (3, 7)
+
+
+def layers_for_widths(n: int, widths: tuple[int, ...]) -> int:
+    """Layers of causal convolutions, widths cycling through ``widths``, before ``n`` sees 0.
+
+    A layer of width ``k`` reaches ``k - 1`` positions further back (chapter 1's
+    receptive-field proposition, one layer at a time): the count of layers until the reach
+    is at least ``n``.
+    """
+    if n < 0 or not widths or min(widths) < 2:
+        raise ValueError(f"need n >= 0 and widths >= 2, got n={n}, widths={widths}")
+    layers, reach = 0, 0
+    while reach < n:
+        reach += widths[layers % len(widths)] - 1
+        layers += 1
+    return layers
+
+
+def widths_reach(n: int, widths: tuple[int, ...], layers: int, *, seed: int = 0) -> bool:
+    """Whether output ``n`` of ``layers`` causal convolutions, widths cycling through
+    ``widths``, depends on input 0: autograd's answer to :func:`layers_for_widths`.
+
+    As :func:`selfattn.gradient_reach.conv_reach`, with one width per layer: random
+    4-channel ``Conv1d`` layers with ``tanh`` between them, each padded on the left by its
+    width minus 1 (causal, length ``n + 1``); the answer is whether the gradient of output
+    ``n`` reaches input 0 at all.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 4, n + 1, generator=generator, requires_grad=True)
+    h = x
+    for layer in range(layers):
+        k = widths[layer % len(widths)]
+        weight = torch.randn(4, 4, k, generator=generator) / math.sqrt(4 * k)
+        h = torch.tanh(torch.nn.functional.conv1d(torch.nn.functional.pad(h, (k - 1, 0)), weight))
+    h[0, :, n].sum().backward()
+    return bool(x.grad[0, :, 0].abs().sum() > 0)
 
 
 @checker("predict-layers", "predict: layers for distance 100")
 def check_predicted_layers(answer):
-    n, k = PREDICT_N, PREDICT_K
-    dilated = exercise_number(__name__, "dilated")
+    n, widths = PREDICT_N, PREDICT_WIDTHS
+    case = f"n={n}, widths {', '.join(map(str, widths))}, ..."
+    first, second = widths
+    mean = (first + second) // 2
     variants = {
-        "right": conv_layers_needed(n, k),
-        f"each layer widens the receptive field by k - 1 = {k - 1} tokens, not k = {k}: "
-        f"ceil(n / k) undercounts": -(-n // k),
-        f"that is the dilated stack of exercise {dilated} (about log_k n layers); without "
-        f"dilation each layer adds only k - 1 = {k - 1} tokens": dilated_layers_needed(n, k),
-        f"that is a recurrent network's path length, one step per token; a convolution "
-        f"layer covers k - 1 = {k - 1} new tokens at once": n,
+        "right": layers_for_widths(n, widths),
+        f"that is {conv_layers_needed(n, mean)} layers of the average width {mean}; but the "
+        f"stack starts with width {first}: after {2 * (n // (first + second - 2))} layers it "
+        f"reaches {(first + second - 2) * (n // (first + second - 2))} positions back, and "
+        f"the next layer, of width {first}, adds only {first - 1}: "
+        f"{(first + second - 2) * (n // (first + second - 2)) + first - 1} < {n}": (
+            conv_layers_needed(n, mean)
+        ),
+        f"each layer of width k reaches k - 1 positions further back, not k: a pair of "
+        f"layers adds {first + second - 2}, not {first + second}": layers_for_widths(
+            n, tuple(w + 1 for w in widths)
+        ),
+        f"that counts pairs of layers: each pair adds {first + second - 2} positions, "
+        "but the question asks for layers": -(-n // (first + second - 2)),
+        f"that is a stack of width {second} only; every other layer has width {first}": (
+            conv_layers_needed(n, second)
+        ),
+        f"that is a stack of width {first} only; every other layer has width {second}": (
+            conv_layers_needed(n, first)
+        ),
+        "that is a recurrent network's path length, one step per token; a convolution "
+        "layer of width k covers k - 1 new tokens at once": n,
     }
-    expect_predicted(answer, variants, case=f"n={n}, k={k}")
+    expect_predicted(answer, variants, case=case)
 
 
 @checker("accuracy", "accuracy by distance")

@@ -150,12 +150,14 @@ def buggy_attention_layer(
     """Single-head attention with one planted bug, for "find the bug: the scale".
 
     ``x (..., n, d_model)``, ``w_q, w_k (d_model, d_k)``, ``w_v (d_model, d_v)``; returns
-    ``(..., n, d_v)``. The bug: the scores are divided by the square root of the model width
-    ``d_model`` instead of ``d_k``, which goes unnoticed whenever ``d_k == d_model``.
+    ``(..., n, d_v)``. The bug: the scores are *multiplied* by ``sqrt(d_k)`` instead of
+    divided by it (``d_k ** 0.5`` where ``d_k ** -0.5`` was meant), which goes unnoticed
+    whenever ``d_k == 1`` and in any test that checks only shapes or that the weights sum
+    to 1.
     """
     q, k, v = x @ w_q, x @ w_k, x @ w_v  # (..., n, d_k), (..., n, d_k), (..., n, d_v)
-    d_model = x.shape[-1]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_model)  # (..., n, n)
+    scale = q.shape[-1] ** 0.5
+    scores = q @ k.transpose(-2, -1) * scale  # (..., n, n)
     weights = torch.softmax(scores, dim=-1)
     return weights @ v
 
@@ -168,16 +170,18 @@ def _layer(x, w_q, w_k, w_v, *, scale: float, dim: int = -1) -> torch.Tensor:
 @checker("scale-bug", "find the bug: the scale")
 def check_scale_bug(answer) -> None:
     """``answer(x, w_q, w_k, w_v)`` must be :func:`buggy_attention_layer` fixed: scores
-    divided by ``sqrt(d_k)``, softmax over the keys, output ``(..., n, d_v)``.
+    divided by ``sqrt(d_k)``, softmax over the keys, output ``(..., n, d_v)``. One case has
+    ``d_k = 1``, where the bug is invisible.
 
-    Named mistakes: the bug left in (``sqrt(d_model)``), the scores divided by ``d_k``
-    instead of its square root, and no scale at all."""
+    Named mistakes: the bug left in (scores multiplied by ``sqrt(d_k)``), the scores
+    divided by ``d_k`` instead of its square root, no scale at all, and ``sqrt(d_model)``
+    (the width of ``x``) in place of ``sqrt(d_k)``."""
     g = torch.Generator().manual_seed(33)
     cases = [
+        ("d_k=1, where the bug is invisible", 2, 5, 8, 1, 3),
         ("d_model=32, d_k=8, one sequence of 5", 1, 5, 32, 8, 4),
         ("batch of 3, d_model=64, d_k=16", 3, 6, 64, 16, 5),
         ("d_model=8, d_k=128 (d_k larger than d_model)", 2, 4, 8, 128, 3),
-        ("d_model=d_k=16, where the bug is invisible", 2, 5, 16, 16, 4),
     ]
     for name, b, n, d_model, d_k, d_v in cases:
         x = torch.randn(b, n, d_model, generator=g, dtype=torch.float64)
@@ -192,11 +196,18 @@ def check_scale_bug(answer) -> None:
             f"case {name}: return a torch.Tensor, got {type(got).__name__}",
         )
         mistakes = {
-            "still divided by sqrt(d_model), the width of x; the scale is sqrt(d_k), "
-            "the length of a query (w_q.shape[-1] or q.shape[-1])": buggy_attention_layer(*args),
+            f"the scores are still multiplied by sqrt(d_k) = {math.sqrt(d_k):.3g}: "
+            "d_k ** 0.5 where d_k ** -0.5 was meant. The scale must shrink the scores, "
+            "whose spread grows like sqrt(d_k), not stretch them (the weights saturate)": (
+                buggy_attention_layer(*args)
+            ),
             "divided by d_k instead of sqrt(d_k): the scores come out too small and "
             "the weights too flat": _layer(*args, scale=1 / d_k),
             "not divided at all: the scale is missing": _layer(*args, scale=1.0),
+            "divided by sqrt(d_model), the width of x; the scale is sqrt(d_k), the length "
+            "of a query (w_q.shape[-1] or q.shape[-1])": _layer(
+                *args, scale=1 / math.sqrt(d_model)
+            ),
         }
         expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6, mistakes=mistakes)
 

@@ -10,26 +10,43 @@ bytes) and :func:`check_param_count` (the parameters of multi-head attention): t
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 
 import torch
 
+from ..attention import scaled_dot_product_attention
 from ..costs import kv_cache_bytes, mha_param_count
 from ..efficient.decoding import partial_attention
+from ..masks import causal_mask
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
-from ._core import Mismatch, call_answer, checker, expect_close, expect_int, expect_true
+from ._core import (
+    Mismatch,
+    call_answer,
+    checker,
+    expect_close,
+    expect_int,
+    expect_predicted,
+    expect_true,
+)
 
 __all__ = [
     "EXERCISES",
     "EXTRA_EXERCISES",
-    "check_split_heads",
-    "check_merge_heads",
+    "PREDICT_HEAD_SHAPE",
+    "PREDICT_HEAD_HEADS",
+    "PREDICT_HEAD_INDEX",
+    "check_predicted_head",
+    "buggy_gqa_attention",
+    "check_gqa_fixed",
     "check_cross_projections",
     "check_cache_bytes",
     "check_param_count",
+    "buggy_heads",
+    "check_heads_fixed",
     "check_merge_states",
-    "check_decode_mask",
-    "check_fixed_scaling",
+    "buggy_cached_attention",
+    "check_cached_attention_fixed",
     "check_decode_loop",
     "check_cache_prediction",
     "check_block_prediction",
@@ -38,13 +55,13 @@ __all__ = [
 
 #: The labels of chapter 5's exercises (``ex-ch05-<label>``), in the chapter's order.
 EXERCISES = (
-    "split",
-    "merge",
+    "predict-head",
+    "gqa-bug",
     "cross",
-    "scale",
+    "merge-bug",
     "decode-loop",
     "mergestates",
-    "decodemask",
+    "cache-order-bug",
     "predict-cache",
     "predict-blocks",
 )
@@ -56,24 +73,99 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-@checker("split", "split into heads")
-def check_split_heads(answer) -> None:
-    """``answer(x, h)`` for ``x (B, n, d)`` must return ``(B, h, n, d // h)`` where head ``j``
-    holds features ``j * d_head .. (j + 1) * d_head - 1`` of every position."""
-    for B, n, d, h in ((2, 5, 12, 3), (1, 1, 8, 2), (3, 4, 6, 1), (2, 3, 8, 8), (1, 6, 6, 3)):
-        x = torch.randn(B, n, d, generator=_gen(B * 100 + n * 10 + h), dtype=torch.float64)
-        got = call_answer(answer, x.clone(), h)
-        expect_close(got, split_heads(x, h), case=f"B={B}, n={n}, d={d}, h={h}", atol=0, rtol=0)
+#: The setting of "predict, then run: what does a head hold?": ``torch.arange(24.0)``
+#: reshaped to ``PREDICT_HEAD_SHAPE`` ``(B, n, d)`` (entry ``[0, i, f]`` is ``d * i + f``),
+#: split into ``PREDICT_HEAD_HEADS`` heads; the reader predicts
+#: ``split_heads(x, h)[PREDICT_HEAD_INDEX]`` (batch 0, head 2, position 1, feature 0).
+PREDICT_HEAD_SHAPE, PREDICT_HEAD_HEADS, PREDICT_HEAD_INDEX = (1, 4, 6), 3, (0, 2, 1, 0)
 
 
-@checker("merge", "concatenate the heads")
-def check_merge_heads(answer) -> None:
-    """``answer(x)`` for ``x (B, h, n, d_head)`` must return ``(B, n, h * d_head)``: for each
-    position, head 0's features, then head 1's, and so on."""
-    for B, h, n, dh in ((2, 3, 5, 4), (1, 1, 1, 8), (3, 4, 2, 2), (1, 2, 6, 3)):
-        x = torch.randn(B, h, n, dh, generator=_gen(B + h + n + dh), dtype=torch.float64)
-        got = call_answer(answer, x.clone())
-        expect_close(got, merge_heads(x), case=f"B={B}, h={h}, n={n}, d_head={dh}", atol=0, rtol=0)
+@checker("predict-head", "predict: what a head holds")
+def check_predicted_head(answer) -> None:
+    """``answer`` (a number, or a function returning it) must be the entry
+    ``split_heads(x, 3)[0, 2, 1, 0]`` of ``x = torch.arange(24.0).reshape(1, 4, 6)``.
+    Named mistakes: the reshape straight to ``(B, h, n, d_head)`` (it cuts the sequence),
+    strided heads (head ``j`` taking every ``h``-th feature), head and position swapped."""
+    B, n, d = PREDICT_HEAD_SHAPE
+    h = PREDICT_HEAD_HEADS
+    x = torch.arange(float(B * n * d)).reshape(B, n, d)
+    dh = d // h
+    _, head, pos, feat = PREDICT_HEAD_INDEX
+    variants = {
+        "right": int(split_heads(x, h)[PREDICT_HEAD_INDEX]),
+        "that is what x.reshape(B, h, n, d_head) holds there: it cuts the flattened "
+        "tensor into h pieces, so a head gets whole positions, not a slice of each "
+        "position's features": int(x.reshape(B, h, n, dh)[PREDICT_HEAD_INDEX]),
+        f"that is a strided split, head j taking features j, j + h, ...: the split "
+        f"gives head j the d_head = {dh} consecutive features j * d_head to "
+        f"(j + 1) * d_head - 1": int(
+            x.reshape(B, n, dh, h).permute(0, 3, 1, 2)[PREDICT_HEAD_INDEX]
+        ),
+        f"head and position swapped: that is head {pos} at position {head}; the axes "
+        "are (B, h, n, d_head)": int(split_heads(x, h)[0, pos, head, feat]),
+    }
+    expect_predicted(answer, variants, case=f"x = arange(24).reshape{(B, n, d)}, h = {h}")
+
+
+# -- Find the bug: grouped-query attention ---------------------------------------------
+
+
+def buggy_gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The planted bug of "find the bug: grouped-query attention": the key/value heads
+    are tiled (``repeat``), so query head ``i`` reads key/value head ``i % h_kv``.
+
+    Shapes: ``q (B, h, n, d_head)``, ``k``, ``v`` ``(B, h_kv, m, d_head)`` ->
+    ``(B, h, n, d_head)``; the right layout has query head ``i`` read key/value head
+    ``i // (h // h_kv)``, as :class:`~selfattn.MultiHeadAttention` and torch's
+    ``enable_gqa``.
+    """
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+    return scaled_dot_product_attention(q, k, v)
+
+
+def _gqa(q, k, v, *, tiled: bool = False):
+    group = q.shape[1] // k.shape[1]
+    if tiled:
+        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+    else:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return scaled_dot_product_attention(q, k, v)
+
+
+@checker("gqa-bug", "grouped-query attention")
+def check_gqa_fixed(answer) -> None:
+    """``answer(q, k, v)`` with ``q (B, h, n, d_head)`` and ``k``, ``v``
+    ``(B, h_kv, m, d_head)`` must return grouped-query attention ``(B, h, n, d_head)`` in
+    which query head ``i`` reads key/value head ``i // (h // h_kv)``. The cases include
+    ``h_kv = 1`` and ``h_kv = h``, where the planted bug is invisible. Named mistake: the
+    heads tiled (the bug left in)."""
+    for B, h, h_kv, n, m, dh in (
+        (1, 4, 1, 3, 5, 4),
+        (2, 4, 4, 3, 3, 2),
+        (2, 8, 2, 4, 6, 4),
+        (1, 6, 3, 2, 7, 3),
+    ):
+        g = _gen(100 * h + 10 * h_kv + n)
+        q = torch.randn(B, h, n, dh, generator=g, dtype=torch.float64)
+        k, v = (torch.randn(B, h_kv, m, dh, generator=g, dtype=torch.float64) for _ in "kv")
+        got = call_answer(answer, q, k, v)
+        group = h // h_kv
+        mistakes = {
+            f"the bug is still there: repeat tiles the {h_kv} key/value heads, so query "
+            f"head i reads head i % {h_kv}; the {group} query heads of a group are "
+            "consecutive and share one key/value head (repeat_interleave)": _gqa(
+                q, k, v, tiled=True
+            ),
+        }
+        expect_close(
+            got,
+            _gqa(q, k, v),
+            case=f"h={h} query heads, h_kv={h_kv} key/value heads",
+            atol=1e-9,
+            rtol=1e-9,
+            mistakes=mistakes,
+        )
 
 
 @checker("cross", "cross-attention from one fused weight")
@@ -277,67 +369,140 @@ def check_merge_states(answer) -> None:
             expect_close(got_lse, lse, case=f"{name} (lse)", atol=tol, rtol=tol)
 
 
-@checker("decodemask", "the decoding mask")
-def check_decode_mask(answer) -> None:
-    """``answer(n, m)`` must return the bool causal mask ``(n, m)`` (True = may attend) of
-    ``n`` new queries against ``m`` keys, the cached ones first: the queries are the last
-    ``n`` positions, so query ``i`` sees keys ``j <= i + m - n`` (bottom-right alignment).
-    Named mistakes: top-left alignment, an inverted mask, a query that cannot see its own
-    key or that sees the next one, no causality among the new queries, not bool."""
-    for n, m in ((1, 8), (3, 8), (4, 4), (2, 5), (1, 1), (5, 9)):
-        case = f"n={n} new queries, m={m} keys"
-        i = torch.arange(n)[:, None]
-        j = torch.arange(m)[None, :]
-        expected = j <= i + (m - n)
-        got = call_answer(answer, n, m)
-        if not isinstance(got, torch.Tensor):
-            try:
-                got = torch.as_tensor(got)
-            except Exception:
-                raise Mismatch(
-                    f"case {case}: return a bool tensor (n, m), got {type(got).__name__}"
-                ) from None
-        expect_true(
-            tuple(got.shape) == (n, m),
-            f"case {case}: expected shape {(n, m)}, got {tuple(got.shape)}",
+# -- Find the bug: a cache appended in the wrong order -------------------------------
+
+
+def buggy_cached_attention(
+    q_new: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+):
+    """The planted bug of "find the bug: a cache appended in the wrong order".
+
+    One causal attention step of a decoder with a KV cache: ``q_new``, ``k_new``,
+    ``v_new`` ``(B, n, d)`` are the ``n`` newest positions, ``k_cache``, ``v_cache``
+    ``(B, c, d)`` the ``c`` positions before them (``c`` may be 0). Returns ``(out, k, v)``:
+    the output ``(B, n, d)`` and the grown cache ``(B, c + n, d)``, oldest position first.
+    The bug: the new keys and values are put *before* the cached ones.
+    """
+    k = torch.cat([k_new, k_cache], dim=-2)
+    v = torch.cat([v_new, v_cache], dim=-2)
+    mask = causal_mask(q_new.shape[-2], k.shape[-2], alignment="bottom_right")
+    return scaled_dot_product_attention(q_new, k, v, mask), k, v
+
+
+def _cached_step(q_new, k_new, v_new, k_cache, v_cache, *, new_first=False, top_left=False):
+    parts = (k_new, k_cache), (v_new, v_cache)
+    if not new_first:
+        parts = tuple(p[::-1] for p in parts)
+    k, v = (torch.cat(p, dim=-2) for p in parts)
+    align = "top_left" if top_left else "bottom_right"
+    mask = causal_mask(q_new.shape[-2], k.shape[-2], alignment=align)
+    return scaled_dot_product_attention(q_new, k, v, mask), k, v
+
+
+def _as_triple(got, case: str):
+    expect_true(
+        isinstance(got, (tuple, list)) and len(got) == 3,
+        f"case {case}: return a tuple (out, k, v)",
+    )
+    return got
+
+
+@checker("cache-order-bug", "a cache appended in the wrong order")
+def check_cached_attention_fixed(answer) -> None:
+    """``answer(q_new, k_new, v_new, k_cache, v_cache)`` must return ``(out, k, v)``: the
+    causal attention output of the ``n`` newest positions ``(B, n, d)`` over the cached and
+    the new positions, and the grown cache, oldest position first. The checker decodes a
+    sequence in steps (a prefill of 4, two single tokens, a chunk of 3) through the
+    function's own caches and compares every step with a full causal pass. Named mistakes:
+    new keys first (the bug left in: invisible for one new token, whose query sees every
+    key, but not for a chunk), the mask aligned top-left."""
+    g = _gen(515)
+    B, d, total = 2, 4, 9
+    q, k, v = (torch.randn(B, total, d, generator=g, dtype=torch.float64) for _ in "qkv")
+    full = scaled_dot_product_attention(q, k, v, causal_mask(total))
+    k_cache = torch.zeros(B, 0, d, dtype=torch.float64)
+    v_cache = torch.zeros(B, 0, d, dtype=torch.float64)
+    start = 0
+    for size in (4, 1, 1, 3):
+        stop = start + size
+        args = (q[:, start:stop], k[:, start:stop], v[:, start:stop], k_cache, v_cache)
+        case = f"{size} new position(s) after {start} cached"
+        got_out, got_k, got_v = _as_triple(call_answer(answer, *args), case)
+        mistakes = {
+            "the new keys and values are still put before the cached ones: a chunk of "
+            "new queries then sees the wrong keys through the causal mask": _cached_step(
+                *args, new_first=True
+            )[0],
+            "the causal mask is aligned top-left, so the new queries cannot see the "
+            "cache: new query i is position c + i": _cached_step(*args, top_left=True)[0],
+        }
+        expect_close(
+            got_out,
+            full[:, start:stop],
+            case=f"{case} (out)",
+            atol=1e-9,
+            rtol=1e-9,
+            mistakes=mistakes,
         )
-        expect_true(
-            got.dtype == torch.bool,
-            f"case {case}: return a bool mask (True = may attend), got dtype {got.dtype}",
-        )
-        if torch.equal(got, expected):
-            continue
-        named = (
-            (
-                j <= i,
-                "you aligned the causal mask top-left, so the new token cannot see the "
-                "cache: query i is position i + m - n, not position i",
-            ),
-            (~expected, "True must mean may attend; your mask marks the blocked keys"),
-            (j < i + (m - n), "each new query must see its own key (j = i + m - n)"),
-            (j <= i + (m - n) + 1, "query i sees the key after its own position"),
-            (
-                torch.ones(n, m, dtype=torch.bool),
-                "the earlier new queries must not see the later new ones",
-            ),
-        )
-        for candidate, message in named:
-            if torch.equal(got, candidate):
-                raise Mismatch(f"case {case}: {message}")
-        bad = (got != expected).nonzero()[0].tolist()
-        raise Mismatch(f"case {case}: entry {tuple(bad)} should be {bool(expected[tuple(bad)])}")
+        for name, got_t, ref in (("k", got_k, k), ("v", got_v, v)):
+            wrong_order = torch.cat([ref[:, start:stop], ref[:, :start]], dim=-2)
+            if size == 1 and start > 0:
+                mistakes = {
+                    "the output is right here only because one new query sees every key, "
+                    "and attention does not depend on the order of keys it sees all of; "
+                    f"but the cache {name} you return puts the new position before the "
+                    "cached ones, which breaks the next chunk": wrong_order
+                }
+            else:
+                mistakes = {
+                    f"the cache {name} you return puts the new positions before the "
+                    "cached ones; keep it oldest first": wrong_order
+                }
+            expect_close(
+                got_t,
+                ref[:, :stop],
+                case=f"{case} (the returned cache {name}, oldest first)",
+                atol=0,
+                rtol=0,
+                mistakes=mistakes,
+            )
+        # carry the reader's own cache forward: a fix that only looks right for one step
+        # meets its own cache again at the next
+        k_cache = torch.as_tensor(got_k, dtype=torch.float64)
+        v_cache = torch.as_tensor(got_v, dtype=torch.float64)
+        start = stop
 
 
-# -- Find the bug: the scale of the scores ---------------------------------------------
+# -- Find the bug: heads merged in the wrong order -------------------------------------
 
 
-def _heads_attention(x, layer, *, scale: float, softmax_dim: int = -1):
-    """``layer``'s self-attention written out with a chosen score scale and softmax axis."""
-    d, h = layer.d_model, layer.num_heads
+def buggy_heads(x: torch.Tensor, layer: MultiHeadAttention) -> torch.Tensor:
+    """The planted bug of "find the bug: heads merged in the wrong order": ``layer``'s
+    self-attention written out by hand (no mask), ``(B, n, d) -> (B, n, d)``, whose heads
+    are concatenated by a reshape without moving the head axis back first."""
+    B, n, d = x.shape
+    h = layer.num_heads
+    q, k, v = layer.qkv(x).split(d, dim=-1)
+    q, k, v = (split_heads(t, h) for t in (q, k, v))  # (B, h, n, d_head)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d // h)
+    weights = torch.softmax(scores, dim=-1)
+    return layer.out((weights @ v).reshape(B, n, d))
+
+
+def _heads_attention(x, layer, *, scale: float | None = None, merge: str = "right"):
+    """``layer``'s self-attention written out, with a chosen scale and way of merging."""
+    B, n, d = x.shape
+    h = layer.num_heads
     q, k, v = layer.qkv(x).split(d, dim=-1)
     q, k, v = (split_heads(t, h) for t in (q, k, v))
-    weights = torch.softmax((q @ k.transpose(-2, -1)) * scale, dim=softmax_dim)
-    return layer.out(merge_heads(weights @ v))
+    scale = (d // h) ** -0.5 if scale is None else scale
+    out = torch.softmax((q @ k.transpose(-2, -1)) * scale, dim=-1) @ v  # (B, h, n, dh)
+    merged = out.reshape(B, n, d) if merge == "reshape" else merge_heads(out)
+    return layer.out(merged)
 
 
 def _seeded_layer(d_model: int, num_heads: int, seed: int):
@@ -345,40 +510,32 @@ def _seeded_layer(d_model: int, num_heads: int, seed: int):
     return MultiHeadAttention(d_model, num_heads).double().eval()
 
 
-@checker("scale", "the scale of the scores")
-def check_fixed_scaling(answer) -> None:
+@checker("merge-bug", "heads merged in the wrong order")
+def check_heads_fixed(answer) -> None:
     """``answer(x, layer)`` must return ``layer``'s self-attention output ``(B, n, d_model)``
-    (no mask) with scores scaled by ``1 / sqrt(d_head)``. Named mistakes: the planted bug
-    left in (``1 / sqrt(d_model)``), no scaling, ``1 / d_head`` without the square root,
-    the softmax over the queries."""
+    (no mask), as ``layer(x)``. The cases include ``h = 1``, where the planted bug is
+    invisible. Named mistakes: the heads merged by a reshape without moving the head axis
+    back (the bug left in), the scale changed to ``1 / sqrt(d_model)``."""
     state = torch.random.get_rng_state()
     try:
         cases = [
             (B, n, d, h, _seeded_layer(d, h, 50 + d + h))
-            for B, n, d, h in ((2, 5, 18, 3), (1, 7, 24, 3), (3, 4, 32, 8))
+            for B, n, d, h in ((2, 5, 12, 1), (2, 5, 18, 3), (1, 7, 24, 3), (3, 4, 32, 8))
         ]
     finally:
         torch.random.set_rng_state(state)
     with torch.no_grad():
         for B, n, d, h, layer in cases:
             x = torch.randn(B, n, d, generator=_gen(n * 10 + d), dtype=torch.float64) * 2
-            d_head = d // h
             expected = layer(x)
             mistakes = {
-                "the planted bug is still there: the scores are divided by sqrt(d_model) = "
-                f"sqrt({d}), but each head's dot products have only d_head = {d_head} terms, "
-                f"so divide by sqrt(d_head) = sqrt({d_head})": _heads_attention(
-                    x, layer, scale=d**-0.5
-                ),
-                "you removed the scaling altogether: divide the scores by sqrt(d_head), "
-                "not by 1": _heads_attention(x, layer, scale=1.0),
-                f"you divided by d_head = {d_head}, not by its square root": _heads_attention(
-                    x, layer, scale=1.0 / d_head
-                ),
-                "your softmax runs over the queries (dim=-2); each query's weights must sum "
-                "to 1 over the keys (dim=-1)": _heads_attention(
-                    x, layer, scale=d_head**-0.5, softmax_dim=-2
-                ),
+                "the bug is still there: (B, h, n, d_head) reshaped straight to (B, n, d) "
+                "cuts the heads' outputs into rows that mix positions; move the head axis "
+                "back next to d_head first, (B, n, h, d_head), then flatten the last two "
+                "(merge_heads)": _heads_attention(x, layer, merge="reshape"),
+                "the merge is right now, but the scale changed: each head's scores are "
+                f"dot products of d_head = {d // h} numbers, so divide by sqrt(d_head), "
+                f"not sqrt(d_model) = sqrt({d})": _heads_attention(x, layer, scale=d**-0.5),
             }
             got = call_answer(answer, x.clone(), layer)
             expect_close(
