@@ -116,12 +116,12 @@ def test_predictions_are_collapsed(entry, lang, lang_page):
 def test_exercises_numbered_by_chapter(entry, lang_page):
     chapter = _chapter_number(entry)
     page, _ = lang_page("en", entry[1])
-    titles = page.locator(".exercise .admonition-title").all_inner_texts()
+    titles = page.locator("div.exercise > p.admonition-title").all_inner_texts()
     if not titles:
         pytest.skip(f"{entry[1]} has no exercises")
     numbers = [re.search(r"Exercise (\d+(?:\.\d+)*)", t)[1] for t in titles]
     assert numbers == [f"{chapter}.{i}" for i in range(1, len(titles) + 1)], numbers
     zh, _ = lang_page("zh", entry[1])
-    zh_titles = zh.locator(".exercise .admonition-title").all_inner_texts()
+    zh_titles = zh.locator("div.exercise > p.admonition-title").all_inner_texts()
     zh_numbers = [re.search(r"(\d+\.\d+)", t)[1] for t in zh_titles]
     assert zh_numbers == numbers

@@ -8,7 +8,8 @@ Concept checks (``lib/selfattn/quizzes/chNN.json``, see :mod:`selfattn.quizzes`)
 names the section it closes (``"after": "3.2"``); its cell goes just before the next cell that
 starts another ``##`` section (checks closing the same section keep the data's order). The cell
 is written *with* its output, which is a pure function of the data (no random ids), and an
-execution count, so nothing needs to be re-executed and strict nbval reproduces it. Tags:
+execution count (the code cells are numbered as one run numbers them), so nothing needs to be
+re-executed and strict nbval reproduces it. Tags:
 ``concept-check`` (ours) and ``remove-input`` (myst-nb: the website shows only the quiz,
 Jupyter and Colab the call too).
 
@@ -181,17 +182,17 @@ def updated(nb: dict, path: Path) -> dict:
         wanted.append((_summary_index(cells, path) * 1000 + 999, progress_cell(chapter)))
     for key, cell in sorted(wanted, key=lambda kv: kv[0], reverse=True):
         cells.insert(key // 1000, cell)
-    # nbval refuses a cell with outputs and no execution count ("unrun reference cell"): each
-    # of ours takes the count of the code cell before it plus one (nbval does not compare
-    # counts; tools/execute.py renumbers them all).
+    # nbval refuses a cell with outputs and no execution count ("unrun reference cell"), and
+    # tests/test_notebooks.py wants the counts of one run in order: the code cells are
+    # numbered 1, 2, ... as a "Run all" numbers them (nbval does not compare counts).
     count = 0
     for cell in cells:
-        if cell["cell_type"] != "code":
-            continue
-        if _ours(cell):
-            cell["execution_count"] = count + 1
-        if isinstance(cell.get("execution_count"), int):
-            count = cell["execution_count"]
+        if cell["cell_type"] == "code":
+            count += 1
+            cell["execution_count"] = count
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "execute_result":
+                    out["execution_count"] = count
     nb = dict(nb)
     nb["cells"] = cells
     return nb
