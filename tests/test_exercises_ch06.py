@@ -161,7 +161,15 @@ def test_shifted_score():
 
 @pytest.mark.parametrize(
     "answer, text",
-    [(80, "without interpolation"), (320.0, "divides"), (25, "query alone"), (7, "largest")],
+    [
+        (80, "without interpolation"),
+        (320.0, "divides"),
+        (25, "query alone"),
+        (7, "largest"),
+        (80 % (2 * math.pi), "without interpolation"),  # a mistake is named reduced too
+        (25 - 2 * math.pi, "query alone"),
+        (float("inf"), "largest"),
+    ],
 )
 def test_interpolated_angle_mistakes(answer, text):
     assert failed_with(ch06.check_interpolated_angle(answer), text)
@@ -170,4 +178,9 @@ def test_interpolated_angle_mistakes(answer, text):
 def test_interpolated_angle():
     assert ch06.check_interpolated_angle(20).passed
     assert ch06.check_interpolated_angle(80 / 4).passed
+    # the same angle modulo 2 pi, as the chapter's next cell prints it (issue 30)
+    assert ch06.check_interpolated_angle(20 % (2 * math.pi)).passed
+    assert ch06.check_interpolated_angle(round(20 % (2 * math.pi), 4)).passed
+    assert ch06.check_interpolated_angle(20 - 4 * math.pi).passed
+    assert not ch06.check_interpolated_angle(20 % (2 * math.pi) + 0.01).passed
     assert ch06.check_interpolated_angle(None).status == "not attempted"

@@ -123,12 +123,6 @@ def test_finetune_run_restores_the_random_stream():
                                                  batch_size=4, max_len=8))  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rope_scaling_run seeds the global stream and leaves it there: chapter 6's "
-    "committed outputs (its RoPE exercise's printed scores) draw from that stream, so "
-    "restoring it waits for a re-execution of chapter 6",
-)
 def test_rope_scaling_run_restores_the_random_stream():
     kw = dict(factors=(1,), methods=("none",), steps=1, num_test=4, d_model=8)
     _rng_unchanged(lambda: long_context.rope_scaling_run(0, **kw))

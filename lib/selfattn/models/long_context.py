@@ -21,7 +21,7 @@ from torch import nn
 from .._checks import require_base, require_int, require_number
 from ..data.order_tasks import IGNORE_INDEX, KeyValueRetrievalTask
 from ..positional import RopeScaling, RotaryEmbedding, sinusoidal_encoding
-from ..train import _mode, train_loop
+from ..train import _keeps_rng, _mode, train_loop
 from .transformer import TransformerBlock
 
 __all__ = [
@@ -135,6 +135,7 @@ def _scaling(method: str, factor: float, n_train: int) -> RopeScaling | None:
     return RopeScaling(_SCALING_METHOD[method], factor, original_length=n_train)
 
 
+@_keeps_rng
 def rope_scaling_run(
     seed: int,
     *,
@@ -154,7 +155,8 @@ def rope_scaling_run(
     One RoPE model is trained and tested as trained (``"rope"``) and with each scaling
     (``"pi"``, ``"ntk"``, ``"yarn"``, with ``factor`` = test length / ``n_train``, no
     fine-tuning); ``"none"`` and ``"sinusoidal"`` are models of their own. ``seed`` fixes the
-    weights, the training batches and the test sets.
+    weights, the training batches and the test sets; the global random stream is left as
+    the caller had it.
 
     Returns:
         ``{method: {str(length): accuracy}}`` (accuracies rounded to 4 digits).
