@@ -192,7 +192,7 @@ def tiled_attention_io(
     br, bc, mem = _start_tiled(n, d, M, blocks, flash_block_sizes)
     for r in _blocks(n, br):
         mem.load(r * d, "Q_i")
-        mem.allocate(r * d + 2 * r, "O_i, mu_i, l_i")
+        mem.allocate(r * d + 2 * r, "O_i, mu_i, ell_i")
         for c in _blocks(n, bc):
             mem.load(2 * c * d, "K_j, V_j")
             mem.allocate(r * c, "S_ij")
