@@ -113,18 +113,14 @@ class OrderModel(nn.Module):
             else None
         )
         d_head = cfg.d_model // cfg.num_heads
-        self.blocks = nn.ModuleList()
-        for _ in range(cfg.num_layers):
-            block = TransformerBlock(
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
                 cfg.d_model,
                 cfg.num_heads,
                 rope=RotaryEmbedding(d_head, base=cfg.rope_base) if encoding == "rope" else None,
             )
-            # Iterate the parameters in the order of the recorded runs (both LayerNorms,
-            # then attention, then MLP): gradient clipping sums the parameters' norms in
-            # this order, and another order rounds differently, so the runs would drift.
-            block._modules = {k: block._modules[k] for k in ("ln1", "ln2", "attn", "mlp")}
-            self.blocks.append(block)
+            for _ in range(cfg.num_layers)
+        )
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, vocab_size)
 
