@@ -14,6 +14,9 @@ It also writes the notebook editions (tools/notebook_edition.py): ``student/chap
 plain-Jupyter chapters without their solution cells (nbconvert's TagRemovePreprocessor drops
 every cell tagged ``solution``), which the student edition's Colab button opens and its
 pages offer as the ``.ipynb`` download, and ``notebooks/chapters/``, the same with solutions.
+In both, a "predict, then run" cell (tagged ``predict``) has no saved output: the reader sees
+the answer by running it, after predicting (on the website it is collapsed, _ext/book_site.py).
+Exercises are numbered ``chapter.position`` as on the website and in the checkers' lines.
 Check that they are current with
 
     python tools/student_edition.py --check
