@@ -172,6 +172,7 @@ def _ours(cell: dict) -> bool:
 def updated(nb: dict, path: Path) -> dict:
     """The notebook with its concept-check and progress cells as the data say."""
     chapter = chapter_number(path)
+    previous = {c["id"]: c for c in nb["cells"] if _ours(c)}
     cells = [c for c in nb["cells"] if not _ours(c)]
     wanted: list[tuple[int, dict]] = []
     if chapter in quizzes.chapters():
@@ -181,7 +182,10 @@ def updated(nb: dict, path: Path) -> dict:
     if _has_exercises(chapter):
         wanted.append((_summary_index(cells, path) * 1000 + 999, progress_cell(chapter)))
     for key, cell in sorted(wanted, key=lambda kv: kv[0], reverse=True):
-        cells.insert(key // 1000, cell)
+        if cell["id"] in previous:  # what a run recorded (execution times) stays
+            cell["metadata"] = {**previous[cell["id"]].get("metadata", {}), **cell["metadata"]}
+        # Keys sorted, as nbformat (and so tools/execute.py) writes them.
+        cells.insert(key // 1000, json.loads(json.dumps(cell, sort_keys=True)))
     # nbval refuses a cell with outputs and no execution count ("unrun reference cell"), and
     # tests/test_notebooks.py wants the counts of one run in order: the code cells are
     # numbered 1, 2, ... as a "Run all" numbers them (nbval does not compare counts).
