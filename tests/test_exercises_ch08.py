@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from selfattn.efficient.linear import linear_attention
 from selfattn.exercises.ch08 import (
     STRIDED_CASE,
     band_mask_mistakes,
@@ -74,8 +75,15 @@ def causal_right(q, k, v):
 def test_causal_linear_right_and_named_mistakes():
     assert check_causal_linear(causal_right).passed
     assert check_causal_linear(stub).status == "not attempted"
-    still_buggy, not_causal, unnormalised = causal_linear_mistakes()
-    assert still_buggy in check_causal_linear(causal_linear_buggy).message
+    not_causal, unnormalised = causal_linear_mistakes()
+    # the untouched exercise runs the planted bug: not attempted, as in chapter 7 (issue 30)
+    assert check_causal_linear(causal_linear_buggy).status == "not attempted"
+
+    def half_fixed(q, k, v):  # the bug fixed on 2-D inputs only: no longer "not attempted"
+        out = causal_linear_buggy(q, k, v)
+        return linear_attention(q, k, v, causal=True) if q.dim() == 2 else out
+
+    assert check_causal_linear(half_fixed).status == "failed"
 
     def everything(q, k, v):
         fq, fk = phi(q), phi(k)

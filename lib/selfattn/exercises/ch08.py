@@ -15,7 +15,15 @@ import torch.nn.functional as F
 from ..efficient.linear import LinearAttentionState, linear_attention, linear_attention_step
 from ..efficient.sparse import strided_mask
 from ..masks import sliding_window_mask
-from ._core import Mismatch, call_answer, checker, expect_close, expect_predicted, expect_true
+from ._core import (
+    Mismatch,
+    NotAttempted,
+    call_answer,
+    checker,
+    expect_close,
+    expect_predicted,
+    expect_true,
+)
 
 __all__ = [
     "EXERCISES",
@@ -150,10 +158,6 @@ def _causal_variants(q, k, v) -> dict[str, torch.Tensor]:
     fq, fk = _phi(q), _phi(k)
     a = fq @ fk.transpose(-2, -1)
     return {
-        # starts on a new line: the exercise's first run prints it, within 79 columns
-        "\nthese are the outputs of the function as given: the planted bug is still there": (
-            causal_linear_buggy(q, k, v)
-        ),
         "not causal any more: every query sums over all n keys; use prefix sums (cumsum)": (
             linear_attention(q, k, v)
         ),
@@ -171,12 +175,29 @@ def causal_linear_mistakes() -> list[str]:
 def check_causal_linear(answer) -> None:
     """``answer(q, k, v)`` must return causal linear attention, phi = elu + 1, eps = 1e-6:
     ``out_i = phi(q_i) S_i / (phi(q_i) . z_i + eps)`` with ``S_i = sum_{j <= i} phi(k_j) v_j^T``
-    and ``z_i = sum_{j <= i} phi(k_j)``."""
+    and ``z_i = sum_{j <= i} phi(k_j)``. While the answer still computes what the planted bug
+    (:func:`causal_linear_buggy`) computes, the exercise counts as not attempted, as chapter
+    7's find-the-bug exercises do."""
     g = torch.Generator().manual_seed(8)
+    cases, planted = [], True
     for shape, dv in (((6, 4), 3), ((1, 8), 2), ((2, 3, 7, 4), 5)):
         q, k = (torch.randn(*shape, generator=g, dtype=torch.float64) for _ in range(2))
         v = torch.randn(*shape[:-1], dv, generator=g, dtype=torch.float64)
         got = call_answer(answer, q, k, v)
+        cases.append((q, k, v, got))
+        try:
+            same = torch.allclose(
+                torch.as_tensor(got, dtype=torch.float64),
+                causal_linear_buggy(q, k, v),
+                atol=1e-9,
+                rtol=1e-7,
+            )
+        except (TypeError, ValueError, RuntimeError):
+            same = False
+        planted = planted and same
+    if planted:
+        raise NotAttempted()
+    for q, k, v, got in cases:
         case = f"q {tuple(q.shape)}"
         expected = linear_attention(q, k, v, causal=True)
         mistakes = {
