@@ -123,6 +123,9 @@ def test_chapters_hold_the_tool_cells(path):
         if got["id"] != apply_quizzes.PROGRESS_ID:
             assert got["outputs"] == want["outputs"], f"{got['id']}: stale output"
         assert got["source"] == want["source"]
+    # Byte for byte (``--check``): nothing else of the notebook would change either.
+    raw = path.read_text(encoding="utf-8")
+    assert apply_quizzes._dump(expected) == raw, "run tools/apply_quizzes.py on it"
     chapter = apply_quizzes.chapter_number(path)
     if chapter in quizzes.chapters():
         assert len([c for c in mine if c["id"].startswith("concept-check-")]) >= 3
