@@ -92,6 +92,9 @@ def test_output_is_deterministic_and_offline():
             # Both languages, each in its own container named after the check.
             for lang in quizzes.LANGUAGES:
                 assert f'id="{quizzes.container_id(chapter, item["id"], lang)}"' in page
+            # A front end that runs no saved script (JupyterLab) shows how to run the check.
+            for text in quizzes.FALLBACK.values():
+                assert text in page
             q0 = item["questions"][0]["question"]
             assert json.dumps(q0["zh"], ensure_ascii=False)[1:-1] in page
 

@@ -61,6 +61,8 @@ def test_concept_check_wrong_then_right(entry, lang, lang_page):
             assert box.is_visible() == shown, f"{entry[1]} ({lang}): {item['id']} {code} shown?"
             questions = box.locator(".Quiz")
             assert questions.count() == len(item["questions"]), (item["id"], code)
+    # The script ran: the note for front ends that run no saved script is gone.
+    assert page.locator(".jq-fallback").count() == 0
     # One question per chapter (the chapter's n-th check, n by chapter, so both kinds are
     # exercised across the book), answered wrongly and then rightly.
     item = checks[chapter % len(checks)]

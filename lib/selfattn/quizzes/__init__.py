@@ -50,6 +50,11 @@ LANGUAGES = ("en", "zh")
 #: ``<html lang>`` values: the website writes ``zh_CN``/``zh-CN`` for the Chinese edition.
 HTML_LANG = {"en": "en", "zh": "zh-CN"}
 CELL_TAG = "concept-check"
+#: Shown until the check's script has run (a front end that runs no saved script).
+FALLBACK = {
+    "en": "Concept check: run this cell (Shift+Enter) to show its questions.",
+    "zh": "概念检查：运行此单元（Shift+Enter）即可显示题目。",
+}
 
 
 @cache
@@ -202,17 +207,26 @@ def html_output(chapter: int, check_id: str) -> str:
         data = json.dumps(questions(chapter, check_id, lang), ensure_ascii=False)
         # "</" cannot close the script tag early: JSON allows "<\/".
         calls.append(f"show_questions({data.replace('</', '<' + chr(92) + '/')}, {div!r});")
+    # Where the saved output's script does not run (JupyterLab runs no script of an output
+    # it has not produced itself), say how to show the check; the script removes this.
+    fallback = "".join(
+        f'<p class="jq-lang jq-fallback" lang="{HTML_LANG[lang]}">{html.escape(text)}</p>'
+        for lang, text in FALLBACK.items()
+    )
     body = script().replace("</", "<" + chr(92) + "/")
     js = (
         "(function () {\n"
         f"var root = document.getElementById({outer!r});\n"
         "if (!root || root.dataset.shown) { return; }\n"
         "root.dataset.shown = '1';\n"
+        "root.querySelectorAll('.jq-fallback').forEach(function (e) { e.remove(); });\n"
         f"{body}\n" + "\n".join(calls) + "\n})();"
     )
     return (
         f'<div id="{outer}" class="selfattn-concept-check">'
-        f"<style>\n{css}</style>\n" + "".join(blocks) + f"<script>\n{js}\n</script></div>"
+        f"<style>\n{css}</style>\n{fallback}"
+        + "".join(blocks)
+        + f"<script>\n{js}\n</script></div>"
     )
 
 
