@@ -159,3 +159,12 @@ FLOORS_VENV ?= /tmp/floors
 .PHONY: test-floors
 test-floors: install
 	$(PY) tools/floors.py --venv $(FLOORS_VENV)
+
+# The whole book as one PDF per language (tools/pdf.py): every page of the built site printed
+# by Chromium (no TeX), MathJax typeset, code wrapped, a bookmark per chapter, into
+# _build/pdf/self-attention-executed-{en,zh}.pdf. Builds the site first if it is missing.
+# tests_site/test_pdf.py (in `make test`) prints both and checks them.
+.PHONY: pdf
+pdf: install
+	test -f _build/html/index.html -a -f _build/html/zh/index.html || $(MAKE) book
+	CHROMIUM="$(CHROMIUM)" $(PY) tools/pdf.py

@@ -1,0 +1,93 @@
+"""The book as a PDF (tools/pdf.py, ``make pdf``): printed from the built site, both languages.
+
+Prints the site under test once per language (about a minute each) and checks what a reader
+of the PDF relies on: A4 pages, as many as the content needs rather than one long page; a
+bookmark for every page of the table of contents; every figure of the site embedded as an
+image; MathJax typeset (no TeX source such as ``\\frac`` or ``$$`` in the text); and, in the
+Chinese PDF, Chinese text.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import CHROMIUM, PAGES, SITE_HTML
+
+pypdf = pytest.importorskip("pypdf")
+import pdf as book_pdf  # noqa: E402  (tools/, on the path through conftest)
+
+A4_POINTS = (595.0, 842.0)
+#: TeX source in the text. A code cell's string writes the backslash twice ("$\\sqrt{d}$" in a
+#: matplotlib label): that is code, shown as written, and is not matched.
+RAW_TEX = re.compile(r"(?<!\\)\\(frac|sqrt|mathrm|mathbf|text|begin|left|right)\b|\$\$")
+
+
+@pytest.fixture(scope="module", params=["en", "zh"])
+def printed(request, tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+
+    out = tmp_path_factory.mktemp("pdf") / f"book-{request.param}.pdf"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        book_pdf.print_book(SITE_HTML, request.param, out, browser)
+        browser.close()
+    return request.param, pypdf.PdfReader(out)
+
+
+def test_pages_are_a4_and_many(printed):
+    language, reader = printed
+    sizes = {(float(p.mediabox.width), float(p.mediabox.height)) for p in reader.pages}
+    off = [s for s in sizes if max(abs(a - b) for a, b in zip(s, A4_POINTS)) > 2]
+    assert not off, f"{language}: pages not A4: {off}"
+    # Each chapter is many printed pages, not one tall page.
+    assert len(reader.pages) >= 5 * len(PAGES), f"{language}: {len(reader.pages)} pages"
+
+
+def test_a_bookmark_per_page_of_the_book(printed):
+    language, reader = printed
+    assert len(reader.outline) == len(PAGES), f"{language}: {len(reader.outline)} bookmarks"
+
+
+def _figures(html: str) -> int:
+    """PNG figures of a page that print: not in a folded dropdown (a solution), not a button's
+    icon (the launch menu, hidden in print)."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(html, "html.parser")
+    return sum(
+        1
+        for img in soup.select("main img")
+        if img.get("src", "").endswith(".png")
+        and not img.find_parent("details")
+        and not img.find_parent(class_="btn")
+    )
+
+
+def test_every_figure_is_embedded(printed):
+    language, reader = printed
+    figures = sum(_figures((SITE_HTML / html).read_text()) for _, html in PAGES)
+    images = sum(len(page.images) for page in reader.pages)
+    assert figures > 20, f"the English site shows only {figures} PNG figures"
+    assert images >= figures, f"{language}: {images} images in the PDF, {figures} on the site"
+
+
+def test_math_is_typeset_not_tex(printed):
+    language, reader = printed
+    leaks = []
+    for number, page in enumerate(reader.pages, 1):
+        text = page.extract_text() or ""
+        for m in RAW_TEX.finditer(text):
+            leaks.append(f"page {number}: ...{text[max(0, m.start() - 40) : m.end() + 20]}...")
+    assert not leaks, f"{language}: untypeset TeX on {len(leaks)} places: {leaks[:5]}"
+
+
+def test_the_chinese_pdf_is_chinese(printed):
+    language, reader = printed
+    text = "".join((page.extract_text() or "") for page in reader.pages[:20])
+    han = len(re.findall(r"[\u4e00-\u9fff]", text))
+    if language != "zh":
+        pytest.skip("the English PDF quotes Chinese titles; nothing to count")
+    assert han > 2000, f"only {han} Chinese characters in the first 20 pages"
