@@ -65,7 +65,7 @@ def test_merge_states_names_each_mistake():
     wrong = {
         "neither state was brought to the common maximum": no_rescale,
         "the rescale factor is inverted": inverse_rescale,
-        "only l was rescaled": rescale_only_l,
+        "only ell was rescaled": rescale_only_l,
         "you returned the normalised output": normalised,
     }
     assert len(wrong) == len(merge_mistakes())

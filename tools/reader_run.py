@@ -106,7 +106,7 @@ def colab_interpreter() -> Path:
     return Path(sys.executable)
 
 
-#: A reader's time budget per chapter on 2 CPU cores (design.md), by chapter number.
+#: A reader's time budget per chapter on 2 CPU cores (docs/design.md), by chapter number.
 BUDGET_S = {n: 90 if 6 <= n <= 9 else 60 for n in range(1, 11)}
 
 
@@ -342,7 +342,7 @@ def chapter_times(junit: Path) -> dict[str, float]:
 
 def print_budget_table(times: dict[str, float]) -> None:
     """Each chapter's wall time (its cells, one kernel) beside its budget."""
-    print("\nreader run, one kernel per chapter (cells' wall time; budget from design.md):")
+    print("\nreader run, one kernel per chapter (cells' wall time; budget from docs/design.md):")
     print(f"  {'chapter':32} {'time':>7} {'budget':>7}  within")
     for stem, seconds in sorted(times.items()):
         budget = BUDGET_S.get(int(stem[:2]), 60) if stem[:2].isdigit() else 60

@@ -1,7 +1,7 @@
 """Input validation shared by every public function and module constructor.
 
 Bad input must fail loudly with a message naming the argument, what it got and
-what was expected, never broadcast silently or return NaN (see design.md,
+what was expected, never broadcast silently or return NaN (see docs/design.md,
 "Bad input"). Every check lives here so that the messages read the same
 everywhere.
 """

@@ -56,25 +56,25 @@ def _state(s: torch.Tensor, v: torch.Tensor):
 
 
 def _merge_variants(a, b) -> dict[str, tuple]:
-    """The right merged state ("right") and each named mistake's, as (mu, l, o)."""
-    (mu1, l1, o1), (mu2, l2, o2) = a, b
+    """The right merged state ("right") and each named mistake's, as (mu, ell, o)."""
+    (mu1, ell1, o1), (mu2, ell2, o2) = a, b
     mu = torch.maximum(mu1, mu2)
     a1, a2 = torch.exp(mu1 - mu), torch.exp(mu2 - mu)
-    right_l, right_o = a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
+    right_ell, right_o = a1 * ell1 + a2 * ell2, a1 * o1 + a2 * o2
     return {
-        "right": (mu, right_l, right_o),
-        "neither state was brought to the common maximum: multiply l_i and O_i by "
-        "exp(mu_i - mu) before adding": (mu, l1 + l2, o1 + o2),
+        "right": (mu, right_ell, right_o),
+        "neither state was brought to the common maximum: multiply ell_i and O_i by "
+        "exp(mu_i - mu) before adding": (mu, ell1 + ell2, o1 + o2),
         "the rescale factor is inverted, exp(mu - mu_i) instead of exp(mu_i - mu) (the "
         "FlashAttention-2 paper's typo): it inflates the smaller state instead of shrinking "
-        "it": (mu, l1 / a1 + l2 / a2, o1 / a1 + o2 / a2),
-        "only l was rescaled: O needs the same factors exp(mu_i - mu) as l": (
+        "it": (mu, ell1 / a1 + ell2 / a2, o1 / a1 + o2 / a2),
+        "only ell was rescaled: O needs the same factors exp(mu_i - mu) as ell": (
             mu,
-            right_l,
+            right_ell,
             o1 + o2,
         ),
         "you returned the normalised output O / l; the state keeps O unnormalised (the "
-        "division happens once, at the very end)": (mu, right_l, right_o / right_l),
+        "division by ell happens once, at the very end)": (mu, right_ell, right_o / right_ell),
     }
 
 
@@ -91,9 +91,10 @@ def _flat(state) -> torch.Tensor:
 
 @checker("merge", "merging two online-softmax states")
 def check_merge_states(answer) -> None:
-    """``answer(mu1, l1, o1, mu2, l2, o2)`` gets the states ``(max, sum of exp(s - max),
+    """``answer(mu1, ell1, o1, mu2, ell2, o2)`` gets the states ``(max, sum of exp(s - max),
     unnormalised output sum exp(s - max) v)`` of two disjoint blocks of keys and must return the
-    state ``(mu, l, o)`` of their union; ``o / l`` is then softmax attention over both blocks."""
+    state ``(mu, ell, o)`` of their union; ``o / ell`` is then softmax attention over both
+    blocks."""
     g = torch.Generator().manual_seed(7)
     cases = [
         (
