@@ -72,6 +72,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 #: The arguments of :func:`scaled_dot_product_attention`, appended to its docstring (kept
 #: here so that the function reads as the formula).
 _SDPA_ARGS = r"""
+
     Args:
         q: queries ``(..., n, d_k)``.
         k: keys ``(..., m, d_k)``.

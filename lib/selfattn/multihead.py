@@ -545,6 +545,7 @@ class MultiHeadAttention(nn.Module):
         return a.finish(y, weights)
 
     forward.__doc__ += """
+
         Args:
             x: queries' inputs ``(B, n, d_model)`` (or unbatched ``(n, d_model)``).
             context: keys' and values' inputs ``(B, m, d_model)`` for cross-attention;
