@@ -70,8 +70,10 @@ An explicit mask passed with a cache must cover every key, old and new: shape
 the full causal mask: ``causal_mask(n, m, alignment="bottom_right")``). For cross-attention
 the cache stores the context's keys and values on the first call and reuses them after.
 
-**Elsewhere.** Chapter 5's decoding model (:func:`~selfattn.models.attention_stack`,
-:func:`~selfattn.models.generate`) lives in :mod:`selfattn.models.attention_decoder`, the
+**Elsewhere.** Chapter 5's decoding model
+(:func:`~selfattn.models.attention_decoder.attention_stack`,
+:func:`~selfattn.models.attention_decoder.generate`) lives in
+:mod:`selfattn.models.attention_decoder`, the
 layer's cost formulas (:func:`~selfattn.costs.mha_param_count`,
 :func:`~selfattn.costs.mha_flops`, :func:`~selfattn.costs.kv_cache_bytes`) in
 :mod:`selfattn.costs`; ``selfattn`` exports both.

@@ -5,7 +5,7 @@ Imported by :mod:`selfattn.efficient.triton_flash` on the first call, not with
 GPU or run by its interpreter (``TRITON_INTERPRET=1``, CPU tensors): the mode is the
 one in force when this module is first imported, for the whole process.
 Without Triton installed the module still imports, and the kernels are plain Python
-functions: their source can be read (chapter 7 prints :func:`online_softmax_tile`),
+functions: their source can be read (chapter 7 prints ``online_softmax_tile``),
 not run.
 
 Conventions shared by the kernels: tensors are ``(batch x heads, rows, head dim)``

@@ -231,7 +231,7 @@ def check_reach_to_first(answer):
             )
 
 
-#: The setting of the exercise "predict, then run: layers for a distance of 100": causal
+#: The setting of the exercise "predict, then run" on layers for a distance of 100. Causal
 #: convolutions whose widths repeat ``PREDICT_WIDTHS`` (3, 7, 3, 7, ...), stride 1, no
 #: dilation, and tokens ``PREDICT_N`` apart.
 PREDICT_N, PREDICT_WIDTHS = 100, (3, 7)

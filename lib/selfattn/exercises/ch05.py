@@ -73,7 +73,7 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-#: The setting of "predict, then run: what does a head hold?": ``torch.arange(24.0)``
+#: The setting of "predict, then run" on what a head holds. ``torch.arange(24.0)``
 #: reshaped to ``PREDICT_HEAD_SHAPE`` ``(B, n, d)`` (entry ``[0, i, f]`` is ``d * i + f``),
 #: split into ``PREDICT_HEAD_HEADS`` heads; the reader predicts
 #: ``split_heads(x, h)[PREDICT_HEAD_INDEX]`` (batch 0, head 2, position 1, feature 0).
@@ -116,7 +116,7 @@ def buggy_gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> to
 
     Shapes: ``q (B, h, n, d_head)``, ``k``, ``v`` ``(B, h_kv, m, d_head)`` ->
     ``(B, h, n, d_head)``; the right layout has query head ``i`` read key/value head
-    ``i // (h // h_kv)``, as :class:`~selfattn.MultiHeadAttention` and torch's
+    ``i // (h // h_kv)``, as :class:`~selfattn.multihead.MultiHeadAttention` and torch's
     ``enable_gqa``.
     """
     group = q.shape[1] // k.shape[1]
