@@ -127,6 +127,8 @@ _VERSION_GUARDS = (
         "if (typeof MathJax !== 'undefined' && MathJax.version) {",
     ),
     ("if (typeof version == 'undefined') {", "if (typeof version == 'undefined' || !version) {"),
+    # A text answer box has no label in jupyterquiz: screen readers (and axe) need one.
+    ('inp.type = "text";', 'inp.type = "text"; inp.setAttribute("aria-label", "your answer");'),
 )
 
 
