@@ -542,7 +542,7 @@ class Progress:
         pass
 
 
-def progress(chapter: int, *, module=None) -> Progress:
+def progress(chapter: int, *, module=None):
     """Print the chapter's exercises with ✅ / ❌ / ⏳ from the checks run in this kernel.
 
     ✅ passed, ❌ the last check failed, ⏳ not attempted yet (or not checked yet). Checks of
