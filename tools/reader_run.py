@@ -188,7 +188,9 @@ def _install_colab_base(venv: Path, pins: dict[str, str], key: str, interpreter:
     python, stamp = venv / "bin" / "python", venv / ".constraints"
     shutil.rmtree(venv, ignore_errors=True)
     run([interpreter, "-m", "venv", venv])
-    ours = {n: v for n, v in _pins_of_requirements().items() if n in TEST_TOOLS}
+    from floors import pins
+
+    ours = {n: v for n, v in pins().items() if n in TEST_TOOLS}
     run(
         [python, "-m", "pip", "install", "-q", "-r", COLAB_CONSTRAINTS]
         + [f"{n}=={v}" for n, v in ours.items()]
@@ -198,15 +200,6 @@ def _install_colab_base(venv: Path, pins: dict[str, str], key: str, interpreter:
     if wrong:
         sys.exit("reader_run: pip did not install Colab's versions: " + ", ".join(wrong))
     stamp.write_text(key)
-
-
-def _pins_of_requirements() -> dict[str, str]:
-    found = {}
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line.strip())
-        if m:
-            found[m[1].lower()] = m[2]
-    return found
 
 
 def build_colab_env(work: Path, wheel: Path, base_venv: Path) -> Path:
