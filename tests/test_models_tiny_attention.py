@@ -181,15 +181,16 @@ def test_learned_positions_are_one_module():
     model = AttentionClassifier(10, 3, d_model=8, positions="learned", max_len=6)
     assert isinstance(model.pos, LearnedPositionalEmbedding)
     assert isinstance(LookupHeadsModel().pos, LearnedPositionalEmbedding)
-    # the table comes first in the parameter order (that of the recorded runs)
-    assert next(model.parameters()) is model.pos.weight
+    # registered as a reader writes them: the words' table, then the positions'
+    names = [n for n, _ in model.named_parameters()]
+    assert names[:2] == ["embed.weight", "pos.weight"]
 
 
 @pytest.mark.parametrize("num_layers,mlp", [(1, False), (2, False), (2, True)])
-def test_classifier_is_transformer_blocks_drawn_in_the_recorded_order(num_layers, mlp):
+def test_classifier_is_transformer_blocks_built_one_after_another(num_layers, mlp):
     """Blocks of the library (attention-only unless ``mlp``), whose attention is the chapter-2
-    layer with its W_O; the weights are drawn all W_Q, W_K, W_V first, then every W_O, then
-    the MLPs, the head last: the order the recorded runs of chapters 1-2 drew them in."""
+    layer with its W_O; the weights are drawn as a reader writes the model: the embedding,
+    then block by block (W_Q, W_K, W_V, W_O, the MLP), the head last."""
     from selfattn.models import TransformerBlock
     from selfattn.models.transformer import MLP
 
@@ -197,9 +198,12 @@ def test_classifier_is_transformer_blocks_drawn_in_the_recorded_order(num_layers
     model = AttentionClassifier(9, 4, d_model=8, num_layers=num_layers, num_heads=2, mlp=mlp)
     torch.manual_seed(5)
     embed = torch.nn.Embedding(9, 8)
-    layers = [SelfAttention(8, num_heads=2) for _ in range(num_layers)]
-    w_o = [torch.nn.Linear(8, 8, bias=False) for _ in range(num_layers)]
-    mlps = [MLP(8, 16) for _ in range(num_layers)] if mlp else []
+    layers, w_o, mlps = [], [], []
+    for _ in range(num_layers):
+        layers.append(SelfAttention(8, num_heads=2))
+        w_o.append(torch.nn.Linear(8, 8, bias=False))
+        if mlp:
+            mlps.append(MLP(8, 16))
     head = torch.nn.Linear(8, 4)
     assert torch.equal(model.embed.weight, embed.weight)
     assert len(model.blocks) == num_layers

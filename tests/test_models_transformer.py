@@ -158,18 +158,19 @@ def test_vit_shapes_and_class_token_attention():
         PatchEmbedding(24, 5, 3, D)
 
 
-def test_vit_positions_are_the_learned_table_drawn_once():
+def test_vit_positions_are_the_learned_table():
     # the same LearnedPositionalEmbedding as the word models, one row per token (class first);
-    # GPT-2's initialisation keeps its 0.02-scale draw instead of redrawing it
+    # the module's own class token is listed first, then the projection and the positions,
+    # in the order forward uses them
     torch.manual_seed(0)
     embed = PatchEmbedding(24, 6, 3, D)
     assert isinstance(embed.pos, LearnedPositionalEmbedding)
     assert embed.pos.weight.shape == (17, D)
     assert [n for n, _ in embed.named_parameters()] == [
         "cls",
-        "pos.weight",
         "proj.weight",
         "proj.bias",
+        "pos.weight",
     ]
     images = torch.randn(2, 3, 24, 24)
     tokens = embed.proj(patchify(images, 6))
@@ -179,6 +180,31 @@ def test_vit_positions_are_the_learned_table_drawn_once():
     vit = MiniViT(4, image_size=24, patch=6, d_model=D, num_heads=H, num_layers=1)
     std = vit.embed.pos.weight.std().item()
     assert 0.015 < std < 0.025, std
+
+
+def test_models_register_their_parts_in_reading_order():
+    # embedding, stack, head: the order a reader writes them (and forward uses them)
+    def parts(model):
+        return [name for name, _ in model.named_children()]
+
+    assert parts(MiniViT(4, image_size=24, patch=6, d_model=D, num_heads=H)) == [
+        "embed",
+        "encoder",
+        "head",
+    ]
+    assert parts(MiniGPT(11, d_model=D, num_heads=H)) == ["embed", "decoder", "head"]
+    assert parts(MiniBERT(11, d_model=D, num_heads=H)) == ["embed", "encoder", "head"]
+    assert parts(MiniCLIP(10, image_size=24, patch=6, d_model=D, num_heads=H))[:4] == [
+        "image_embed",
+        "image_encoder",
+        "text_embed",
+        "text_encoder",
+    ]
+    # GPT-2's initialisation draws every table, the positions' included, at std 0.02
+    torch.manual_seed(0)
+    gpt = MiniGPT(50, d_model=D, num_heads=H, max_len=200)
+    for table in (gpt.embed.tok.weight, gpt.embed.pos.weight):
+        assert 0.015 < table.std().item() < 0.025
 
 
 def test_clip_embeddings_similarity_and_cross_attention():

@@ -44,7 +44,7 @@ class LookupHeadsModel(nn.Module):
         d_model = require_int(d_model, "d_model", 1)
         self.vocab_size = vocab_size
         self.tok = nn.Embedding(vocab_size, d_model)
-        # std 1, nn.Embedding's initialisation, which the recorded runs used
+        # std 1, as nn.Embedding draws the token vectors: both start at the same scale
         self.pos = LearnedPositionalEmbedding(max_len, d_model, init_std=1.0)
         self.attn = MultiHeadAttention(d_model, num_heads)
         self.readout = nn.Linear(d_model, 2 * vocab_size)

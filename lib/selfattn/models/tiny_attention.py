@@ -103,9 +103,8 @@ class SelfAttention(nn.Module):
         """Give the layer the output projection ``W_O`` (``out``, ``d_v -> d_model``), applied
         to the merged heads; returns the layer.
 
-        ``W_O`` is passed in rather than made here so that a model decides when its weights
-        are drawn (:class:`AttentionClassifier` draws every layer's ``W_Q``, ``W_K``, ``W_V``
-        first).
+        ``W_O`` is passed in, as :meth:`to_multihead` takes it: the caller chooses its bias
+        (:class:`AttentionClassifier` gives each layer one without).
         """
         shape = (self.d_v, self.d_model)
         if not isinstance(out, nn.Linear) or (out.in_features, out.out_features) != shape:
@@ -290,19 +289,18 @@ class AttentionClassifier(nn.Module):
         d_model = require_int(d_model, "d_model", 1)
         max_len = require_int(max_len, "max_len", 1)
         self.d_model, self.positions, self.max_len = d_model, positions, max_len
-        embed = nn.Embedding(vocab_size, d_model)
-        pos = LearnedPositionalEmbedding(max_len, d_model) if positions == "learned" else None
-        # Registered positions first: the parameter order of the recorded runs (gradient
-        # clipping sums the norms in this order; another order rounds differently).
-        self.pos, self.embed = pos, embed
-        # Every layer's W_Q, W_K, W_V are drawn, then every W_O, then the MLPs (as the blocks
-        # are built): the order of the recorded runs' random draws.
-        attention = [SelfAttention(d_model, num_heads=num_heads) for _ in range(num_layers)]
-        for layer in attention:
-            layer.with_output(nn.Linear(d_model, d_model, bias=False))
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = LearnedPositionalEmbedding(max_len, d_model) if positions == "learned" else None
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, mlp_ratio=2 if mlp else 0, attention=layer)
-            for layer in attention
+            TransformerBlock(
+                d_model,
+                num_heads,
+                mlp_ratio=2 if mlp else 0,
+                attention=SelfAttention(d_model, num_heads=num_heads).with_output(
+                    nn.Linear(d_model, d_model, bias=False)
+                ),
+            )
+            for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, num_classes)

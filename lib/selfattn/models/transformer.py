@@ -64,13 +64,10 @@ GPT2_STD = 0.02
 
 
 def _init_weights(module: nn.Module) -> None:
-    # GPT-2's initialisation: small normal weights, zero biases, so a fresh model's
-    # logits are near zero and its first loss is close to log(V). A position table already
-    # drawn at that scale (the ViT's) is kept; the others are redrawn like every weight.
+    # GPT-2's initialisation: small normal weights (position tables included), zero biases,
+    # so a fresh model's logits are near zero and its first loss is close to log(V).
     for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Embedding)) or (
-            isinstance(m, LearnedPositionalEmbedding) and m.init_std != GPT2_STD
-        ):
+        if isinstance(m, (nn.Linear, nn.Embedding, LearnedPositionalEmbedding)):
             nn.init.normal_(m.weight, mean=0.0, std=GPT2_STD)
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
@@ -357,8 +354,7 @@ class _TokenEmbedding(nn.Module):
         max_len = require_int(max_len, "max_len", 1)
         d_model = require_int(d_model, "d_model", 1)
         self.tok = nn.Embedding(vocab_size, d_model)
-        # drawn as nn.Embedding draws (std 1), then redrawn by _init_weights like the rest
-        self.pos = LearnedPositionalEmbedding(max_len, d_model, init_std=1.0)
+        self.pos = LearnedPositionalEmbedding(max_len, d_model)
         self.max_len = max_len
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
@@ -367,24 +363,6 @@ class _TokenEmbedding(nn.Module):
         start = require_int(start, "start", 0)
         check_token_ids(ids, "ids", self.tok.num_embeddings)
         return self.pos(self.tok(ids), offset=start)
-
-
-def _token_stack(
-    stack: type[Encoder] | type[Decoder],
-    vocab_size: int,
-    d_model: int,
-    num_heads: int,
-    num_layers: int,
-    max_len: int,
-) -> tuple[_TokenEmbedding, Encoder | Decoder]:
-    """Words as tokens: a token and position embedding, then ``stack`` (Encoder or Decoder).
-
-    Returns ``(embedding, stack)``, built in that order: the order fixes a fresh model's random
-    draws, so assign them in the same order (``self.embed, self.encoder = ...``) for
-    ``_init_weights`` to visit them in that order too.
-    """
-    embed = _TokenEmbedding(vocab_size, d_model, max_len)
-    return embed, stack(d_model, num_heads, num_layers)
 
 
 class _LanguageModel(nn.Module):
@@ -411,11 +389,9 @@ class _LanguageModel(nn.Module):
     ):
         super().__init__()
         max_len = self._default_max_len if max_len is None else max_len
-        embed, stack = _token_stack(
-            self._stack, vocab_size, d_model, num_heads, num_layers, max_len
-        )
-        self.embed = embed
-        self.add_module(self._stack_name, stack)  # self.encoder or self.decoder
+        self.embed = _TokenEmbedding(vocab_size, d_model, max_len)
+        # self.encoder or self.decoder
+        self.add_module(self._stack_name, self._stack(d_model, num_heads, num_layers))
         self.head = nn.Linear(d_model, vocab_size)
         self.max_len = max_len
         _init_weights(self)
@@ -583,13 +559,10 @@ class PatchEmbedding(nn.Module):
             raise ValueError(f"image_size={image_size} must be a multiple of patch={patch}")
         self.image_size, self.patch, self.channels = image_size, patch, channels
         self.num_patches = (image_size // patch) ** 2
-        proj = nn.Linear(channels * patch * patch, d_model)
+        self.proj = nn.Linear(channels * patch * patch, d_model)
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model))
-        # one position per token, the class token's first; drawn once at GPT-2's scale
-        pos = LearnedPositionalEmbedding(1 + self.num_patches, d_model, init_std=GPT2_STD)
-        # registered before the projection: the parameter order of the recorded runs (class
-        # token, positions, projection), in which gradient clipping sums the norms
-        self.pos, self.proj = pos, proj
+        # one position per token, the class token's first
+        self.pos = LearnedPositionalEmbedding(1 + self.num_patches, d_model)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """images ``(B, C, H, W)`` -> tokens ``(B, 1 + P, d)``, the class token first."""
@@ -609,17 +582,6 @@ class PatchEmbedding(nn.Module):
         tokens = self.proj(patchify(images, self.patch))  # (B, P, d)
         cls = self.cls.expand(images.shape[0], -1, -1)
         return self.pos(torch.cat([cls, tokens], dim=1))
-
-
-def _patch_stack(
-    image_size: int, patch: int, channels: int, d_model: int, num_heads: int, num_layers: int
-) -> tuple[PatchEmbedding, Encoder]:
-    """Images as tokens: patches with a class token and positions, then an Encoder.
-
-    Returns ``(embedding, encoder)``, built in that order (see :func:`_token_stack`).
-    """
-    embed = PatchEmbedding(image_size, patch, channels, d_model)
-    return embed, Encoder(d_model, num_heads, num_layers)
 
 
 class MiniViT(nn.Module):
@@ -644,9 +606,8 @@ class MiniViT(nn.Module):
     ):
         super().__init__()
         num_classes = require_int(num_classes, "num_classes", 1)
-        self.embed, self.encoder = _patch_stack(
-            image_size, patch, channels, d_model, num_heads, num_layers
-        )
+        self.embed = PatchEmbedding(image_size, patch, channels, d_model)
+        self.encoder = Encoder(d_model, num_heads, num_layers)
         self.head = nn.Linear(d_model, num_classes)
         _init_weights(self)
 
@@ -775,12 +736,10 @@ class MiniCLIP(nn.Module):
         super().__init__()
         embed_dim = require_int(embed_dim, "embed_dim", 1)
         pad_id = require_int(pad_id, "pad_id", 0)
-        self.image_embed, self.image_encoder = _patch_stack(
-            image_size, patch, channels, d_model, num_heads, num_layers
-        )
-        self.text_embed, self.text_encoder = _token_stack(
-            Encoder, text_vocab_size, d_model, num_heads, num_layers, max_text_len
-        )
+        self.image_embed = PatchEmbedding(image_size, patch, channels, d_model)
+        self.image_encoder = Encoder(d_model, num_heads, num_layers)
+        self.text_embed = _TokenEmbedding(text_vocab_size, d_model, max_text_len)
+        self.text_encoder = Encoder(d_model, num_heads, num_layers)
         self.image_proj = nn.Linear(d_model, embed_dim, bias=False)
         self.text_proj = nn.Linear(d_model, embed_dim, bias=False)
         # CLIP initialises the temperature at 1/0.07 and learns its log.
