@@ -55,27 +55,50 @@ def test_sinusoidal():
     assert ch06.check_sinusoidal(stub).status == "not attempted"
 
 
-# ---- 6.2 shift matrix (build) -------------------------------------------------------------
+# ---- 6.2 shift matrix in the halves layout (build) -----------------------------------------
 
 
-def _shift(k, d, *, sign=1.0, use_k=True):
+def _halves_shift(k, d, *, sign=1.0, use_k=True):
+    """M with H[pos + k] = M H[pos], H = all sines then all cosines (written out, 2 x 2 at a
+    time across the two halves)."""
+    h = d // 2
     M = torch.zeros(d, d, dtype=torch.float64)
-    for i in range(d // 2):
-        a = (k if use_k else 1) * 10000.0 ** (-2 * i / d)
-        M[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor(
-            [[math.cos(a), sign * math.sin(a)], [-sign * math.sin(a), math.cos(a)]],
-            dtype=torch.float64,
-        )
+    for i in range(h):
+        b = sign * (k if use_k else 1) * 10000.0 ** (-2 * i / d)
+        M[i, i], M[i, h + i] = math.cos(b), math.sin(b)
+        M[h + i, i], M[h + i, h + i] = -math.sin(b), math.cos(b)
     return M
 
 
+def _halves_pe(n, d):
+    return torch.cat(
+        [_sinusoidal(n, d)[:, 0::2], _sinusoidal(n, d)[:, 1::2]], dim=1
+    )  # (n, d): sines, then cosines
+
+
+def test_halves_shift_is_the_shift():
+    # the reference really shifts the halves layout (independent of the checker's code)
+    pe = _halves_pe(40, 8)
+    for k in (1, 3, -2):
+        M = _halves_shift(k, 8)
+        lo, hi = max(0, -k), min(40, 40 - k)
+        assert torch.allclose(pe[lo:hi] @ M.T, pe[lo + k : hi + k], atol=1e-12)
+
+
 def test_shift_matrix():
-    assert ch06.check_shift_matrix(_shift).passed
+    assert ch06.check_shift_matrix(_halves_shift).passed
+    assert ch06.check_shift_matrix(lambda k, d: _halves_shift(k, d).tolist()).passed
+    interleaved = ch06.sinusoidal_shift_matrix
     assert failed_with(
-        ch06.check_shift_matrix(lambda k, d: _shift(k, d, sign=-1.0)), "which is M_-k"
+        ch06.check_shift_matrix(lambda k, d: interleaved(k, d, dtype=torch.float64)),
+        "interleaved layout",
     )
     assert failed_with(
-        ch06.check_shift_matrix(lambda k, d: _shift(k, d, use_k=False)), "whatever k is"
+        ch06.check_shift_matrix(lambda k, d: _halves_shift(k, d, sign=-1.0)), "moves back"
+    )
+    assert failed_with(ch06.check_shift_matrix(lambda k, d: _halves_shift(k, d).T), "moves back")
+    assert failed_with(
+        ch06.check_shift_matrix(lambda k, d: _halves_shift(k, d, use_k=False)), "whatever k is"
     )
     assert failed_with(ch06.check_shift_matrix(lambda k, d: torch.eye(d)), "largest difference")
     assert ch06.check_shift_matrix(stub).status == "not attempted"
@@ -111,14 +134,16 @@ def test_alibi_slopes():
     assert ch06.check_alibi_slopes(stub).status == "not attempted"
 
 
-# ---- 6.4 RoPE (build) ---------------------------------------------------------------------
+# ---- 6.4 RoPE in bfloat16 (find the bug) --------------------------------------------------
 
 
-def _rope(x, positions, *, sign=1.0, halves=False, exponent=lambda i, d: 2 * i / d):
-    n, d = x.shape
-    theta = torch.tensor([10000.0 ** (-exponent(i, d)) for i in range(d // 2)], dtype=x.dtype)
-    angle = positions[:, None].to(x.dtype) * theta * sign
-    cos, sin = torch.cos(angle), torch.sin(angle)
+def _rope(x, positions, *, angle_dtype=torch.float64, sign=1.0, halves=False, slow=False):
+    """RoPE with the angles in ``angle_dtype``, cos and sin cast to x's dtype."""
+    d = x.shape[-1]
+    step = 1 if slow else 2
+    theta = 10000.0 ** (-step * torch.arange(d // 2, dtype=angle_dtype) / d)
+    angle = sign * positions[:, None].to(angle_dtype) * theta
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
     if halves:
         a, b = x[:, : d // 2], x[:, d // 2 :]
         return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=1)
@@ -128,15 +153,52 @@ def _rope(x, positions, *, sign=1.0, halves=False, exponent=lambda i, d: 2 * i /
     return out
 
 
-def test_rope():
+def test_rope_fixed_passes():
     assert ch06.check_rope(_rope).passed
+    assert ch06.check_rope(lambda x, p: _rope(x, p, angle_dtype=torch.float32)).passed
+    assert ch06.check_rope(lambda x, p: apply_rope(x, p)).passed
+
+
+def test_rope_the_planted_bug_is_not_attempted_and_real():
+    assert ch06.check_rope(ch06.rope_buggy).status == "not attempted"
+    assert ch06.check_rope(stub).status == "not attempted"
+    # the bug is invisible in float32 and at the first positions, large further on
+    x = torch.randn(3, 64, dtype=torch.float64)
+    for dtype, positions, small in (
+        (torch.float32, [0, 100, 8191], True),
+        (torch.bfloat16, [0, 3, 7], True),
+        (torch.bfloat16, [1000, 4097, 8191], False),
+    ):
+        pos = torch.tensor(positions)
+        xl = x.to(dtype)
+        err = (ch06.rope_buggy(xl, pos).double() - apply_rope(xl.double(), pos)).abs().max()
+        assert (err < 0.05) == small, (dtype, positions, err)
+
+
+def test_rope_names_the_mistakes():
+    def low(theta=False, positions=False):
+        def rope(x, p):
+            d = x.shape[-1]
+            th = torch.arange(0, d, 2, dtype=x.dtype if theta else torch.float32)
+            th = (10000.0 ** (-th / d)).float()
+            pp = (p.to(x.dtype) if positions else p).float()
+            angle = pp[:, None] * th
+            c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+            out = x.clone()
+            out[:, 0::2] = x[:, 0::2] * c - x[:, 1::2] * s
+            out[:, 1::2] = x[:, 0::2] * s + x[:, 1::2] * c
+            return out
+
+        return rope
+
+    assert failed_with(ch06.check_rope(low(theta=True)), "frequencies")
+    assert failed_with(ch06.check_rope(low(positions=True)), "positions went through")
     assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p, sign=-1.0)), "clockwise")
     assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p, halves=True)), "rotate-half")
-    assert failed_with(
-        ch06.check_rope(lambda x, p: _rope(x, p, exponent=lambda i, d: i / d)),
-        "frequency index",
-    )
-    assert ch06.check_rope(stub).status == "not attempted"
+    assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p, slow=True)), "frequency index")
+    assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p).float()), "x's dtype")
+    assert failed_with(ch06.check_rope(lambda x, p: x), "largest difference")
+    assert not ch06.check_rope(lambda x, p: "rope")
 
 
 # ---- 6.5, 6.6 predictions -----------------------------------------------------------------

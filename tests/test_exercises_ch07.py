@@ -13,11 +13,11 @@ from selfattn.exercises.ch07 import (
     check_bytes_read_prediction,
     check_causal_tiles_prediction,
     check_ds_tile,
-    check_merge_states,
     check_online_attention,
+    check_tile_kind,
     ds_tile_mistakes,
-    merge_mistakes,
     online_attention_mistakes,
+    tile_kind_mistakes,
 )
 
 
@@ -30,54 +30,71 @@ def failed_with(result, words):
     return not result and words in result.message
 
 
-# -- 7.1 merge ----------------------------------------------------------------------------
+# -- 7.1 tile kind (build) --------------------------------------------------------------------
 
 
-def right_merge(m1, l1, o1, m2, l2, o2):
-    m = torch.maximum(m1, m2)
-    a1, a2 = torch.exp(m1 - m), torch.exp(m2 - m)
-    return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
+def right_kind(q0, q1, k0, k1):
+    if k0 > q1 - 1:  # every key after the block's last query
+        return "skip"
+    if k1 - 1 <= q0:  # the block's first query already sees the last key
+        return "full"
+    return "mask"
 
 
-def test_merge_states_passes_the_solution_and_sees_the_stub():
-    assert check_merge_states(right_merge).passed
-    assert check_merge_states(stub).status == "not attempted"
+def brute_kind(q0, q1, k0, k1):
+    allowed = torch.arange(k0, k1)[None, :] <= torch.arange(q0, q1)[:, None]
+    return "skip" if not allowed.any() else "full" if allowed.all() else "mask"
 
 
-def test_merge_states_names_each_mistake():
-    def no_rescale(m1, l1, o1, m2, l2, o2):
-        return torch.maximum(m1, m2), l1 + l2, o1 + o2
+def test_tile_kind_passes_the_solution_and_sees_the_stub():
+    assert check_tile_kind(right_kind).passed
+    assert check_tile_kind(brute_kind).passed
+    assert check_tile_kind(lambda *t: right_kind(*t).upper()).passed  # any case
+    assert check_tile_kind(stub).status == "not attempted"
 
-    def inverse_rescale(m1, l1, o1, m2, l2, o2):  # the FA-2 paper's typo
-        m = torch.maximum(m1, m2)
-        a1, a2 = torch.exp(m - m1), torch.exp(m - m2)
-        return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
 
-    def rescale_only_l(m1, l1, o1, m2, l2, o2):
-        m = torch.maximum(m1, m2)
-        a1, a2 = torch.exp(m1 - m), torch.exp(m2 - m)
-        return m, a1 * l1 + a2 * l2, o1 + o2
+@pytest.mark.parametrize(
+    "rule, words",
+    [
+        (
+            lambda q0, q1, k0, k1: "skip" if k0 > q1 else "full" if k1 - 1 <= q0 else "mask",
+            "not skipped",
+        ),
+        (
+            lambda q0, q1, k0, k1: "full" if k1 <= q0 else "skip" if k0 >= q1 else "mask",
+            "was given a mask",
+        ),
+        (  # full judged by the last query: a correctness bug
+            lambda q0, q1, k0, k1: "skip" if k0 >= q1 else "full" if k1 <= q1 else "mask",
+            "earliest query",
+        ),
+        (  # skip judged by the first query: drops keys the later queries need
+            lambda q0, q1, k0, k1: "skip" if k0 > q0 else "full" if k1 - 1 <= q0 else "mask",
+            "latest query",
+        ),
+    ],
+)
+def test_tile_kind_names_each_mistake(rule, words):
+    result = check_tile_kind(rule)
+    assert not result and words in result.message
 
-    def normalised(m1, l1, o1, m2, l2, o2):
-        m, total, o = right_merge(m1, l1, o1, m2, l2, o2)
-        return m, total, o / total
 
-    wrong = {
-        "neither state was brought to the common maximum": no_rescale,
-        "the rescale factor is inverted": inverse_rescale,
-        "only ell was rescaled": rescale_only_l,
-        "you returned the normalised output": normalised,
-    }
-    assert len(wrong) == len(merge_mistakes())
-    for words, answer in wrong.items():
-        result = check_merge_states(answer)
-        assert failed_with(result, words), result.message
-    # an unnamed wrong answer fails with the largest difference; a bad return is refused
-    doubled = check_merge_states(lambda *a: tuple(2 * x for x in right_merge(*a)))
-    assert failed_with(doubled, "largest difference")
-    assert failed_with(check_merge_states(lambda *a: a[:2]), "return a tuple")
-    summed = check_merge_states(lambda *a: (*right_merge(*a)[:2], right_merge(*a)[2].sum()))
-    assert failed_with(summed, "similar scores: o: expected shape (3,)")
+def test_tile_kind_names_block_numbers_and_reports_others():
+    blocks = {}
+
+    def by_block_number(q0, q1, k0, k1):  # knows the block sizes of the grid being asked
+        if q0 == 0 and k0 == 0:
+            blocks["bq"], blocks["bk"] = q1, k1
+        i, j = q0 // blocks["bq"], k0 // blocks["bk"]
+        return "skip" if j > i else "full" if j < i else "mask"
+
+    result = check_tile_kind(by_block_number)
+    assert not result and "block numbers" in result.message
+    always_mask = check_tile_kind(lambda *t: "mask")
+    assert not always_mask and "expected 'skip', got 'mask'" in always_mask.message
+    assert "return 'skip', 'full' or 'mask'" in check_tile_kind(lambda *t: 1).message
+    assert not check_tile_kind(lambda *t: True)
+    assert len(set(tile_kind_mistakes())) == 5
 
 
 # -- 7.2 online softmax (find the bug) ----------------------------------------------------
@@ -155,7 +172,7 @@ def test_causal_tiles_prediction():
     for value, words in named.items():
         result = check_causal_tiles_prediction(value)
         assert failed_with(result, words), result.message
-    assert failed_with(check_causal_tiles_prediction(70), "expected 72, got 70")
+    assert failed_with(check_causal_tiles_prediction(70), "70 is not right")
     assert failed_with(check_causal_tiles_prediction("72"), "write a number")
     assert failed_with(check_causal_tiles_prediction(True), "write a number")
     # a number of another type is read as the number it holds

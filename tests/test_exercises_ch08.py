@@ -1,20 +1,19 @@
 """Chapter 8's checkers pass the right answers, name the likely mistakes, and see stubs."""
 
-import pytest
 import torch
 import torch.nn.functional as F
 from selfattn.efficient.linear import linear_attention
 from selfattn.exercises.ch08 import (
     STRIDED_CASE,
-    band_mask_mistakes,
     causal_linear_buggy,
     causal_linear_mistakes,
-    check_band_mask,
     check_causal_linear,
     check_decayed_step,
     check_linear_step,
+    check_rolling_cache,
     check_strided_prediction,
     decayed_step_mistakes,
+    rolling_cache_mistakes,
     strided_mistakes,
 )
 
@@ -27,26 +26,59 @@ def phi(x):
     return F.elu(x) + 1
 
 
-def band(n, w, causal=True):
-    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    return ((i - j < w) & (j <= i)) if causal else ((i - j).abs() < w)
+def window_step(k_buf, v_buf, t, q, k, v, *, slot=None, all_slots=False, read_first=False):
+    """One step of a rolling cache (right by default, or with one named mistake)."""
+    w = k_buf.shape[0]
+    out = None
+    if read_first:
+        n = min(t, w)
+        out = (
+            torch.softmax(k_buf[:n] @ q / q.shape[-1] ** 0.5, -1) @ v_buf[:n]
+            if n
+            else torch.zeros(v.shape[0], dtype=v.dtype)
+        )
+    i = t % w if slot is None else slot(t, w)
+    k_buf[i], v_buf[i] = k, v
+    if out is None:
+        n = w if all_slots else min(t + 1, w)
+        out = torch.softmax(k_buf[:n] @ q / q.shape[-1] ** 0.5, -1) @ v_buf[:n]
+    return out, k_buf, v_buf
 
 
-def test_band_mask_right_and_named_mistakes():
-    assert check_band_mask(band).passed
-    assert check_band_mask(lambda n, w, c: band(n, w, c).int().numpy()).passed  # 0/1 accepted
-    assert check_band_mask(stub).status == "not attempted"
-    off_by_one, inverted, forward = band_mask_mistakes()
+def test_rolling_cache_right_and_named_mistakes():
+    empty, own, stuck, unscaled = rolling_cache_mistakes()
+    assert check_rolling_cache(window_step).passed
 
-    def wide(n, w, causal=True):
-        return band(n, w + 1, causal)
+    # any order of the slots is right, as long as the oldest entry is the one replaced
+    def from_the_end(k_buf, v_buf, t, q, k, v):  # slots filled from the last one down
+        w = k_buf.shape[0]
+        k_buf[(w - 1 - t) % w], v_buf[(w - 1 - t) % w] = k, v
+        n = min(t + 1, w)
+        s = k_buf[w - n :] @ q / q.shape[-1] ** 0.5
+        return torch.softmax(s, -1) @ v_buf[w - n :], k_buf, v_buf
 
-    assert off_by_one in check_band_mask(wide).message
-    assert inverted in check_band_mask(lambda n, w, c: ~band(n, w, c)).message
-    assert (
-        forward in check_band_mask(lambda n, w, c: band(n, w, c).T if c else band(n, w, c)).message
-    )
-    assert not check_band_mask(lambda n, w, c: torch.ones(n, n, dtype=torch.bool))
+    assert check_rolling_cache(from_the_end).passed
+    assert check_rolling_cache(stub).status == "not attempted"
+    assert empty in check_rolling_cache(lambda *a: window_step(*a, all_slots=True)).message
+    assert own in check_rolling_cache(lambda *a: window_step(*a, read_first=True)).message
+    stuck_slot = check_rolling_cache(lambda *a: window_step(*a, slot=lambda t, w: min(t, w - 1)))
+    assert stuck in stuck_slot.message
+
+    def no_scale(k_buf, v_buf, t, q, k, v):
+        return window_step(k_buf, v_buf, t, q * k.shape[0] ** 0.5, k, v)
+
+    assert unscaled in check_rolling_cache(no_scale).message
+
+
+def test_rolling_cache_keeps_its_size_and_cannot_see_the_future():
+    def growing(k_buf, v_buf, t, q, k, v):
+        return window_step(torch.cat([k_buf, k[None]]), torch.cat([v_buf, v[None]]), t, q, k, v)
+
+    result = check_rolling_cache(growing)
+    assert not result and "keeps its size" in result.message
+    assert "return a tuple" in check_rolling_cache(lambda *a: a[3]).message
+    assert not check_rolling_cache(lambda kb, vb, t, q, k, v: (v, kb, vb))
+    assert not check_rolling_cache(lambda kb, vb, t, q, k, v: (v, "k", "v"))
 
 
 def test_strided_prediction_right_and_named_mistakes():
@@ -132,8 +164,3 @@ def test_linear_step_without_decay():
     assert check_linear_step(lambda S, z, q, k, v: step_right(S, z, q, k, v, 1.0)).passed
     assert not check_linear_step(lambda S, z, q, k, v: step_right(S, z, q, k, v, 0.5))
     assert check_linear_step(stub).status == "not attempted"
-
-
-@pytest.mark.parametrize("bad", ["three", [[1, 2]], torch.zeros(3, 3) + 0.5])
-def test_band_mask_rejects_non_masks(bad):
-    assert not check_band_mask(lambda n, w, c: bad)

@@ -4,11 +4,12 @@ In the chapter's order (:data:`EXERCISES`, whose labels number them):
 
 * ``sinusoidal`` :func:`check_sinusoidal` (find the bug): the sinusoidal encoding ``(n, d)``,
   with sin and cos in their right columns.
-* ``shift`` :func:`check_shift_matrix` (build): the ``d x d`` matrix ``M_k`` with
-  ``PE[pos + k] = M_k PE[pos]``.
+* ``shift`` :func:`check_shift_matrix` (build): the ``d x d`` matrix that shifts the
+  sinusoidal encoding stored in another layout (all sines, then all cosines) by ``k``.
 * ``alibi`` :func:`check_alibi_slopes` (build): ALiBi's per-head slopes, including head counts
   that are not powers of two.
-* ``rope`` :func:`check_rope` (build): rotary position embedding of ``(n, d)`` vectors.
+* ``rope`` :func:`check_rope` (find the bug): rotary position embedding in bfloat16,
+  against :func:`rope_buggy`.
 * ``predict-score`` :func:`check_shifted_score` (predict): the RoPE score after moving both
   positions.
 * ``predict-pi`` :func:`check_interpolated_angle` (predict): an angle under position
@@ -31,7 +32,7 @@ from ..positional import (
     sinusoidal_encoding,
     sinusoidal_shift_matrix,
 )
-from ._core import Mismatch, call_answer, checker, expect_close
+from ._core import Mismatch, NotAttempted, call_answer, checker, expect_close, expect_true
 
 __all__ = [
     "EXERCISES",
@@ -39,6 +40,9 @@ __all__ = [
     "check_shift_matrix",
     "check_alibi_slopes",
     "check_rope",
+    "rope_buggy",
+    "PLANTED_ROPE",
+    "ROPE_CASES",
     "shifted_score_setup",
     "check_shifted_score",
     "check_interpolated_angle",
@@ -99,28 +103,43 @@ def check_sinusoidal(answer):
         )
 
 
-def _shift(k: int, d: int, *, transpose=False, one_step=False) -> torch.Tensor:
-    m = sinusoidal_shift_matrix(1 if one_step else k, d, dtype=torch.float64)
-    return m.T if transpose else m
+def _halves(d: int) -> torch.Tensor:
+    """The columns of the interleaved encoding in the halves layout (all sines, then cosines)."""
+    return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
 
 
-@checker("shift", "the shift as a block rotation")
+def _shift(k: int, d: int, *, interleaved=False, back=False, one_step=False) -> torch.Tensor:
+    """``M_k`` for the halves layout, or one of the likely mistakes."""
+    m = sinusoidal_shift_matrix(-k if back else 1 if one_step else k, d, dtype=torch.float64)
+    if interleaved:
+        return m
+    perm = _halves(d)
+    return m[perm][:, perm]
+
+
+@checker("shift", "the shift in another layout")
 def check_shift_matrix(answer):
-    """``answer(k, d)`` -> ``M_k`` ``(d, d)`` with ``PE[pos + k] = M_k @ PE[pos]`` (base 10000)."""
-    for k, d in ((1, 2), (3, 8), (0, 4), (-2, 6), (10, 16)):
+    """``answer(k, d)`` -> ``(d, d)`` matrix ``M`` with ``H[pos + k] = M @ H[pos]`` (base 10000).
+
+    ``H[pos]`` is the sinusoidal encoding in the halves layout: the ``d / 2`` sines
+    ``sin(pos omega_i)`` first, then the ``d / 2`` cosines, ``omega_i = 10000^(-2i/d)``.
+    """
+    for k, d in ((1, 4), (3, 8), (0, 4), (-2, 6), (10, 16)):
         case = f"k={k}, d={d}"
         got = _tensor(call_answer(answer, k, d), case)
+        expected = _shift(k, d)
+        mistakes = {
+            "that is M_k of section 6.2, for the interleaved layout: here the sines come "
+            "first and the cosines after them, so each pair is split across the two "
+            "halves": _shift(k, d, interleaved=True),
+            "your matrix moves back by k: it takes H[pos + k] to H[pos]": _shift(k, d, back=True),
+            "your matrix shifts by one position whatever k is": _shift(k, d, one_step=True),
+        }
         expect_close(
             got,
-            _shift(k, d),
+            expected,
             case=case,
-            mistakes={
-                "your blocks are the usual rotation [[cos, -sin], [sin, cos]], which is M_-k "
-                "here: the pairs are stored as (sin, cos), not (cos, sin), so the shift forward "
-                "has +sin above the diagonal": _shift(k, d, transpose=True),
-                "your matrix shifts by one position whatever k is: the angle of pair i is "
-                "k * omega_i": _shift(k, d, one_step=True),
-            },
+            mistakes={m: v for m, v in mistakes.items() if not torch.allclose(v, expected)},
         )
 
 
@@ -153,40 +172,104 @@ def check_alibi_slopes(answer):
         )
 
 
-@checker("rope", "rotary position embedding")
-def check_rope(answer):
-    """``answer(x, positions)`` must rotate the pairs ``(x[:, 2i], x[:, 2i+1])`` of ``x (n, d)``.
+def rope_buggy(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """RoPE of ``x (n, d)`` at integer ``positions (n,)``, with the planted bug of "RoPE in
+    bfloat16": right in float32 and at the first positions, wrong further on."""
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    angle = positions[:, None].to(x.dtype) * theta  # (n, d/2)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    even, odd = x[:, 0::2], x[:, 1::2]
+    out = torch.empty_like(x)
+    out[:, 0::2] = even * cos - odd * sin
+    out[:, 1::2] = even * sin + odd * cos
+    return out
 
-    Row ``r`` turns by the angle ``positions[r] * theta_i``, ``theta_i = 10000^(-2i/d)``.
-    """
+
+def _rope_low(x, positions, *, theta_low=False, positions_low=False) -> torch.Tensor:
+    """RoPE with the angles in float32 but one ingredient rounded to ``x``'s dtype first."""
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype if theta_low else torch.float32) / d)
+    pos = positions.to(x.dtype) if positions_low else positions
+    angle = pos[:, None].to(torch.float32) * theta.to(torch.float32)
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    out = torch.empty_like(x)
+    out[:, 0::2] = x[:, 0::2] * cos - x[:, 1::2] * sin
+    out[:, 1::2] = x[:, 0::2] * sin + x[:, 1::2] * cos
+    return out
+
+
+#: The cases of "RoPE in bfloat16", as (dtype, d, positions); the tolerance is a few
+#: roundings of the dtype, relative to the largest entry of x.
+ROPE_CASES = (
+    (torch.bfloat16, 8, list(range(8))),
+    (torch.bfloat16, 64, [10, 20, 50, 100]),
+    (torch.bfloat16, 64, [300, 1000, 2049, 4097, 8191]),
+    (torch.float16, 16, [5, 700, 3000]),
+    (torch.float32, 32, [0, 100, 8191]),
+)
+_ROPE_TOLERANCE = {torch.bfloat16: 2.0**-6, torch.float16: 2.0**-9, torch.float32: 2.0**-10}
+
+#: The mistake planted in :func:`rope_buggy` (its checker's key for it).
+PLANTED_ROPE = "the angles are still computed in the input's own precision"
+
+
+@checker("rope", "RoPE in bfloat16")
+def check_rope(answer):
+    """``answer(x, positions)`` must return RoPE of ``x (n, d)`` (adjacent pairs,
+    counter-clockwise, ``theta_i = 10000^(-2i/d)``) at the integer ``positions (n,)``, in
+    ``x``'s dtype, as accurate as that dtype allows: ``x`` is bfloat16, float16 or float32,
+    and the positions reach 8191. While the answer still computes what :func:`rope_buggy`
+    computes, the exercise counts as not attempted, as in the book's other find-the-bug
+    exercises."""
     g = torch.Generator().manual_seed(6)
-    for n, d, positions in (
-        (1, 2, [0]),
-        (1, 2, [5]),
-        (4, 8, [0, 1, 2, 3]),
-        (3, 16, [7, 100, 2048]),
-        (5, 64, [0, 3, 1, 4, 1]),
-    ):
-        case = f"n={n}, d={d}, positions={positions}"
-        x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    results, planted = [], True
+    for dtype, d, positions in ROPE_CASES:
+        x = torch.randn(len(positions), d, generator=g, dtype=torch.float64).to(dtype)
         pos = torch.tensor(positions)
-        got = _tensor(call_answer(answer, x.clone(), pos.clone()), case)
-        half = apply_rope(x, pos, layout="half")
-        slow = apply_rope(x, pos, frequencies=10000.0 ** (-torch.arange(d // 2) / d))
-        expect_close(
-            got,
-            apply_rope(x, pos),
-            case=case,
-            mistakes={
-                "you rotate clockwise, by -p theta_i (out[2i] = x[2i] cos + x[2i+1] sin): "
-                "scores still depend only on offsets, but it is R_-p, not the paper's "
-                "R_p": apply_rope(x, -pos),
-                "you paired dimension i with i + d/2 (GPT-NeoX's rotate-half layout); "
-                "this exercise pairs adjacent dimensions (2i, 2i+1)": half,
-                "theta_i = 10000^(-i/d): the frequency index must be 2i/d, one step per "
-                "pair, as in the sinusoids": slow,
-            },
+        case = f"{str(dtype)[6:]}, d={d}, positions {positions[0]}..{positions[-1]}"
+        got = call_answer(answer, x, pos)
+        try:
+            same = torch.equal(torch.as_tensor(got), rope_buggy(x, pos))
+        except (TypeError, ValueError, RuntimeError):
+            same = False
+        planted = planted and same
+        results.append((case, x, pos, got))
+    if planted:
+        raise NotAttempted()
+    for case, x, pos, got in results:
+        expect_true(
+            torch.is_tensor(got) and got.dtype == x.dtype,
+            f"case {case}: return a tensor of x's dtype ({x.dtype}), got "
+            f"{got.dtype if torch.is_tensor(got) else type(got).__name__}",
         )
+        x64 = x.double()
+        atol = _ROPE_TOLERANCE[x.dtype] * x64.abs().max().item()
+        expected = apply_rope(x64, pos)
+        d = x.shape[-1]
+        mistakes = {
+            PLANTED_ROPE: rope_buggy(x, pos),
+            "the frequencies theta_i are still rounded to the input's precision: at large "
+            "positions a tiny error in theta_i is a large error in the angle": _rope_low(
+                x, pos, theta_low=True
+            ),
+            "the positions went through the input's precision, which cannot hold every "
+            "large integer": _rope_low(x, pos, positions_low=True),
+            "you rotate clockwise, by -p theta_i: that is R_-p, not the paper's R_p": (
+                apply_rope(x64, -pos)
+            ),
+            "you paired dimension i with i + d/2 (the rotate-half layout); this RoPE pairs "
+            "adjacent dimensions (2i, 2i+1)": apply_rope(x64, pos, layout="half"),
+            "theta_i = 10000^(-i/d): the frequency index must be 2i/d, one step per pair": (
+                apply_rope(x64, pos, frequencies=10000.0 ** (-torch.arange(d // 2) / d))
+            ),
+        }
+        mistakes = {
+            name: wrong.double()
+            for name, wrong in mistakes.items()
+            if (wrong.double() - expected).abs().max() > atol
+        }
+        expect_close(got.double(), expected, case=case, atol=atol, rtol=0, mistakes=mistakes)
 
 
 def shifted_score_setup() -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,7 +1,7 @@
 """Checkers for chapter 7's exercises (online softmax, FlashAttention's tiles and traffic).
 
 The exercises, numbered by their place in :data:`EXERCISES` (the chapter's order), are of
-three kinds. **Build** (``merge``, :func:`check_merge_states`); **find the bug**
+three kinds. **Build** (``tile-kind``, :func:`check_tile_kind`); **find the bug**
 (``online-bug``, :func:`check_online_attention`; ``ds``, :func:`check_ds_tile`): the reader
 gets a function with one planted mistake, and while the answer still computes what the
 planted mistake computes the checker reports the exercise as not attempted yet; **predict,
@@ -17,12 +17,20 @@ import math
 import torch
 
 from ..efficient.io_model import tiled_attention_io
-from ._core import NotAttempted, call_answer, checker, expect_close, expect_predicted, expect_true
+from ._core import (
+    Mismatch,
+    NotAttempted,
+    call_answer,
+    checker,
+    expect_close,
+    expect_predicted,
+)
 
 __all__ = [
     "EXERCISES",
-    "check_merge_states",
-    "merge_mistakes",
+    "TILE_KINDS",
+    "check_tile_kind",
+    "tile_kind_mistakes",
     "check_online_attention",
     "online_attention_mistakes",
     "check_causal_tiles_prediction",
@@ -37,7 +45,7 @@ __all__ = [
 ]
 
 #: The labels of chapter 7's exercises (``ex-ch07-<label>``), in the chapter's order.
-EXERCISES = ("merge", "online-bug", "tiles", "io", "ds")
+EXERCISES = ("tile-kind", "online-bug", "tiles", "io", "ds")
 
 #: The mistake planted in each "find the bug" exercise (its checker's key for it).
 PLANTED: dict[str, str] = {
@@ -46,108 +54,97 @@ PLANTED: dict[str, str] = {
 }
 
 
-# -- Build: merging two online-softmax states -------------------------------------------
+# -- Build: what a causal pass does with each tile ---------------------------------------
+
+#: The three things causal tiled attention can do with a tile (the answers of ``tile-kind``).
+TILE_KINDS = ("skip", "full", "mask")
+
+#: The grids of the tile-kind checker, as (n, block_q, block_k): every tile of each.
+TILE_KIND_GRIDS = ((100, 32, 7), (37, 8, 5), (64, 16, 16), (10, 4, 6), (9, 3, 9), (1, 1, 1))
 
 
-def _state(s: torch.Tensor, v: torch.Tensor):
-    mu = s.max()  # the running max is mu in chapter 7 (m counts the keys)
-    p = torch.exp(s - mu)
-    return mu, p.sum(), p @ v
+def _kind(skip: bool, full: bool) -> str:
+    return "skip" if skip else "full" if full else "mask"
 
 
-def _merge_variants(a, b) -> dict[str, tuple]:
-    """The right merged state ("right") and each named mistake's, as (mu, ell, o)."""
-    (mu1, ell1, o1), (mu2, ell2, o2) = a, b
-    mu = torch.maximum(mu1, mu2)
-    a1, a2 = torch.exp(mu1 - mu), torch.exp(mu2 - mu)
-    right_ell, right_o = a1 * ell1 + a2 * ell2, a1 * o1 + a2 * o2
+def _tile_rules() -> dict[str, object]:
+    """The right rule ("right") and each named mistake's, as f(q0, q1, k0, k1, bq, bk)."""
+
+    def right(q0, q1, k0, k1, bq, bk):  # the brute force: which pairs j <= i the tile holds
+        i = torch.arange(q0, q1)[:, None]
+        j = torch.arange(k0, k1)[None, :]
+        allowed = j <= i
+        return _kind(not bool(allowed.any()), bool(allowed.all()))
+
     return {
-        "right": (mu, right_ell, right_o),
-        "neither state was brought to the common maximum: multiply ell_i and O_i by "
-        "exp(mu_i - mu) before adding": (mu, ell1 + ell2, o1 + o2),
-        "the rescale factor is inverted, exp(mu - mu_i) instead of exp(mu_i - mu) (the "
-        "FlashAttention-2 paper's typo): it inflates the smaller state instead of shrinking "
-        "it": (mu, ell1 / a1 + ell2 / a2, o1 / a1 + o2 / a2),
-        "only ell was rescaled: O needs the same factors exp(mu_i - mu) as ell": (
-            mu,
-            right_ell,
-            o1 + o2,
+        "right": right,
+        "a tile whose keys all come after its last query was not skipped: it contributes "
+        "nothing": lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q1, k1 - 1 <= q0),
+        "a tile in which every query sees every key was given a mask: the first query "
+        "already sees the tile's last key there": lambda q0, q1, k0, k1, bq, bk: _kind(
+            k0 > q1 - 1, k1 <= q0
         ),
-        "you returned the normalised output O / l; the state keeps O unnormalised (the "
-        "division by ell happens once, at the very end)": (mu, right_ell, right_o / right_ell),
+        "a tile was called full although its first queries must not see its last keys: "
+        "the earliest query of the block decides whether a tile is full": (
+            lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q1 - 1, k1 - 1 <= q1 - 1)
+        ),
+        "a tile was skipped although its last queries see some of its keys: the latest "
+        "query of the block decides whether a tile is skipped": (
+            lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q0, k1 - 1 <= q0)
+        ),
+        "you compared block numbers: that is right only when query and key blocks have "
+        "the same size": lambda q0, q1, k0, k1, bq, bk: _kind(
+            k0 // bk > q0 // bq, k0 // bk < q0 // bq
+        ),
     }
 
 
-def merge_mistakes() -> list[str]:
-    """The mistakes :func:`check_merge_states` names."""
-    z = torch.zeros((), dtype=torch.float64)
-    one = (z, z + 1, torch.ones(1, dtype=torch.float64))
-    return [name for name in _merge_variants(one, one) if name != "right"]
+def _tiles_of(n: int, bq: int, bk: int):
+    for q0 in range(0, n, bq):
+        for k0 in range(0, n, bk):
+            yield q0, min(q0 + bq, n), k0, min(k0 + bk, n)
 
 
-def _flat(state) -> torch.Tensor:
-    return torch.cat([torch.as_tensor(x, dtype=torch.float64).reshape(-1) for x in state])
+def tile_kind_mistakes() -> list[str]:
+    """The mistakes :func:`check_tile_kind` names."""
+    return [name for name in _tile_rules() if name != "right"]
 
 
-@checker("merge", "merging two online-softmax states")
-def check_merge_states(answer) -> None:
-    """``answer(mu1, ell1, o1, mu2, ell2, o2)`` gets the states ``(max, sum of exp(s - max),
-    unnormalised output sum exp(s - max) v)`` of two disjoint blocks of keys and must return the
-    state ``(mu, ell, o)`` of their union; ``o / ell`` is then softmax attention over both
-    blocks."""
-    g = torch.Generator().manual_seed(7)
-    cases = [
-        (
-            "similar scores",
-            torch.randn(5, generator=g, dtype=torch.float64),
-            torch.randn(4, generator=g, dtype=torch.float64),
-        ),
-        (
-            "second block much larger",
-            torch.randn(3, generator=g, dtype=torch.float64),
-            30 + torch.randn(6, generator=g, dtype=torch.float64),
-        ),
-        (
-            "first block much larger",
-            50 + torch.randn(2, generator=g, dtype=torch.float64),
-            torch.randn(3, generator=g, dtype=torch.float64),
-        ),
-        (
-            "one key each",
-            torch.tensor([0.5], dtype=torch.float64),
-            torch.tensor([-1.5], dtype=torch.float64),
-        ),
-    ]
-    for name, s1, s2 in cases:
-        v1 = torch.randn(len(s1), 3, generator=g, dtype=torch.float64)
-        v2 = torch.randn(len(s2), 3, generator=g, dtype=torch.float64)
-        a, b = _state(s1, v1), _state(s2, v2)
-        got = call_answer(answer, *a, *b)
-        expect_true(
-            isinstance(got, (tuple, list)) and len(got) == 3,
-            f"case {name}: return a tuple (mu, l, o)",
-        )
-        variants = _merge_variants(a, b)
-        em, el, eo = variants.pop("right")
-        try:
-            flat = _flat(got)
-        except (TypeError, ValueError, RuntimeError):
-            flat = None
-        right = _flat((em, el, eo))
-        if flat is not None and flat.shape == right.shape:
-            # a named mistake first; a wrong shape is reported part by part below
-            expect_close(
-                flat,
-                right,
-                case=name,
-                atol=1e-9,
-                rtol=1e-9,
-                mistakes={k: _flat(v) for k, v in variants.items()},
-            )
-        mu, total, o = (torch.as_tensor(x, dtype=torch.float64) for x in got)
-        expect_close(mu, em, case=f"{name}: mu", atol=1e-9, rtol=1e-9)
-        expect_close(total, el, case=f"{name}: l", atol=1e-9, rtol=1e-9)
-        expect_close(o, eo, case=f"{name}: o", atol=1e-9, rtol=1e-9)
+def _read_kind(got, case: str) -> str:
+    kind = got.strip().lower() if isinstance(got, str) else None
+    if kind not in TILE_KINDS:
+        raise Mismatch(f"case {case}: return 'skip', 'full' or 'mask', got {got!r:.40}")
+    return kind
+
+
+@checker("tile-kind", "what a causal pass does with each tile")
+def check_tile_kind(answer) -> None:
+    """``answer(q_start, q_stop, k_start, k_stop)`` gets a tile of causal tiled attention,
+    the queries ``q_start .. q_stop - 1`` against the keys ``k_start .. k_stop - 1`` (query
+    ``i`` may attend to key ``j`` when ``j <= i``), and must say what the pass does with it:
+    ``"skip"`` it, compute it in ``"full"`` with no mask, or apply a ``"mask"``. Every tile of
+    several grids is asked, blocks of unequal sizes and short last blocks included; an answer
+    that follows a known wrong rule on all of them is named."""
+    rules = _tile_rules()
+    right = rules.pop("right")
+    asked = []  # (case, tile, block sizes, the reader's kind)
+    for n, bq, bk in TILE_KIND_GRIDS:
+        for q0, q1, k0, k1 in _tiles_of(n, bq, bk):
+            case = f"n={n}, queries {q0}..{q1 - 1}, keys {k0}..{k1 - 1}"
+            got = _read_kind(call_answer(answer, q0, q1, k0, k1), case)
+            asked.append((case, (q0, q1, k0, k1, bq, bk), got))
+    wrong = [(case, tile, got) for case, tile, got in asked if got != right(*tile)]
+    if not wrong:
+        return
+    for name, rule in rules.items():
+        if all(got == rule(*tile) for _, tile, got in asked):
+            case = wrong[0][0]
+            raise Mismatch(f"case {case}: {name}")
+    case, tile, got = wrong[0]
+    raise Mismatch(
+        f"case {case}: expected {right(*tile)!r}, got {got!r} ({len(wrong)} of "
+        f"{len(asked)} tiles wrong)"
+    )
 
 
 # -- Find the bug: the online softmax of one query ---------------------------------------

@@ -1,7 +1,7 @@
-"""Checkers for chapter 8's exercises (band masks, sparse patterns, linear attention).
+"""Checkers for chapter 8's exercises (windowed decoding, sparse patterns, linear attention).
 
-In the chapter's order (:data:`EXERCISES`, whose labels number them): ``band`` (build,
-:func:`check_band_mask`), ``strided`` (predict, then run, :func:`check_strided_prediction`),
+In the chapter's order (:data:`EXERCISES`, whose labels number them): ``rolling`` (build,
+:func:`check_rolling_cache`), ``strided`` (predict, then run, :func:`check_strided_prediction`),
 ``prefix`` (find the bug, :func:`check_causal_linear` against :func:`causal_linear_buggy`)
 and ``decay`` (build, :func:`check_decayed_step`, and its ungated form
 :func:`check_linear_step`). A wrong answer that is a mistake the checker recognises is named.
@@ -14,7 +14,6 @@ import torch.nn.functional as F
 
 from ..efficient.linear import LinearAttentionState, linear_attention, linear_attention_step
 from ..efficient.sparse import strided_mask
-from ..masks import sliding_window_mask
 from ._core import (
     Mismatch,
     NotAttempted,
@@ -27,8 +26,9 @@ from ._core import (
 
 __all__ = [
     "EXERCISES",
-    "check_band_mask",
-    "band_mask_mistakes",
+    "ROLLING_CASES",
+    "check_rolling_cache",
+    "rolling_cache_mistakes",
     "STRIDED_CASE",
     "check_strided_prediction",
     "strided_mistakes",
@@ -41,66 +41,100 @@ __all__ = [
 ]
 
 #: The labels of chapter 8's exercises (``ex-ch08-<label>``), in the chapter's order.
-EXERCISES = ("band", "strided", "prefix", "decay")
+EXERCISES = ("rolling", "strided", "prefix", "decay")
 
 
 def _phi(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x) + 1
 
 
-def _as_mask(got, case: str) -> torch.Tensor:
-    """The reader's mask as a float tensor (bool, 0/1 ints, a NumPy array all accepted)."""
-    try:
-        t = torch.as_tensor(got)
-    except Exception:
-        raise Mismatch(
-            f"case {case}: return a bool tensor (n, n), got {type(got).__name__}"
-        ) from None
-    if t.dtype != torch.bool and not bool(((t == 0) | (t == 1)).all()):
-        raise Mismatch(f"case {case}: a mask holds True/False (or 1/0), got other values")
-    return t.to(torch.float64)
+# -- Build: a rolling cache for sliding-window decoding ----------------------------------
+
+#: The decoding runs of the rolling-cache checker, as (window, steps, d, d_v).
+ROLLING_CASES = ((4, 11, 8, 3), (1, 4, 4, 2), (3, 3, 4, 4), (5, 13, 6, 2))
 
 
-# -- Build: the sliding-window band -------------------------------------------------------
+def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: bool = True):
+    """Softmax attention of one query over ``keys (m, d)``; zeros when there is no key."""
+    if keys.shape[0] == 0:
+        return torch.zeros(values.shape[-1], dtype=values.dtype)
+    s = keys @ q / (q.shape[-1] ** 0.5 if scale else 1.0)
+    return torch.softmax(s, -1) @ values
 
 
-def _band_variants(n: int, w: int, causal: bool) -> dict[str, torch.Tensor]:
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
-    right = sliding_window_mask(n, w, causal=causal)
-    wide = ((i - j) <= w) & (j <= i) if causal else (i - j).abs() <= w
-    variants = {
-        "right": right,
-        "off by one: your band keeps window + 1 keys (i - j <= window); the query's own "
-        "position counts as one of the window keys, so it is i - j < window": wide,
-        "True must mean 'may attend': your mask is inverted (True where the band is not)": ~right,
+def _rolling_variants(q, ks, vs, t: int, w: int) -> dict[str, torch.Tensor]:
+    """The right output of step ``t`` ("right") and each named mistake's, from the history."""
+    lo = max(0, t - w + 1)
+    qt = q[t]
+    empty = w - 1 - t  # the slots not filled yet, at the first steps
+    zk, zv = ks.new_zeros(max(empty, 0), ks.shape[1]), vs.new_zeros(max(empty, 0), vs.shape[1])
+    kept = [*range(w - 1), t] if t >= w else list(range(t + 1))
+    return {
+        "right": _attend(qt, ks[lo : t + 1], vs[lo : t + 1]),
+        "at the first steps the buffer's unused slots took part in the softmax: a slot "
+        "holding zeros still gets a weight": _attend(
+            qt, torch.cat([ks[lo : t + 1], zk]), torch.cat([vs[lo : t + 1], zv])
+        ),
+        "the output left out the token's own key and value: a causal query sees itself": (
+            _attend(qt, ks[max(0, t - w) : t], vs[max(0, t - w) : t])
+        ),
+        "once the buffer was full, the entry replaced was not the oldest one": _attend(
+            qt, ks[kept], vs[kept]
+        ),
+        "the scores are not scaled as everywhere in this book": _attend(
+            qt, ks[lo : t + 1], vs[lo : t + 1], scale=False
+        ),
     }
-    if causal:
-        variants[
-            "your band looks forward (j >= i, the upper triangle): a causal query sees itself "
-            "and the keys before it"
-        ] = right.T
-    return variants
 
 
-def band_mask_mistakes() -> list[str]:
-    """The mistakes :func:`check_band_mask` names."""
-    return [k for k in _band_variants(6, 2, True) if k != "right"]
+def rolling_cache_mistakes() -> list[str]:
+    """The mistakes :func:`check_rolling_cache` names."""
+    x = torch.zeros(3, 2, dtype=torch.float64)
+    return [k for k in _rolling_variants(x, x, x, 2, 2) if k != "right"]
 
 
-@checker("band", "the sliding-window band")
-def check_band_mask(answer) -> None:
-    """``answer(n, window, causal)`` must return the bool ``(n, n)`` mask of sliding-window
-    attention: ``True`` where query ``i`` may attend to key ``j``, i.e. ``i - window < j <= i``
-    (causal) or ``|i - j| < window`` (not causal)."""
-    for n, w, causal in ((8, 3, True), (8, 3, False), (5, 1, True), (4, 9, True), (1, 1, False)):
-        case = f"n={n}, window={w}, causal={causal}"
-        got = _as_mask(call_answer(answer, n, w, causal), case)
-        variants = {k: v.to(torch.float64) for k, v in _band_variants(n, w, causal).items()}
-        right = variants.pop("right")
-        # a mistake that coincides with the right mask on this case is never blamed
-        variants = {k: v for k, v in variants.items() if not torch.equal(v, right)}
-        expect_close(got, right, case=case, atol=0, rtol=0, mistakes=variants)
+def _buffer(got, shape, case: str) -> torch.Tensor:
+    if not (torch.is_tensor(got) and tuple(got.shape) == shape):
+        found = tuple(got.shape) if torch.is_tensor(got) else type(got).__name__
+        raise Mismatch(
+            f"case {case}: return each buffer as a tensor of shape {shape}, got {found}: a "
+            "rolling cache keeps its size"
+        )
+    return got.detach().to(torch.float64)
+
+
+@checker("rolling", "a rolling cache for a sliding window")
+def check_rolling_cache(answer) -> None:
+    """``answer(k_buf, v_buf, t, q_t, k_t, v_t)`` is one decoding step of causal sliding-window
+    attention whose window is the buffers' length: ``k_buf (window, d)`` and ``v_buf (window,
+    d_v)`` hold what the earlier steps left there (zeros before the first step), ``t`` counts
+    the steps from 0 and ``q_t, k_t (d,)``, ``v_t (d_v,)`` are token ``t``'s. It must return
+    ``(out_t, k_buf, v_buf)``: the token's attention output over the last ``window`` tokens
+    (itself included, scores scaled by ``1 / sqrt(d)``) and the buffers for the next step,
+    still of the same shape. The checker runs whole sequences, feeding each step the buffers
+    the previous one returned, and compares every output with attention over the window."""
+    g = torch.Generator().manual_seed(81)
+    for w, steps, d, dv in ROLLING_CASES:
+        q = 2 * torch.randn(steps, d, generator=g, dtype=torch.float64)
+        ks = torch.randn(steps, d, generator=g, dtype=torch.float64)
+        vs = torch.randn(steps, dv, generator=g, dtype=torch.float64)
+        k_buf = torch.zeros(w, d, dtype=torch.float64)
+        v_buf = torch.zeros(w, dv, dtype=torch.float64)
+        for t in range(steps):
+            case = f"window={w}, step t={t}"
+            got = call_answer(answer, k_buf, v_buf, t, q[t], ks[t], vs[t])
+            expect_true(
+                isinstance(got, (tuple, list)) and len(got) == 3,
+                f"case {case}: return a tuple (out_t, k_buf, v_buf)",
+            )
+            variants = _rolling_variants(q, ks, vs, t, w)
+            right = variants.pop("right")
+            mistakes = {
+                k: v for k, v in variants.items() if not torch.allclose(v, right, atol=1e-9)
+            }
+            expect_close(got[0], right, case=case, atol=1e-9, rtol=1e-9, mistakes=mistakes)
+            k_buf = _buffer(got[1], (w, d), case)
+            v_buf = _buffer(got[2], (w, dv), case)
 
 
 # -- Predict, then run: the entries of a strided pattern ---------------------------------

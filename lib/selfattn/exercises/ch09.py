@@ -3,7 +3,7 @@
 In the chapter's order (:data:`EXERCISES`, whose labels number them): ``vit-tokens``, predict
 the tokens of a ViT; ``bert-mask``, find the bug in BERT's attention mask; ``patchify``,
 build patches; ``clip``, build CLIP's loss; ``mlm-acc``, build the masked-word accuracy;
-``greedy``, build cached greedy decoding. Not in the chapter (:data:`EXTRA_EXERCISES`):
+``lm-loss``, find the bug in a GPT's training loss. Not in the chapter (:data:`EXTRA_EXERCISES`):
 ``pre-ln-block``, a pre-LN block. Each checker names the likely mistakes.
 """
 
@@ -13,8 +13,16 @@ import torch
 import torch.nn.functional as F
 
 from ..data.images import patchify
-from ..models.transformer import MiniGPT, TransformerBlock, clip_loss
-from ._core import call_answer, checker, expect_close, expect_predicted, expect_true, name_mistake
+from ..models.transformer import TransformerBlock, clip_loss
+from ._core import (
+    NotAttempted,
+    call_answer,
+    checker,
+    expect_close,
+    expect_predicted,
+    expect_true,
+    name_mistake,
+)
 
 __all__ = [
     "EXERCISES",
@@ -31,13 +39,15 @@ __all__ = [
     "check_clip_loss",
     "masked_accuracy_mistakes",
     "check_masked_accuracy",
-    "greedy_mistakes",
-    "check_greedy_cached",
+    "buggy_lm_loss",
+    "PLANTED_LM_LOSS",
+    "lm_loss_mistakes",
+    "check_lm_loss",
     "check_block_forward",
 ]
 
 #: The labels of chapter 9's exercises (``ex-ch09-<label>``), in the chapter's order.
-EXERCISES = ("vit-tokens", "bert-mask", "patchify", "clip", "mlm-acc", "greedy")
+EXERCISES = ("vit-tokens", "bert-mask", "patchify", "clip", "mlm-acc", "lm-loss")
 #: Checkers that no exercise of the chapter uses, numbered after :data:`EXERCISES`.
 EXTRA_EXERCISES = ("pre-ln-block",)
 
@@ -307,65 +317,91 @@ def check_masked_accuracy(answer) -> None:
         expect_true(abs(got - expected) < 1e-9, f"case {name}: expected {expected}, got {got:.4g}")
 
 
+# -- Find the bug: the next-token loss ----------------------------------------------------
+
+
+def buggy_lm_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The training loss of a GPT with the planted bug of "the next-token loss": ``logits
+    (B, n, V)`` of the model run on ``ids (B, n)``; returns a scalar."""
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), ids.reshape(-1))
+
+
+def _lm_loss_variants(logits: torch.Tensor, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The right loss ("right") and each named mistake's, on the same inputs."""
+    V = logits.shape[-1]
+
+    def ce(lg, tg, reduction="mean"):
+        return F.cross_entropy(lg.reshape(-1, V), tg.reshape(-1), reduction=reduction)
+
+    variants = {
+        "right": ce(logits[:, :-1], ids[:, 1:]),
+        PLANTED_LM_LOSS: ce(logits, ids),
+        "each position is now scored on the token before it, not the one after it": ce(
+            logits[:, 1:], ids[:, :-1]
+        ),
+        "a sum over the positions, not their mean: the loss would grow with the batch": ce(
+            logits[:, :-1], ids[:, 1:], "sum"
+        ),
+    }
+    return variants
+
+
+#: The mistake planted in :func:`buggy_lm_loss` (its checker's key for it).
+PLANTED_LM_LOSS = (
+    "every position is scored on its own input token, which the causal mask lets it see"
+)
+
+
+def lm_loss_mistakes() -> list[str]:
+    """The mistakes :func:`check_lm_loss` names, the planted one first."""
+    lg = torch.zeros(1, 4, 3, dtype=torch.float64)
+    return [k for k in _lm_loss_variants(lg, torch.zeros(1, 4, dtype=torch.long)) if k != "right"]
+
+
+@checker("lm-loss", "the next-token loss")
+def check_lm_loss(answer) -> None:
+    """``answer(logits, ids)`` gets a GPT's logits ``(B, n, V)`` for the token ids ``(B, n)``
+    it read and must return the training loss of a language model, a scalar: the mean
+    cross-entropy of predicting, at every position that has a next token, that token. While
+    the answer still computes what :func:`buggy_lm_loss` computes, the exercise counts as not
+    attempted, as the book's other find-the-bug exercises do."""
+    cases = []
+    for B, n, V, seed in ((2, 6, 5, 0), (1, 2, 7, 1), (3, 5, 4, 2), (2, 9, 11, 3)):
+        g = _gen(90 + seed)
+        logits = 2 * torch.randn(B, n, V, generator=g, dtype=torch.float64)
+        ids = torch.randint(0, V, (B, n), generator=g)
+        cases.append((f"B={B}, n={n}, V={V}", logits, ids))
+    results, planted = [], True
+    for case, logits, ids in cases:
+        got = call_answer(answer, logits, ids)
+        variants = _lm_loss_variants(logits, ids)
+        try:
+            value = torch.as_tensor(got, dtype=torch.float64)
+            same = value.numel() == 1 and torch.allclose(
+                value.reshape(()), variants[PLANTED_LM_LOSS], atol=1e-9, rtol=1e-9
+            )
+        except (TypeError, ValueError, RuntimeError):
+            same = False
+        planted = planted and same
+        results.append((case, got, variants))
+    if planted:
+        raise NotAttempted()
+    for case, got, variants in results:
+        right = variants.pop("right")
+        expect_true(
+            (torch.is_tensor(got) and got.numel() == 1) or isinstance(got, float),
+            f"case {case}: return one number (a scalar tensor), got {_shape_or_type(got)}",
+        )
+        expect_close(
+            torch.as_tensor(got, dtype=torch.float64).reshape(()),
+            right,
+            case=case,
+            atol=1e-9,
+            rtol=1e-9,
+            mistakes=variants,
+        )
+
+
 def _shape_or_type(value) -> str:
     return str(tuple(value.shape)) if torch.is_tensor(value) else type(value).__name__
-
-
-def greedy_mistakes() -> list[str]:
-    """The mistakes :func:`check_greedy_cached` names."""
-    return [
-        "you returned only the new tokens; return the prompt followed by them",
-        "you fed the whole sequence again at every step; with a cache, feed only the token "
-        "just chosen (the cache already holds the rest)",
-    ]
-
-
-@checker("greedy", "greedy decoding with a KV cache")
-def check_greedy_cached(answer) -> None:
-    """``answer(model, ids, steps)``: ``ids (B, p)`` continued greedily by ``steps`` tokens.
-
-    With a KV cache (prefill the prompt once, then feed one token per step), returning
-    ``(B, p + steps)`` ids. Every call after the first must feed the model one token (that is
-    what the cache is for).
-    """
-    for seed, B, p, steps in ((0, 1, 3, 6), (1, 2, 1, 5), (2, 3, 4, 1)):
-        torch.manual_seed(seed)
-        model = MiniGPT(7, d_model=16, num_heads=2, num_layers=2, max_len=16).eval()
-        ids = torch.randint(0, 7, (B, p), generator=_gen(seed))
-        expected = model.generate(ids, steps, greedy=True)
-        lengths = []
-
-        # record the length of every input the model is given (bound now: one list per case)
-        def count(module, args, kwargs, lengths=lengths):
-            ids_in = args[0] if args else kwargs.get("ids")
-            lengths.append(
-                ids_in.shape[1] if torch.is_tensor(ids_in) and ids_in.dim() == 2 else -1
-            )
-
-        hook = model.register_forward_pre_hook(count, with_kwargs=True)
-        try:
-            got = call_answer(answer, model, ids.clone(), steps)
-        finally:
-            hook.remove()
-        case = f"B={B}, prompt length {p}, {steps} steps"
-        only_new, regrown = greedy_mistakes()
-        if torch.is_tensor(got) and tuple(got.shape) == (B, steps) and steps != p + steps:
-            expect_true(not torch.equal(got.long(), expected[:, p:]), f"case {case}: {only_new}")
-        expect_true(
-            not (len(lengths) > 2 and lengths[1] > 1 and lengths[2] == lengths[1] + 1),
-            f"case {case}: {regrown}",
-        )
-        expect_true(
-            torch.is_tensor(got) and tuple(got.shape) == (B, p + steps),
-            f"case {case}: expected ids of shape {(B, p + steps)}, got {_shape_or_type(got)}",
-        )
-        expect_true(
-            torch.equal(got.long(), expected),
-            f"case {case}: expected {expected.tolist()}, got {got.tolist()}",
-        )
-        expect_true(
-            len(lengths) <= steps + 1 and all(n == 1 for n in lengths[1:]),
-            f"case {case}: the model was called {len(lengths)} times with inputs of lengths "
-            f"{lengths}; with a cache the prompt goes in once and every later call feeds one "
-            "token",
-        )
