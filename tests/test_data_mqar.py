@@ -2,7 +2,8 @@
 
 import pytest
 import torch
-from selfattn.data.mqar import MIXERS, RecallMixerModel, mqar_batch, train_mqar
+from selfattn.data.mqar import MIXERS, RecallMixerModel, mqar_batch, train_mqar, window_recall
+from selfattn.efficient.sliding_window import sliding_window_attention
 
 
 def test_batch_queries_each_stored_key_once_with_its_value():
@@ -56,3 +57,41 @@ def test_state_budgets():
 def test_softmax_attention_learns_to_recall_a_few_pairs():
     r = train_mqar("softmax", 4, steps=150, batch=32, lr=1e-2, d_model=32, eval_batch=128)
     assert r["recall"] > 0.9 and r["n"] == 8
+
+
+@pytest.mark.parametrize("p, w", [(4, 16), (8, 16), (9, 16), (16, 16), (32, 16), (5, 3)])
+def test_window_recall_counts_the_pairs_the_window_sees(p, w):
+    # Which tokens each query sees, read off the sliding window itself: with equal
+    # scores, a query's output is the mean of the one-hot rows of the tokens it sees.
+    # Query m (position p + m) asks for each of the p pairs (positions 0 .. p-1) with
+    # equal probability, so the share it can find is its visible pairs over p.
+    n = 2 * p
+    zeros = torch.zeros(1, n, 1)
+    seen = sliding_window_attention(zeros, zeros, torch.eye(n)[None], w)[0] > 0
+    share = seen[p:, :p].sum().item() / p**2
+    chance = 1 / 64
+    assert window_recall(p, w, n_values=64) == pytest.approx(share + (1 - share) * chance)
+    assert window_recall(p, w) <= 1.0
+
+
+def test_window_recall_is_one_when_every_pair_is_in_view():
+    # 8 pairs and their 8 queries are 16 tokens: a window of 16 sees them all.
+    assert window_recall(8, 16) == 1.0
+    assert window_recall(16, 16) < 0.5
+    assert window_recall(1000, 16) < 0.02
+    with pytest.raises(ValueError, match="n_pairs"):
+        window_recall(0)
+
+
+def test_chapter_8_uses_the_library_bound():
+    # The chapter once had its own copy, which did not cap the visible pairs at p.
+    import json
+    from pathlib import Path
+
+    nb = Path(__file__).parents[1] / "chapters" / "08_sparse_and_linear.ipynb"
+    code = "".join(
+        "".join(c["source"])
+        for c in json.loads(nb.read_text())["cells"]
+        if c["cell_type"] == "code"
+    )
+    assert "def window_recall" not in code and "window_recall(" in code

@@ -11,7 +11,8 @@ the last ``w`` tokens.
 
 :func:`mqar_batch` draws problems; :class:`RecallMixerModel` is the one-layer model with a
 choice of mixer (``"softmax"``, ``"linear"``, ``"gated_linear"``, ``"sliding_window"``);
-:func:`train_mqar` trains one and returns its recall on held-out problems.
+:func:`train_mqar` trains one and returns its recall on held-out problems;
+:func:`window_recall` is the most a sliding window can recall.
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from ..efficient.linear import decayed_linear_attention, linear_attention
 from ..efficient.sliding_window import sliding_window_attention
 from ..train import _keeps_rng
 
-__all__ = ["MQARBatch", "mqar_batch", "MIXERS", "RecallMixerModel", "train_mqar"]
+__all__ = [
+    "MQARBatch",
+    "mqar_batch",
+    "MIXERS",
+    "RecallMixerModel",
+    "train_mqar",
+    "window_recall",
+]
 
 #: The attention variants :class:`RecallMixerModel` can use.
 MIXERS = ("softmax", "linear", "gated_linear", "sliding_window")
@@ -206,3 +214,24 @@ def train_mqar(
         "parameters": sum(p.numel() for p in model.parameters()),
         "seconds": time.process_time() - start,
     }
+
+
+def window_recall(n_pairs: int, window: int = 16, n_values: int = 64) -> float:
+    """The best recall a causal sliding window of ``window`` keys can reach on MQAR.
+
+    Query ``m`` (``0 <= m < p``) sits at position ``p + m`` and sees the ``window`` tokens
+    ending with itself (``i - window < j <= i``), so the pairs among them are the last
+    ``min(p, max(0, window - 1 - m))``: never more than the ``p`` there are. Its pair, one of
+    the ``p`` in a random order, is inside with that share; outside, the best guess is
+    chance, ``1 / n_values``.
+
+    Returns:
+        ``seen + (1 - seen) / n_values``, with ``seen`` the share of queries whose pair is
+        inside the window; at most 1 (exactly 1 when ``p <= window // 2``, the whole
+        problem in view).
+    """
+    p = require_int(n_pairs, "n_pairs", 1)
+    w = require_int(window, "window", 1)
+    n_values = require_int(n_values, "n_values", 1)
+    seen = sum(min(p, max(0, w - 1 - m)) for m in range(p)) / p**2
+    return seen + (1 - seen) / n_values
