@@ -58,6 +58,18 @@ COLAB_VENV ?= /tmp/colab-venv
 test-notebooks: install
 	COLAB_VENV=$(COLAB_VENV) $(PY) tools/reader_run.py
 
+# The main path alone: every chapter run as a reader who skips every Deeper part, its `deeper`
+# code cells removed (tools/main_path_run.py; docs/design.md: "The main path must read and run
+# on its own"), in the reader's mode (claims print, nothing is recorded), in a temporary copy.
+# Fails if a remaining cell raises or a claim fails. A pass of its own: strict nbval's passes
+# above cannot be reused, since they must run the Deeper cells too and compare every output,
+# and outputs may change (other random draws) once the Deeper cells are gone; so it runs the
+# chapters once more, two kernels at once on the two cores (each kernel one thread), longest
+# first, outputs not compared: about 5 minutes of the CI's 40 (the chapters' main paths).
+.PHONY: test-main-path
+test-main-path: install
+	$(PY) tools/main_path_run.py --workers 2
+
 # Refresh tools/colab_constraints.txt from a copy of Colab's runtime list, e.g.
 #   git clone https://github.com/googlecolab/backend-info /tmp/backend-info
 #   make colab-versions FREEZE=/tmp/backend-info/pip-freeze.gpu.txt PYTHON_VERSION=3.13.15 \
@@ -115,7 +127,7 @@ test-site: install
 	  CHROMIUM="$(CHROMIUM)" $(PY) -m pytest -p no:cacheprovider tests_site -q --durations=5; \
 	fi
 
-test: lint test-lib test-floors test-notebooks test-build
+test: lint test-lib test-floors test-notebooks test-main-path test-build
 	$(MAKE) test-site SITE_BUILT=1
 	@echo "make test: all passed"
 
