@@ -37,7 +37,7 @@ def test_predicted_head():
         (18, "x.reshape(B, h, n, d_head)"),
         (8, "strided split"),
         (14, "head and position swapped"),
-        (10.5, "expected 10"),
+        (10.5, "is not a whole number"),
         ("10", "write a number"),
     ):
         result = check_predicted_head(wrong)

@@ -200,7 +200,8 @@ def test_bytes_read_prediction():
     for value, words in named.items():
         result = check_bytes_read_prediction(value)
         assert failed_with(result, words), result.message
-    assert failed_with(check_bytes_read_prediction(right + 2), f"expected {right}")
+    assert failed_with(check_bytes_read_prediction(right + 2), "is not right")
+    assert str(right) not in check_bytes_read_prediction(right + 2).message
 
 
 # -- 7.5 dS tile (find the bug) -----------------------------------------------------------

@@ -341,20 +341,48 @@ def read_prediction(prediction, what: str = "your prediction") -> float:
     return value
 
 
+def _not_it(value, case: str) -> Mismatch:
+    """The message for a wrong prediction that no named mistake explains: it never shows the
+    right value (the reader sees it by running the next cell, after predicting)."""
+    return Mismatch(
+        f"case {case}: your prediction {value!r} is not right, and it is none of the "
+        "mistakes this checker knows; go over the reasoning again before running the next cell"
+    )
+
+
 def expect_predicted(prediction, variants: dict, *, case: str, rtol: float = 0.0) -> None:
     """Check a predicted count (read by :func:`read_prediction`) against the right one.
 
     ``variants`` maps ``"right"`` to the right integer and each diagnosis ("that counts the
     patches alone") to the number that mistake gives; a prediction equal to one of them
-    (within ``rtol``) is reported by its diagnosis, any other wrong one by the expected value
-    (:func:`expect_int`).
+    (within ``rtol``) is reported by its diagnosis, any other wrong one as wrong, without the
+    right value (the reader predicts before seeing it).
     """
     value = read_prediction(prediction)
     mistakes = dict(variants)
     right = mistakes.pop("right")
     if value != right:
         name_mistake(value, mistakes, case=case, atol=0, rtol=rtol)
-    expect_int(value, right, case=case)
+    if not (math.isfinite(value) and float(value).is_integer()):
+        raise Mismatch(f"case {case}: your prediction {value!r} is not a whole number")
+    if int(value) != right:
+        raise _not_it(value, case)
+
+
+def expect_predicted_close(
+    prediction, right: float, mistakes: dict, *, case: str, atol: float
+) -> None:
+    """Check a predicted real number (read by :func:`read_prediction`) to ``atol``.
+
+    ``mistakes`` maps each diagnosis to the number that mistake gives; a prediction within
+    ``atol`` of one is reported by its diagnosis, any other wrong one as wrong, without the
+    right value.
+    """
+    value = read_prediction(prediction)
+    if math.isfinite(value) and abs(value - right) <= atol:
+        return
+    name_mistake(value, mistakes, case=case, atol=atol, rtol=0)
+    raise _not_it(value, case)
 
 
 # A chapter's module, whose checkers are declared by label: selfattn.exercises.ch03 -> 3.

@@ -148,10 +148,10 @@ def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -
 def buggy_attention(
     queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
 ) -> torch.Tensor:
-    """The planted bug of "softmax over the keys": :func:`attention`, softmax over ``dim=0``.
+    """The function of "find the bug: softmax over the wrong axis", with one planted bug.
 
-    Same shapes as :func:`attention`. For one sequence ``(n, d)`` axis 0 is the queries'
-    axis, so each *column* of weights sums to 1 instead of each row.
+    Same shapes as :func:`attention`. The exercise asks what is wrong with it and how to fix
+    it; :func:`check_attention_weights_fixed` checks a fixed version.
     """
     scores = queries @ keys.transpose(-2, -1)
     return torch.softmax(scores, dim=0) @ values

@@ -5,8 +5,8 @@ In the chapter's order (:data:`EXERCISES`, whose labels number them):
 * ``predict-score`` (predict, then run) ``check_predicted_score``: one step of the worked
   example by hand, the scaled score of "it" against a fourth token, "tired".
 * ``soft`` (build) ``check_soft_lookup``: softmax-weighted sum of values, with a temperature.
-* ``cross`` (find the bug) ``check_cross_attention``: cross-attention scaled by the wrong
-  width (:func:`buggy_cross_attention`), fixed.
+* ``cross`` (find the bug) ``check_cross_attention``: cross-attention with one planted bug
+  (:func:`buggy_cross_attention`), fixed.
 * ``share`` (build) ``check_antecedent_share``: the share of attention from ``it`` on the
   right noun.
 
@@ -25,7 +25,14 @@ import numbers
 import torch
 
 from .._checks import require_number
-from ._core import Mismatch, call_answer, checker, expect_close, expect_shape, name_mistake
+from ._core import (
+    Mismatch,
+    call_answer,
+    checker,
+    expect_close,
+    expect_predicted_close,
+    expect_shape,
+)
 
 __all__ = [
     "EXERCISES",
@@ -90,9 +97,7 @@ def check_predicted_score(answer):
     expected = _worked_score(x_it, TIRED_X)
     if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
         raise Mismatch(f"case {case}: expected a number, got {type(answer).__name__}")
-    if abs(float(answer) - expected) > 0.01:
-        name_mistake(float(answer), mistakes, case=case, atol=0.01, rtol=0)
-    expect_close(float(answer), expected, case=case, atol=0.01, rtol=0)
+    expect_predicted_close(float(answer), expected, mistakes, case=case, atol=0.01)
 
 
 def soft_lookup(
@@ -109,9 +114,7 @@ def soft_lookup(
 def buggy_cross_attention(
     x: torch.Tensor, context: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
 ) -> torch.Tensor:
-    """The planted bug of "cross-attention": :func:`cross_attention` scaled by ``sqrt(d)``.
-
-    The scale should be ``sqrt(d_k)``.
+    """The function of "find the bug: cross-attention", with one planted bug.
 
     Same shapes as :func:`cross_attention`; ``d`` is the token width, ``d_k`` the key width.
     """

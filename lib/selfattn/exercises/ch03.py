@@ -7,9 +7,8 @@ In the chapter's order (:data:`EXERCISES`, whose labels number them): ``five-ste
 :func:`check_scaled_variance_prediction`) and ``temperature`` (build,
 :func:`check_temperature`).
 
-A wrong answer that is one of the likely mistakes (the softmax over the wrong axis, the
-scale forgotten or taken from the wrong width) is named instead of reported by its largest
-difference.
+A wrong answer that is one of the likely mistakes is named instead of reported by its
+largest difference.
 """
 
 from __future__ import annotations
@@ -150,10 +149,8 @@ def buggy_attention_layer(
     """Single-head attention with one planted bug, for "find the bug: the scale".
 
     ``x (..., n, d_model)``, ``w_q, w_k (d_model, d_k)``, ``w_v (d_model, d_v)``; returns
-    ``(..., n, d_v)``. The bug: the scores are *multiplied* by ``sqrt(d_k)`` instead of
-    divided by it (``d_k ** 0.5`` where ``d_k ** -0.5`` was meant), which goes unnoticed
-    whenever ``d_k == 1`` and in any test that checks only shapes or that the weights sum
-    to 1.
+    ``(..., n, d_v)``. Its bug passes a test that checks only shapes, or only that the
+    weights sum to 1.
     """
     q, k, v = x @ w_q, x @ w_k, x @ w_v  # (..., n, d_k), (..., n, d_k), (..., n, d_v)
     scale = q.shape[-1] ** 0.5
@@ -169,13 +166,9 @@ def _layer(x, w_q, w_k, w_v, *, scale: float, dim: int = -1) -> torch.Tensor:
 
 @checker("scale-bug", "find the bug: the scale")
 def check_scale_bug(answer) -> None:
-    """``answer(x, w_q, w_k, w_v)`` must be :func:`buggy_attention_layer` fixed: scores
-    divided by ``sqrt(d_k)``, softmax over the keys, output ``(..., n, d_v)``. One case has
-    ``d_k = 1``, where the bug is invisible.
-
-    Named mistakes: the bug left in (scores multiplied by ``sqrt(d_k)``), the scores
-    divided by ``d_k`` instead of its square root, no scale at all, and ``sqrt(d_model)``
-    (the width of ``x``) in place of ``sqrt(d_k)``."""
+    """``answer(x, w_q, w_k, w_v)`` must be :func:`buggy_attention_layer` with its bug
+    fixed, output ``(..., n, d_v)``, compared with the book's attention on several cases (one
+    of which hides the bug). The likely mistakes, the bug left in among them, are named."""
     g = torch.Generator().manual_seed(33)
     cases = [
         ("d_k=1, where the bug is invisible", 2, 5, 8, 1, 3),
@@ -223,21 +216,19 @@ PREDICTION_D_K: int = 64
 def check_scaled_variance_prediction(prediction) -> None:
     """``prediction`` (a number written before the simulation runs) must be the variance of
     ``q·k / sqrt(d_k)`` when the ``2 d_k`` components of ``q`` and ``k`` are independent with
-    mean 0 and standard deviation :data:`PREDICTION_SIGMA`, ``d_k =`` :data:`PREDICTION_D_K`:
-    ``sigma**4``, whatever ``d_k``.
+    mean 0 and standard deviation :data:`PREDICTION_SIGMA`, ``d_k =`` :data:`PREDICTION_D_K`.
 
     ``prediction`` may also be a function returning the number (the checkers' usual form).
-    Named mistakes: ``sigma**2`` (the variance of one component, not of a product),
-    ``sigma**4 * d_k`` (the unscaled variance), ``1`` (the scale gives 1 only for unit
-    variance) and ``sigma**4 * sqrt(d_k)`` (the scale's effect on the variance not squared).
+    The likely mistakes are named; a wrong prediction is never told the right value.
     """
     value = read_prediction(prediction)
     sigma, d_k = PREDICTION_SIGMA, PREDICTION_D_K
     mistakes = {
-        f"{sigma**2:g} is sigma², the variance of one component; a product q_i k_i has "
-        "variance sigma² · sigma² = sigma⁴": sigma**2,
-        f"{sigma**4 * d_k:g} is sigma⁴ d_k, the variance before the division by "
-        "sqrt(d_k); dividing by sqrt(d_k) divides the variance by d_k": sigma**4 * d_k,
+        f"{sigma**2:g} is sigma², the variance of one component; q·k sums products "
+        "q_i k_i, and a product of two components does not have a component's "
+        "variance": sigma**2,
+        f"{sigma**4 * d_k:g} is the variance of q·k before the division by sqrt(d_k); "
+        "the prediction is about the scaled score": sigma**4 * d_k,
         "1 would need components of variance 1; the scale removes the d_k, not the sigma": 1.0,
         f"{sigma**4 * math.sqrt(d_k):g} divides the variance by sqrt(d_k); dividing a "
         "number by c divides its variance by c²": sigma**4 * math.sqrt(d_k),
@@ -245,7 +236,10 @@ def check_scaled_variance_prediction(prediction) -> None:
     expected = sigma**4
     if not math.isclose(float(value), expected, rel_tol=1e-6):
         name_mistake(float(value), mistakes, case="your prediction", atol=0, rtol=1e-6)
-        raise Mismatch(f"your prediction {float(value):g} is not the variance; see the theorem")
+        raise Mismatch(
+            f"your prediction {float(value):g} is not the variance; go over the theorem "
+            "again before running the next cell"
+        )
 
 
 @checker("temperature", "attention with a temperature")

@@ -7,8 +7,7 @@ fixes :func:`buggy_masked_attention`, :func:`check_decoding_bug` fixes
 :func:`buggy_decoding_attention`) and ``predict-pairs`` (predict, then run,
 :func:`check_allowed_pairs_prediction`).
 
-A wrong answer that is one of the likely mistakes (a flipped convention, a mask aligned
-top-left, an off-by-one) is named.
+A wrong answer that is one of the likely mistakes is named.
 """
 
 from __future__ import annotations
@@ -130,8 +129,7 @@ def buggy_masked_attention(
 
     ``q (..., n, d_k)``, ``k (..., m, d_k)``, ``v (..., m, d_v)``, bool ``mask`` broadcastable
     to ``(..., n, m)`` in this book's convention (``True`` = may attend); returns
-    ``(..., n, d_v)``. The bug: it fills the scores where the mask is ``True``, reading the mask
-    the way ``nn.MultiheadAttention`` reads its ``attn_mask`` (``True`` = blocked).
+    ``(..., n, d_v)``.
     """
     scores = _scores(q, k)  # (..., n, m)
     scores = scores.masked_fill(mask, float("-inf"))
@@ -141,11 +139,9 @@ def buggy_masked_attention(
 
 @checker("convention-bug", "find the bug: the mask convention")
 def check_mask_convention_bug(answer) -> None:
-    """``answer(q, k, v, mask)`` must be :func:`buggy_masked_attention` fixed: the scores filled
-    with ``-inf`` where ``mask`` is ``False``, and zero output for a query with no allowed key.
-
-    Named mistakes: the bug left in, the mask applied to the weights after the softmax
-    (rows no longer sum to 1), and ``torch.softmax`` (NaN for a fully masked row)."""
+    """``answer(q, k, v, mask)`` must be :func:`buggy_masked_attention` with its bug
+    fixed, compared with the book's masked attention (a query with no allowed key gives a
+    zero output). The likely mistakes, the bug left in among them, are named."""
     g = torch.Generator().manual_seed(43)
 
     def qkv(*batch, n, m, d=8):
@@ -192,8 +188,7 @@ def buggy_decoding_attention(
 
     ``q_new (..., n, d_k)`` are the queries of the **last** ``n`` positions, ``k (..., m, d_k)``
     and ``v (..., m, d_v)`` the keys and values of all ``m`` positions (``m - n`` of them kept
-    from earlier steps); returns ``(..., n, d_v)``. The bug: the causal triangle is aligned
-    top-left, so new query ``i`` sees keys ``0 .. i`` as if it were position ``i``.
+    from earlier steps); returns ``(..., n, d_v)``.
     """
     n, m = q_new.shape[-2], k.shape[-2]
     allowed = torch.ones(n, m, dtype=torch.bool, device=q_new.device).tril()  # (n, m)
@@ -202,12 +197,9 @@ def buggy_decoding_attention(
 
 @checker("decoding-bug", "find the bug: decoding with a cache")
 def check_decoding_bug(answer) -> None:
-    """``answer(q_new, k, v)`` must be :func:`buggy_decoding_attention` fixed: new query ``i``
-    is position ``i + m - n`` and sees keys ``0 .. i + m - n`` (bottom-right alignment); the
-    result equals the last ``n`` rows of a full causal pass.
-
-    Named mistakes: the bug left in (top-left), the offset with the wrong sign
-    (``tril(n - m)``), and no mask at all."""
+    """``answer(q_new, k, v)`` must be :func:`buggy_decoding_attention` with its bug
+    fixed: the result equals the last ``n`` rows of a full causal pass. The likely mistakes,
+    the bug left in among them, are named."""
     g = torch.Generator().manual_seed(44)
     for n, m in ((1, 5), (2, 6), (3, 7), (4, 4)):
         q_all, k, v = (torch.randn(2, m, 8, generator=g, dtype=torch.float64) for _ in range(3))
@@ -249,9 +241,8 @@ def check_allowed_pairs_prediction(prediction) -> None:
     may attend in a sequence of :data:`PREDICTION_LENGTH` real tokens padded to
     :data:`PREDICTION_MAX_LEN`.
 
-    ``prediction`` may also be a function returning the number. Named mistakes: the padded
-    queries left out (they still attend to the real keys), the padding ignored (causal
-    only), causality ignored (padding only), and the diagonal left out."""
+    ``prediction`` may also be a function returning the number. The likely mistakes are
+    named; a wrong prediction is never told the right value."""
     value = read_prediction(prediction)
     L, M = PREDICTION_LENGTH, PREDICTION_MAX_LEN
     expected = sum(min(i + 1, L) for i in range(M))
@@ -269,4 +260,7 @@ def check_allowed_pairs_prediction(prediction) -> None:
         return
     if value in mistakes:
         raise Mismatch(f"{value:g}: {mistakes[value]}")
-    raise Mismatch(f"your prediction {value:g} is not the count; draw the mask row by row")
+    raise Mismatch(
+        f"your prediction {value:g} is not the count; draw the mask row by row before "
+        "running the next cell"
+    )

@@ -84,8 +84,7 @@ PREDICT_HEAD_SHAPE, PREDICT_HEAD_HEADS, PREDICT_HEAD_INDEX = (1, 4, 6), 3, (0, 2
 def check_predicted_head(answer) -> None:
     """``answer`` (a number, or a function returning it) must be the entry
     ``split_heads(x, 3)[0, 2, 1, 0]`` of ``x = torch.arange(24.0).reshape(1, 4, 6)``.
-    Named mistakes: the reshape straight to ``(B, h, n, d_head)`` (it cuts the sequence),
-    strided heads (head ``j`` taking every ``h``-th feature), head and position swapped."""
+    The likely mistakes are named; a wrong prediction is never told the right value."""
     B, n, d = PREDICT_HEAD_SHAPE
     h = PREDICT_HEAD_HEADS
     x = torch.arange(float(B * n * d)).reshape(B, n, d)
@@ -111,13 +110,10 @@ def check_predicted_head(answer) -> None:
 
 
 def buggy_gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The planted bug of "find the bug: grouped-query attention": the key/value heads
-    are tiled (``repeat``), so query head ``i`` reads key/value head ``i % h_kv``.
+    """The function of "find the bug: grouped-query attention", with one planted bug.
 
     Shapes: ``q (B, h, n, d_head)``, ``k``, ``v`` ``(B, h_kv, m, d_head)`` ->
-    ``(B, h, n, d_head)``; the right layout has query head ``i`` read key/value head
-    ``i // (h // h_kv)``, as :class:`~selfattn.multihead.MultiHeadAttention` and torch's
-    ``enable_gqa``.
+    ``(B, h, n, d_head)``.
     """
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
@@ -136,10 +132,9 @@ def _gqa(q, k, v, *, tiled: bool = False):
 @checker("gqa-bug", "grouped-query attention")
 def check_gqa_fixed(answer) -> None:
     """``answer(q, k, v)`` with ``q (B, h, n, d_head)`` and ``k``, ``v``
-    ``(B, h_kv, m, d_head)`` must return grouped-query attention ``(B, h, n, d_head)`` in
-    which query head ``i`` reads key/value head ``i // (h // h_kv)``. The cases include
-    ``h_kv = 1`` and ``h_kv = h``, where the planted bug is invisible. Named mistake: the
-    heads tiled (the bug left in)."""
+    ``(B, h_kv, m, d_head)`` must return grouped-query attention ``(B, h, n, d_head)``, as
+    :class:`~selfattn.multihead.MultiHeadAttention` computes it: :func:`buggy_gqa_attention`
+    with its bug fixed. Some cases hide the bug; the bug left in is named."""
     for B, h, h_kv, n, m, dh in (
         (1, 4, 1, 3, 5, 4),
         (2, 4, 4, 3, 3, 2),
@@ -379,13 +374,12 @@ def buggy_cached_attention(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
 ):
-    """The planted bug of "find the bug: a cache appended in the wrong order".
+    """The function of "find the bug: a cache appended in the wrong order", with one bug.
 
     One causal attention step of a decoder with a KV cache: ``q_new``, ``k_new``,
     ``v_new`` ``(B, n, d)`` are the ``n`` newest positions, ``k_cache``, ``v_cache``
     ``(B, c, d)`` the ``c`` positions before them (``c`` may be 0). Returns ``(out, k, v)``:
     the output ``(B, n, d)`` and the grown cache ``(B, c + n, d)``, oldest position first.
-    The bug: the new keys and values are put *before* the cached ones.
     """
     k = torch.cat([k_new, k_cache], dim=-2)
     v = torch.cat([v_new, v_cache], dim=-2)
@@ -417,9 +411,9 @@ def check_cached_attention_fixed(answer) -> None:
     causal attention output of the ``n`` newest positions ``(B, n, d)`` over the cached and
     the new positions, and the grown cache, oldest position first. The checker decodes a
     sequence in steps (a prefill of 4, two single tokens, a chunk of 3) through the
-    function's own caches and compares every step with a full causal pass. Named mistakes:
-    new keys first (the bug left in: invisible for one new token, whose query sees every
-    key, but not for a chunk), the mask aligned top-left."""
+    function's own caches and compares every step with a full causal pass
+    (:func:`buggy_cached_attention` with its bug fixed). The bug left in and another likely
+    mistake are named."""
     g = _gen(515)
     B, d, total = 2, 4, 9
     q, k, v = (torch.randn(B, total, d, generator=g, dtype=torch.float64) for _ in "qkv")
@@ -481,9 +475,8 @@ def check_cached_attention_fixed(answer) -> None:
 
 
 def buggy_heads(x: torch.Tensor, layer: MultiHeadAttention) -> torch.Tensor:
-    """The planted bug of "find the bug: heads merged in the wrong order": ``layer``'s
-    self-attention written out by hand (no mask), ``(B, n, d) -> (B, n, d)``, whose heads
-    are concatenated by a reshape without moving the head axis back first."""
+    """The function of "find the bug: heads merged in the wrong order", with one planted
+    bug: ``layer``'s self-attention written out by hand (no mask), ``(B, n, d) -> (B, n, d)``."""
     B, n, d = x.shape
     h = layer.num_heads
     q, k, v = layer.qkv(x).split(d, dim=-1)
@@ -513,9 +506,8 @@ def _seeded_layer(d_model: int, num_heads: int, seed: int):
 @checker("merge-bug", "heads merged in the wrong order")
 def check_heads_fixed(answer) -> None:
     """``answer(x, layer)`` must return ``layer``'s self-attention output ``(B, n, d_model)``
-    (no mask), as ``layer(x)``. The cases include ``h = 1``, where the planted bug is
-    invisible. Named mistakes: the heads merged by a reshape without moving the head axis
-    back (the bug left in), the scale changed to ``1 / sqrt(d_model)``."""
+    (no mask), as ``layer(x)``: :func:`buggy_heads` with its bug fixed. Some cases hide
+    the bug; the bug left in and another likely mistake are named."""
     state = torch.random.get_rng_state()
     try:
         cases = [
@@ -685,9 +677,8 @@ def check_cache_prediction(
 ) -> None:
     """``prediction`` (a number, bytes) must equal the bytes the KV caches of a decoder with
     ``num_layers`` layers of width ``d_model`` hold after generating ``new_tokens`` tokens
-    from a ``prompt_len``-token prompt, batch 1 (:func:`lm_cache_bytes`). Named mistakes:
-    keys only or one layer (half), the last token cached (``p + T`` positions), only the new
-    tokens, ``d_model`` counted per head, bits instead of bytes."""
+    from a ``prompt_len``-token prompt, batch 1. The likely mistakes are named; a wrong
+    prediction is never told the right value."""
     L, d, p, T, nb = num_layers, d_model, prompt_len, new_tokens, bytes_per_number
     expected = lm_cache_bytes(L, d, p, T, nb)
     case = (
@@ -719,7 +710,7 @@ def check_cache_prediction(
     ratio = prediction / expected if expected else float("nan")
     raise Mismatch(
         f"case {case}: your prediction {prediction!r} is {ratio:.3g} times the size the "
-        "caches hold; count 2 (keys, values) x layers x d_model x cached positions x bytes"
+        "caches hold; count what each cached position stores, in every layer"
     )
 
 
@@ -731,10 +722,8 @@ def check_block_prediction(
     prediction, *, lengths: tuple[int, ...] = (100, 16, 17), block_size: int = 16
 ) -> None:
     """``prediction`` (a number) must equal the blocks a paged KV cache with blocks of
-    ``block_size`` positions takes for sequences of the given ``lengths``: the sum of
-    ``ceil(length / block_size)``. Named mistakes: the sequences pooled into shared blocks,
-    partly filled blocks not counted, one block too many for a sequence that fills its
-    blocks exactly."""
+    ``block_size`` positions takes for sequences of the given ``lengths``. The likely
+    mistakes are named; a wrong prediction is never told the right value."""
     expected = sum(-(-n // block_size) for n in lengths)
     case = f"sequences of {', '.join(map(str, lengths))} positions, blocks of {block_size}"
     if isinstance(prediction, torch.Tensor) and prediction.numel() == 1:
@@ -755,6 +744,6 @@ def check_block_prediction(
         if prediction == value and value != expected:
             raise Mismatch(f"case {case}: {diagnosis}")
     raise Mismatch(
-        f"case {case}: {prediction!r} blocks is not it; each sequence takes "
-        "ceil(length / block_size) blocks of its own"
+        f"case {case}: {prediction!r} blocks is not it; count the blocks of each sequence "
+        "before running the next cell"
     )
