@@ -3,7 +3,11 @@
 notebooks/chapters/ and student/chapters/ are committed, opened by the Colab buttons and
 offered as the pages' downloads. They must be what the chapters generate now, hold no MyST
 role or directive syntax in any markdown cell, keep every code cell and output of the chapter
-(bare ``rec(...)`` bookkeeping aside), and the student edition must hold no solution.
+(bare ``rec(...)`` bookkeeping aside), and the student edition must hold no solution. Their
+prose must read right in Jupyter and Colab (issue 30, section 5): each reference labelled with
+its own entry's first author and year, nothing named twice, no raw ``\\url`` or file name,
+nothing about the website's output check, "collapsed" only where a cell is collapsed, every
+solution's prose folded, and no word of solutions in the student edition.
 """
 
 from __future__ import annotations
@@ -136,12 +140,14 @@ def test_each_reference_label_names_its_own_entry(chapter):
     by_title = {edition._plain(e.fields.get("title", "")).lower(): e for e in bib.values()}
     for cell in _edition("notebooks", chapter)["cells"]:
         source = "".join(cell["source"])
-        for label, body in re.findall(r"^- \*\*(.+?)\.\*\* (.+)$", source, re.M):
+        if "## References" not in source:
+            continue
+        references = source.split("## References", 1)[1]
+        for label, body in re.findall(r"^- \*\*(.+?)\.\*\* (.+)$", references, re.M):
             # the entry whose title the item quotes (the longest, as "Deep learning" is inside
             # "Dive into deep learning")
             found = [(len(t), e) for t, e in by_title.items() if t and t in body.lower()]
-            if not found:
-                continue
+            assert found, f"{chapter.name}: {label!r} quotes no entry's title: {body[:80]!r}"
             entry = max(found, key=lambda pair: pair[0])[1]
             first, year = _first_author_and_year(entry)
             assert year in label, f"{chapter.name}: {label!r} labels an entry of {year}"
@@ -158,3 +164,114 @@ def test_cross_references_read_as_words():
     conv = edition._Converter({"cells": []})
     conv.labels["ex-b"] = "Exercise (Predict)"
     assert conv.inline("exercise {ref}`ex-b`") == "Exercise (Predict)"
+
+
+def _markdown_cells(folder: str, chapter: Path):
+    for i, cell in enumerate(_edition(folder, chapter)["cells"]):
+        if cell["cell_type"] == "markdown":
+            yield i, "".join(cell["source"])
+
+
+#: What the conversion must never leave in an edition's prose (issue 30, section 5): a raw TeX
+#: command, a kind named twice, a chapter's file name, a citation naming its authors twice, and
+#: the website's output check (nbval), which means nothing in Jupyter or Colab.
+NEVER = {
+    "a raw \\url": re.compile(r"\\url\b"),
+    "exercise Exercise": re.compile(r"\b(exercise|theorem|lemma)\s+\1\b", re.I),
+    "a chapter's file name": re.compile(
+        "|".join(r"\b" + re.escape(p.stem) + r"\b" for p in CHAPTERS)
+    ),
+    "a citation naming its authors twice": edition.DOUBLED_CITATION,
+    "the website's output check": re.compile(r"output\s+check|\bnbval\b"),
+}
+
+
+@pytest.mark.parametrize("folder", list(edition.EDITIONS))
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_no_website_residue_in_the_prose(chapter, folder):
+    for i, text in _markdown_cells(folder, chapter):
+        for what, pattern in NEVER.items():
+            m = pattern.search(text)
+            assert not m, f"{folder}/{chapter.name} cell {i}: {what}: {m.group(0)!r}"
+
+
+def _collapsed(cell: dict) -> bool:
+    meta = cell.get("metadata", {})
+    return (
+        meta.get("jupyter", {}).get("source_hidden") is True
+        and meta.get("cellView") == "form"
+        and "".join(cell["source"]).startswith("# @title ")
+    )
+
+
+@pytest.mark.parametrize("folder", list(edition.EDITIONS))
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_what_the_prose_calls_collapsed_is_collapsed(chapter, folder):
+    """Deeper code is collapsed as on the website (Jupyter's source_hidden, Colab's form view),
+    so "the collapsed cell below" names a collapsed cell in Jupyter and Colab too."""
+    cells = _edition(folder, chapter)["cells"]
+    for i, cell in enumerate(cells):
+        if edition.DEEPER_TAG in cell["metadata"].get("tags", []):
+            assert _collapsed(cell), f"{folder}/{chapter.name} cell {i}: Deeper, not collapsed"
+    for i, text in _markdown_cells(folder, chapter):
+        if re.search(r"collapsed\s+cell|cell\s+below\s+\(collapsed\)", text):
+            nearby = [c for c in cells[i + 1 : i + 5] if c["cell_type"] == "code"]
+            assert any(_collapsed(c) for c in nearby), (
+                f"{folder}/{chapter.name} cell {i} speaks of a collapsed cell; none follows"
+            )
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_solution_prose_is_folded(chapter):
+    """A solution's prose is never in plain view under its heading, also where the chapter
+    writes it in a cell of its own; and no fold is empty."""
+    for i, text in _markdown_cells("notebooks", chapter):
+        if "<details>" in text:
+            for body in re.findall(r"</summary>(.*?)</details>", text, re.S):
+                assert body.strip(), f"{chapter.name} cell {i}: an empty fold"
+        cell = _edition("notebooks", chapter)["cells"][i]
+        if edition.SOLUTION_TAG not in cell["metadata"].get("tags", []):
+            continue
+        outside = re.sub(r"<details>.*?</details>", "", text, flags=re.S)
+        outside = outside.replace("#### Solution", "").replace(edition.SOLUTION_CODE_ONLY, "")
+        assert not outside.strip(), f"{chapter.name} cell {i}: solution prose in plain view"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_the_student_edition_does_not_speak_of_its_solutions(chapter):
+    """It has none: no "the solutions are collapsed", no fold to open."""
+    for i, text in _markdown_cells("student", chapter):
+        assert not re.search(r"solutions?\s+(is|are)\s+collapsed|Show the solution", text), (
+            f"student/{chapter.name} cell {i}: speaks of solutions it does not have"
+        )
+
+
+def test_the_conversion_names_nothing_twice():
+    conv = edition._Converter({"cells": []})
+    conv.labels["ex-c"] = "Exercise 1.1 (Build: dilated convolutions)"
+    # a line break between the word and the reference (the chapters wrap their prose)
+    text = conv.markdown("grows by a factor $k$ per layer, exercise\n{ref}`ex-c`), and")
+    assert "exercise\nExercise" not in text and "Exercise 1.1 (Build" in text
+    text = conv.markdown("Child et al. {cite:p}`ch08-child2019generating` used two heads")
+    assert text == "Child et al. (2019) used two heads"
+    text = conv.markdown("Sparse Transformers {cite:p}`ch08-child2019generating` use two")
+    assert "(Child et al., 2019)" in text  # a citation the prose does not name: kept whole
+
+
+def test_the_editions_rewrite_what_the_website_says_of_itself():
+    nb = {
+        "cells": [
+            {
+                "cell_type": "markdown",
+                "metadata": {},
+                "source": "(Every view is drawn in advance; its cell is left out of the book's "
+                "output\ncheck, since widget ids change from run to run, and the static figure "
+                "below is\nchecked.) The solutions are collapsed, and\ndefine their own names, "
+                "so running every cell leaves your answers in place.",
+            }
+        ]
+    }
+    full = "".join(edition.convert(nb)["cells"][0]["source"])
+    assert full.startswith("(Every view is drawn in advance.) The solutions are collapsed")
+    student = "".join(edition.convert(nb, solutions=False)["cells"][0]["source"])
+    assert "This edition leaves the solutions out, so running every cell" in student

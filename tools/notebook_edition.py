@@ -11,14 +11,20 @@ markdown is plain Jupyter markdown:
 
 * a glued number is replaced by its value, formatted as the role asks (myst-nb's own
   formatting), read from the glue outputs stored in the same notebook;
-* a citation becomes author-year text, and the bibliography a reference list of the works
-  the chapter cites (pybtex, from ``references.bib``);
+* a citation becomes author-year text ("Child et al. (2019)" where the prose already names the
+  authors), and the bibliography a reference list of the works the chapter cites (pybtex,
+  from ``references.bib``), each labelled with its own entry's authors and year;
 * theorems, proofs and admonitions become quotes with a bold title ("Deeper" parts say
   they are optional), exercises and solutions become headings;
 * code cells are unchanged except that bare bookkeeping calls (``rec("name", value)``,
   which store a figure for the website's prose) are left out, and code cells of a Deeper
-  part start with a comment saying so. Solution cells stay collapsed (``jupyter.source_hidden``,
-  Colab's form view) and define their own names, so "Run all" keeps the reader's answers;
+  part are collapsed as on the website (``jupyter.source_hidden``, Colab's form view, whose
+  title line says the cell is optional). Solution cells stay collapsed the same way and define
+  their own names, so "Run all" keeps the reader's answers; a solution's prose is folded
+  (``<details>``) under its heading, also where it sits in cells of its own;
+* sentences about the website's machinery (the output check that leaves the explorers out) are
+  left out (:data:`EDITION_WORDING`), and the student edition, which has no solutions, does not
+  say they are collapsed (:data:`STUDENT_WORDING`);
 * exercises are numbered as the website and the checkers number them, ``chapter.position``
   ("Exercise 3.2: ..."), and so are references to them;
 * a "predict, then run" cell (tagged ``predict``) loses its outputs, so its answer is not
@@ -55,7 +61,16 @@ GLUE_MIME = "application/papermill.record/text/plain"
 SOLUTION_TAG = "solution"
 PREDICT_TAG = "predict"
 DEEPER_TAG = "deeper"
-DEEPER_COMMENT = "# Deeper (optional): skip this cell on a first reading.\n"
+# A Deeper part's code cell is collapsed on the website (tagged hide-cell); in the editions it is
+# collapsed too, as the solutions are: Jupyter's ``source_hidden`` and Colab's form view, whose
+# title (this first line) says what the cell is. So "the collapsed cell below" is true there.
+DEEPER_COMMENT = "# @title Deeper (optional): skip this cell on a first reading.\n"
+COLLAPSED = {"jupyter": {"source_hidden": True}, "cellView": "form"}
+SOLUTION_SUMMARY = "Show the solution (try the exercise first; its code cell is collapsed)"
+#: A solution whose prose sits in cells of its own: the first opens folded under the heading...
+SOLUTION_CODE_ONLY = "*Try the exercise first: the solution's code cell below is collapsed.*"
+#: ... and prose after the solution's code is folded on its own.
+SOLUTION_MORE = "Show the rest of the solution"
 BOOKKEEPING = {"rec", "record"}
 
 ROLE = re.compile(r"\{([a-z]+(?::[a-z]+)?)\}`([^`]*)`")
@@ -84,6 +99,37 @@ ADMONITIONS = {
     "attention": "Attention",
     "seealso": "See also",
 }
+
+
+def _words(text: str) -> str:
+    """A regex for ``text`` across any line breaks (the chapters wrap their prose)."""
+    return r"\s+".join(re.escape(w) for w in text.split())
+
+
+#: Sentences about the website's machinery that mean nothing in Jupyter or Colab, and what the
+#: editions say instead: the output check (strict nbval) leaves the explorers' cells out.
+EDITION_WORDING = [
+    (
+        re.compile(
+            _words("; its cell is left out of the book's output check, since widget ids change")
+            + r"\s+"
+            + _words("from run to run, and the static")
+            + r"\s+[^.]*?\s+(?:is|are)\s+checked\."
+        ),
+        ".",
+    ),
+]
+#: The student edition has no solutions: what the chapters say of them there.
+STUDENT_WORDING = [
+    (
+        re.compile(
+            _words("The solutions are collapsed")
+            + r",?\s+"
+            + _words("and define their own names, so")
+        ),
+        "This edition leaves the solutions out, so",
+    ),
+]
 
 
 # ----------------------------------------------------------------------------- citations
@@ -202,6 +248,22 @@ def _labels(nb: dict, chapter: int | None = None) -> dict[str, str]:
     return names
 
 
+#: "Child et al. (Child et al., 2019)": the authors named in the prose, then by the citation.
+DOUBLED_CITATION = re.compile(
+    r"(?P<who>\b[A-Z][^\s()]*(?: et al\.| and [A-Z][^\s()]*)?)\s+\((?P=who), (?P<year>[^();]+)\)"
+)
+#: "exercise {ref}`label`" once the label reads "Exercise 3.1 (...)": "exercise Exercise".
+DOUBLED_KIND = re.compile(r"\b(exercise|theorem|lemma)\s+(?=\1\s+(\d+\.\d+\s+)?\()", re.I)
+
+
+def _once(text: str) -> str:
+    """``text`` without what the conversion names twice: the authors of a citation whose
+    authors the prose already names ("Child et al. (2019)"), the kind of a labelled exercise
+    or theorem ("Exercise 1.1 (...)", not "exercise Exercise 1.1 (...)")."""
+    text = DOUBLED_CITATION.sub(r"\g<who> (\g<year>)", text)
+    return DOUBLED_KIND.sub("", text)
+
+
 class _Converter:
     def __init__(self, nb: dict, chapter: int | None = None):
         self.glue = _glue_values(nb)
@@ -240,9 +302,7 @@ class _Converter:
         return content  # {term}, {abbr}, ...: the words themselves
 
     def inline(self, text: str) -> str:
-        text = ROLE.sub(self.role, text)
-        # "exercise {ref}`label`" names the kind twice once the label becomes "Exercise (…)"
-        return re.sub(r"\b(exercise|theorem|lemma) (?=\1 (\d+\.\d+ )?\()", "", text, flags=re.I)
+        return _once(ROLE.sub(self.role, text))
 
     # directives ------------------------------------------------------------------------
     def block(self, lines: list[str]) -> list[str]:
@@ -315,11 +375,10 @@ class _Converter:
                 head = f"Exercise {self.chapter}.{self.exercises}"
             return [f"### {head}: {arg}" if arg else f"### {head}", "", *body]
         if name == "solution-start":  # its prose folded until opened (Jupyter, Colab)
-            summary = "Show the solution (try the exercise first; its code cell is collapsed)"
             return [
                 "#### Solution",
                 "",
-                f"<details><summary>{summary}</summary>",
+                f"<details><summary>{SOLUTION_SUMMARY}</summary>",
                 "",
                 *body,
                 "",
@@ -338,7 +397,8 @@ class _Converter:
     references_marker = "<!-- references -->"
 
     def markdown(self, source: str) -> str:
-        return "\n".join(self.block(source.splitlines())).strip("\n")
+        # Lines are converted one by one: what names a thing twice across a line break, again.
+        return _once("\n".join(self.block(source.splitlines())).strip("\n"))
 
 
 def _quote(lines: list[str]) -> list[str]:
@@ -387,23 +447,45 @@ def convert(nb: dict, *, solutions: bool = True, chapter: int | None = None) -> 
         node, _ = TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}).preprocess(node, {})
         nb = json.loads(json.dumps(node))
     conv = _Converter(nb, chapter)
+    wording = EDITION_WORDING + ([] if solutions else STUDENT_WORDING)
     cells = []
+    opener = None  # the open solution's heading cell, while its prose may still join it
+    in_solution = False
     for cell in nb["cells"]:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if cell["cell_type"] == "markdown":
             text = conv.markdown(source)
+            for pattern, replacement in wording:
+                text = pattern.sub(replacement, text)
+            starts, ends = "{solution-start}" in source, "{solution-end}" in source
+            prose = in_solution and not starts and text.strip()
+            in_solution = (in_solution or starts) and not ends
+            if prose:  # a solution's prose in a cell of its own: folded, never in plain view
+                if opener is not None:  # right under the heading: into its folded block
+                    head, _, tail = opener["source"].rpartition("</details>")
+                    opener["source"] = f"{head.rstrip()}\n\n{text}\n\n</details>{tail}"
+                    continue
+                text = f"<details><summary>{SOLUTION_MORE}</summary>\n\n{text}\n\n</details>"
             if not text.strip():
                 continue
             cell["source"] = text
+            opener = cell if starts and not ends else None
         elif cell["cell_type"] == "code":
+            opener = None
             text = _without_bookkeeping(source)
-            if DEEPER_TAG in _tags(cell) and not text.startswith(DEEPER_COMMENT):
-                text = DEEPER_COMMENT + text
+            if DEEPER_TAG in _tags(cell):  # collapsed, as on the website
+                if not text.startswith(DEEPER_COMMENT):
+                    text = DEEPER_COMMENT + text
+                cell["metadata"].update(copy.deepcopy(COLLAPSED))
             cell["source"] = text
             if PREDICT_TAG in _tags(cell):  # the answer: shown when the reader runs the cell
                 cell["outputs"] = []
                 cell["execution_count"] = None
         cells.append(cell)
+    empty = f"<details><summary>{SOLUTION_SUMMARY}</summary>\n\n\n</details>"
+    for cell in cells:  # a solution with no prose: no empty fold, a line on its code cell
+        if cell["cell_type"] == "markdown" and empty in cell["source"]:
+            cell["source"] = cell["source"].replace(empty, SOLUTION_CODE_ONLY)
     refs = _reference_list(conv.cited)
     for cell in cells:
         if cell["cell_type"] == "markdown" and conv.references_marker in cell["source"]:
