@@ -57,7 +57,14 @@ CASES = [
     (
         D.multi_head,
         {"n": 5, "d_model": 12, "h": 3},
-        [shape("head", f"n {X} d_head", 5, 4), shape("concat", f"n {X} d", 5, 12)],
+        [
+            shape("head", f"n {X} d_head", 5, 4),
+            shape("concat", f"n {X} d", 5, 12),
+            "W_QKV",
+            f"(d {X} 3d)",
+            f"= 12 {X} 36",
+            f"= 5 {X} 36",
+        ],
     ),
     (
         D.multi_head,
@@ -135,6 +142,18 @@ def test_diagram_labels_its_sizes(func, kwargs, expected):
         assert w == 7.0 and 1.5 <= h <= 3.5
     finally:
         assert plt.get_fignums() == before  # no pyplot figure left open
+
+
+def test_multi_head_projects_before_it_splits():
+    # X -> W_QKV -> split: the heads share out the projected features, not X's.
+    fig = D.multi_head(n=5, d_model=12, h=3)
+    (ax,) = fig.axes
+
+    def x_of(start):
+        return next(t.get_position()[0] for t in ax.texts if t.get_text().startswith(start))
+
+    assert x_of("X\n") < x_of("W_QKV") < x_of("split") < x_of("head 1:")
+    assert "projected" in fig.alt and fig.alt.index("W_QKV") < fig.alt.index("split")
 
 
 def test_every_public_diagram_is_tested():

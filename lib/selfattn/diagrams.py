@@ -631,23 +631,23 @@ def cache_alignment(n: int = 2, m: int = 6) -> Figure:
 
 
 # ----------------------------------------------------------------------------- chapter 5
-def _draw_head_lanes(ax, h: int, top: float, bottom: float) -> None:
-    """The features split into ``h`` coloured slices, each feeding its own head's lane:
-    ``Q, K, V`` → softmax → an arrow towards the concatenation."""
+def _draw_head_lanes(ax, h: int, top: float, bottom: float, x0: float) -> None:
+    """The projected features split into ``h`` coloured slices (the bar at ``x0``), each
+    feeding its own head's lane: ``Q, K, V`` → softmax → an arrow towards the concatenation."""
     lane = (top - bottom) / h
-    _box(ax, 2.7, bottom, 0.6, top - bottom, "", PALETTE["x"])
+    _box(ax, x0, bottom, 0.6, top - bottom, "", PALETTE["x"])
     for k in range(h):
         y0 = bottom + (h - 1 - k) * lane
         ax.add_patch(
             Rectangle(
-                (2.7, y0), 0.6, lane, facecolor=_HEAD_COLORS[k], edgecolor=PALETTE["line"], lw=0.6
+                (x0, y0), 0.6, lane, facecolor=_HEAD_COLORS[k], edgecolor=PALETTE["line"], lw=0.6
             )
         )
         yc = y0 + lane / 2
-        _arrow(ax, (3.3, yc), (4.3, yc))
+        _arrow(ax, (x0 + 0.6, yc), (x0 + 1.4, yc))
         _box(
             ax,
-            4.3,
+            x0 + 1.4,
             yc - lane * 0.35,
             2.3,
             lane * 0.7,
@@ -655,20 +655,28 @@ def _draw_head_lanes(ax, h: int, top: float, bottom: float) -> None:
             _HEAD_COLORS[k],
             fontsize=7.5,
         )
-        _arrow(ax, (6.6, yc), (7.4, yc))
+        _arrow(ax, (x0 + 3.7, yc), (x0 + 4.4, yc))
         _box(
-            ax, 7.4, yc - lane * 0.35, 1.5, lane * 0.7, "softmax", PALETTE["weights"], fontsize=7.5
+            ax,
+            x0 + 4.4,
+            yc - lane * 0.35,
+            1.5,
+            lane * 0.7,
+            "softmax",
+            PALETTE["weights"],
+            fontsize=7.5,
         )
-        _arrow(ax, (8.9, yc), (9.9, 3.0 + (yc - 3.0) * 0.5))
+        _arrow(ax, (x0 + 5.9, yc), (x0 + 6.8, 3.0 + (yc - 3.0) * 0.5))
 
 
-def _draw_concat_and_output(ax, n: int, d_model: int, h: int, lab_c: str) -> None:
-    """The head outputs stacked back into one ``(n × d)`` bar, then ``W_O`` and the output."""
-    _box(ax, 9.9, 1.8, 0.5, 2.4, "", PALETTE["x"])
+def _draw_concat_and_output(ax, n: int, d_model: int, h: int, lab_c: str, x0: float) -> None:
+    """The head outputs stacked back into one ``(n × d)`` bar at ``x0``, then ``W_O`` and the
+    output."""
+    _box(ax, x0, 1.8, 0.5, 2.4, "", PALETTE["x"])
     for k in range(h):
         ax.add_patch(
             Rectangle(
-                (9.9, 1.8 + (h - 1 - k) * 2.4 / h),
+                (x0, 1.8 + (h - 1 - k) * 2.4 / h),
                 0.5,
                 2.4 / h,
                 facecolor=_HEAD_COLORS[k],
@@ -676,15 +684,15 @@ def _draw_concat_and_output(ax, n: int, d_model: int, h: int, lab_c: str) -> Non
                 lw=0.6,
             )
         )
-    ax.text(10.15, 1.05, lab_c, ha="center", va="top", fontsize=7.5)
-    ax.text(10.15, 4.35, "concatenate", ha="center", va="bottom", fontsize=7.5)
-    _arrow(ax, (10.4, 3.0), (11.3, 3.0))
-    ax.text(10.85, 3.1, "W_O", ha="center", va="bottom", fontsize=7.5)
+    ax.text(x0 + 0.25, 1.05, lab_c, ha="center", va="top", fontsize=7.5)
+    ax.text(x0 + 0.25, 4.35, "concatenate", ha="center", va="bottom", fontsize=7.5)
+    _arrow(ax, (x0 + 0.5, 3.0), (x0 + 1.3, 3.0))
+    ax.text(x0 + 0.9, 3.1, "W_O", ha="center", va="bottom", fontsize=7.5)
     _box(
         ax,
-        11.3,
+        x0 + 1.3,
         2.3,
-        2.5,
+        2.2,
         1.4,
         "output\n(n \u00d7 d)" + f"\n= {n} \u00d7 {d_model}",
         PALETTE["out"],
@@ -692,11 +700,13 @@ def _draw_concat_and_output(ax, n: int, d_model: int, h: int, lab_c: str) -> Non
 
 
 def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
-    """Chapter 5: split ``d`` into ``h`` heads of ``d_head``, attend in parallel, concatenate.
+    """Chapter 5: project ``X`` with ``W_QKV``, split the projected features into ``h`` heads
+    of ``d_head``, attend in parallel, concatenate.
 
-    ``X (n × d)`` → Q, K, V each split into ``h`` slices ``(n × d_head)`` → one attention per
-    head, weights ``(n × n)`` → outputs ``(n × d_head)`` → concatenated ``(n × d)`` →
-    ``W_O`` → ``(n × d)``.
+    ``X (n × d)`` → ``W_QKV (d × 3d)`` → Q, K, V ``(n × 3d)``, each split into ``h`` slices
+    ``(n × d_head)`` → one attention per head, weights ``(n × n)`` → outputs
+    ``(n × d_head)`` → concatenated ``(n × d)`` → ``W_O`` → ``(n × d)``. The split is of the
+    projected features, never of ``X``: every head sees all ``d`` input features.
 
     Args:
         n: tokens, 1 to 64. d_model: ``d``, divisible by ``h``. h: heads, 1 to 8.
@@ -710,33 +720,57 @@ def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
     if d_model % h:
         raise ValueError(f"d_model must be divisible by h = {h}, got d_model = {d_model}")
     d_head = d_model // h
-    fig, (ax,) = _figure(1, size=(7.0, 3.2), xlim=(0, 14), ylim=(0, 6.4))
-    top, bottom = 5.6, 0.6
+    fig, (ax,) = _figure(1, size=(7.0, 3.3), xlim=(0, 15.4), ylim=(0, 6.6))
+    top, bottom = 5.4, 0.6
+    bar = 4.5  # x of the split bar: X, then W_QKV, then the split
     lab_x = _shape("X", "n \u00d7 d", n, d_model)
+    lab_p = _shape("W_QKV", "d \u00d7 3d", d_model, 3 * d_model)
+    lab_qkv = _shape("Q, K, V", "n \u00d7 3d", n, 3 * d_model)
     lab_h = _shape("head", "n \u00d7 d_head", n, d_head)
     lab_w = _shape("weights", "n \u00d7 n", n, n)
     lab_c = _shape("concat", "n \u00d7 d", n, d_model)
     lab_y = _shape("output", "n \u00d7 d", n, d_model)
-    _box(ax, 0.2, 2.3, 1.9, 1.4, f"X\n(n \u00d7 d)\n= {n} \u00d7 {d_model}")
-    _draw_head_lanes(ax, h, top, bottom)
-    _arrow(ax, (2.1, 3.0), (2.7, 3.0))
-    ax.text(3.0, top + 0.15, f"h = {h}", ha="center", va="bottom", fontsize=_FONT)
-    ax.text(5.45, top + 0.15, lab_h, ha="center", va="bottom", fontsize=7.5)
-    ax.text(8.15, top + 0.15, lab_w, ha="center", va="bottom", fontsize=7.5)
-    _draw_concat_and_output(ax, n, d_model, h, lab_c)
+    _box(ax, 0.1, 2.3, 1.6, 1.4, f"X\n(n \u00d7 d)\n= {n} \u00d7 {d_model}")
+    _arrow(ax, (1.7, 3.0), (2.1, 3.0))
+    _box(
+        ax,
+        2.1,
+        2.2,
+        1.9,
+        1.6,
+        f"W_QKV\n(d \u00d7 3d)\n= {d_model} \u00d7 {3 * d_model}",
+        PALETTE["scores"],
+        fontsize=7.5,
+    )
+    _arrow(ax, (4.0, 3.0), (bar, 3.0))
     ax.text(
-        7.0,
+        3.05,
+        2.05,
+        f"Q, K, V\n(n \u00d7 3d)\n= {n} \u00d7 {3 * d_model}",
+        ha="center",
+        va="top",
+        fontsize=7.5,
+    )
+    _draw_head_lanes(ax, h, top, bottom, bar)
+    ax.text(bar + 0.3, top + 0.15, f"split\nh = {h}", ha="center", va="bottom", fontsize=_FONT)
+    ax.text(bar + 2.55, top + 0.15, lab_h, ha="center", va="bottom", fontsize=7.5)
+    ax.text(bar + 5.15, top + 0.6, lab_w, ha="center", va="bottom", fontsize=7.5)
+    _draw_concat_and_output(ax, n, d_model, h, lab_c, bar + 6.8)
+    ax.text(
+        7.7,
         0.05,
-        f"d = {d_model} split into h \u00d7 d_head = {h} \u00d7 {d_head}; {lab_y}",
+        f"the projected d = {d_model} features of Q, K and V split into "
+        f"h \u00d7 d_head = {h} \u00d7 {d_head}; {lab_y}",
         ha="center",
         va="bottom",
         fontsize=_FONT,
     )
     alt = (
-        f"Multi-head attention: the input {lab_x} is projected and its d = {d_model} features "
-        f"split into h = {h} heads of d_head = {d_head}, each a {lab_h}. Every head computes its "
-        f"own {lab_w} in parallel; the {h} head outputs are concatenated back to {lab_c} and "
-        f"the projection W_O gives the {lab_y}."
+        f"Multi-head attention: the input {lab_x} is first projected by {lab_p} into "
+        f"{lab_qkv}; then the projected d = {d_model} features of each of Q, K and V are "
+        f"split into h = {h} heads of d_head = {d_head}, each a {lab_h}, so every head sees "
+        f"all of X's features. Every head computes its own {lab_w} in parallel; the {h} head "
+        f"outputs are concatenated back to {lab_c} and the projection W_O gives the {lab_y}."
     )
     return _with_alt(fig, alt)
 
