@@ -227,10 +227,10 @@ def test_shifted_score():
         (80, "without interpolation"),
         (320.0, "divides"),
         (25, "query alone"),
-        (7, "largest"),
+        (7, "is not right"),
         (80 % (2 * math.pi), "without interpolation"),  # a mistake is named reduced too
         (25 - 2 * math.pi, "query alone"),
-        (float("inf"), "largest"),
+        (float("inf"), "is not right"),
     ],
 )
 def test_interpolated_angle_mistakes(answer, text):

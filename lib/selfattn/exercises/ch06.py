@@ -32,7 +32,15 @@ from ..positional import (
     sinusoidal_encoding,
     sinusoidal_shift_matrix,
 )
-from ._core import Mismatch, NotAttempted, call_answer, checker, expect_close, expect_true
+from ._core import (
+    Mismatch,
+    NotAttempted,
+    call_answer,
+    checker,
+    expect_close,
+    expect_predicted_close,
+    expect_true,
+)
 
 __all__ = [
     "EXERCISES",
@@ -289,19 +297,17 @@ def check_shifted_score(answer):
     """``answer``: the predicted score of ``q`` at position 105 against ``k`` at 103."""
     case = "q at position 105, k at position 103"
     q, k = shifted_score_setup()
-    expect_close(
+    expect_predicted_close(
         _number(answer, case),
         _score(105, 103),
-        case=case,
-        atol=1e-3,
-        rtol=0,
-        mistakes={
+        {
             "that is score(3, 5), the query 2 positions *before* the key: here the query is "
-            "2 positions after it, like score(5, 3); RoPE's score is not symmetric in the "
-            "offset": _score(3, 5),
+            "2 positions after it, and RoPE's score is not symmetric in the offset": _score(3, 5),
             "that is q . k without any rotation: the rotations cancel only when both "
             "positions are equal; here the offset is 2": (q * k).sum().item(),
         },
+        case=case,
+        atol=1e-3,
     )
 
 
@@ -325,7 +331,7 @@ def check_interpolated_angle(answer):
         "you multiplied by the factor: interpolation *divides* the positions by s, so "
         "that 4L positions fit in the L seen in training": 320.0,
         "that is the angle of the query alone: the score depends on the difference of the "
-        "two angles, (100 - 20) / 4": 100 / 4,
+        "two angles, not on the query's alone": 100 / 4,
     }
     got = _number(answer, case)
     # the same turn as the answer, or as a named mistake, is judged as that value
@@ -333,4 +339,4 @@ def check_interpolated_angle(answer):
         if _same_angle(got, angle):
             got = angle
             break
-    expect_close(got, expected, case=case, atol=1e-3, rtol=0, mistakes=mistakes)
+    expect_predicted_close(got, expected, mistakes, case=case, atol=1e-3)
