@@ -88,3 +88,24 @@ def test_backtick_fences_have_no_backtick_in_their_title(path: Path):
         if re.match(r"^\s*`{3,}\{[^}]+\}.*`", line)
     ]
     assert not broken, f"{path.name}: {broken}"
+
+
+SUMMARY = [p for p in toc_chapters() if "summary" in p.stem]
+HIDDEN = {"hide-input", "remove-input", "hide-cell", "remove-cell"}
+
+
+@pytest.mark.parametrize("path", SUMMARY, ids=[p.stem for p in SUMMARY])
+def test_summary_hides_its_bookkeeping(path: Path):
+    # The summary should read as a summary: on the website, the code that loads the
+    # chapters' recorded figures and formats them (every code cell after the setup cell
+    # that touches `results`) shows its output, not its input.
+    cells = [c for c in _cells(path) if c["cell_type"] == "code"]
+    shown = [
+        i
+        for i, c in enumerate(cells[1:], 2)
+        if re.search(r"\bresults\b", "".join(c["source"])) and not _tags(c) & HIDDEN
+    ]
+    assert SUMMARY and not shown, (
+        f"{path.name}: code cells {shown} (counting code cells from 1) do bookkeeping on "
+        "the recorded results with their input shown; tag them hide-input"
+    )
