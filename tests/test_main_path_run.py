@@ -8,11 +8,14 @@ notebook whose exercise stub "Run all" leaves untouched.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import json
 import sys
 
 import nbformat
-from book import ROOT
+import pytest
+from book import ROOT, toc_chapters
 
 sys.path.insert(0, str(ROOT / "tools"))
 import main_path_run  # noqa: E402
@@ -129,9 +132,50 @@ def test_an_exercise_stub_overwritten_by_run_all_fails(tmp_path):
 
 def test_every_chapter_has_code_on_its_main_path():
     """The run is not vacuous: no chapter is all Deeper."""
-    from book import toc_chapters
-
     for path in toc_chapters():
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         kept = [c for c in cells if c["cell_type"] == "code" and not main_path_run.is_deeper(c)]
         assert kept, path.name
+
+
+def _bound(tree) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+def _cell_tree(cell: dict):
+    lines = "".join(cell["source"]).splitlines()
+    return ast.parse("\n".join(x for x in lines if not x.lstrip().startswith(("%", "!"))))
+
+
+@pytest.mark.parametrize("path", toc_chapters(), ids=[p.stem for p in toc_chapters()])
+def test_no_main_path_cell_reads_a_name_only_a_deeper_cell_defines(path):
+    """The static half of the main-path run, in seconds: a name a main-path cell reads is bound
+    by an earlier main-path cell (or the cell itself, or is a builtin), never only by a Deeper
+    cell. (The run itself, `make test-main-path`, also catches what this cannot see.)"""
+    main = set(dir(builtins)) | {"display", "get_ipython"}
+    deeper: dict[str, int] = {}
+    for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        tree = _cell_tree(cell)
+        if main_path_run.is_deeper(cell):
+            for name in _bound(tree):
+                deeper.setdefault(name, i)
+            continue
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        missing = sorted(n for n in read - main - _bound(tree) if n in deeper)
+        assert not missing, (
+            f"{path.name} cell {i} reads {missing}, defined only in the Deeper cell(s) "
+            f"{sorted({deeper[n] for n in missing})}"
+        )
+        main |= _bound(tree)
