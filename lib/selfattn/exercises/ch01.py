@@ -151,7 +151,7 @@ def buggy_attention(
     """The function of "find the bug: softmax over the wrong axis", with one planted bug.
 
     Same shapes as :func:`attention`. The exercise asks what is wrong with it and how to fix
-    it; :func:`check_attention_weights_fixed` checks a fixed version.
+    it; ``check_attention_weights_fixed`` checks a fixed version.
     """
     scores = queries @ keys.transpose(-2, -1)
     return torch.softmax(scores, dim=0) @ values
