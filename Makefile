@@ -109,6 +109,16 @@ book-student: install
 	@echo
 	@echo "Built the student edition. Open $(CURDIR)/_build/student/html/index.html"
 
+# Autograding (tools/grader.py, otter-grader): an assignment per chapter with exercises, in
+# _build/grader/chNN/dist/ (autograder/: the autograder zip and the notebook with the book's
+# solutions; student/: the notebook to hand out). Each question is one exercise; its tests
+# are the book's checkers. Then grades both notebooks of every chapter with otter's own runner
+# (no container): every reference answer must pass, every student stub fail. CHAPTERS="3 5"
+# for some.
+.PHONY: grader
+grader: install
+	$(PY) tools/grader.py $(if $(CHAPTERS),--chapters $(CHAPTERS))
+
 # The website in a real browser (tests_site/): headless Chromium with the internet blocked,
 # against _build/html (built if absent) and the student edition (rebuilt; `make test` passes
 # SITE_BUILT=1, as test-build has just built both). Skipped, and says so, where Chromium is
