@@ -372,6 +372,12 @@ def question_cells(chapter: Chapter, position: int, label: str, markdown: dict, 
     return out, needs, first, number
 
 
+def otter_version() -> str:
+    from importlib.metadata import version
+
+    return version("otter-grader")
+
+
 def pip_target() -> str:
     """What the setup cell installs on Colab: the autograder's requirement too."""
     found = re.search(r"%pip install -q (\S+)", setup_cell_source())
@@ -417,7 +423,8 @@ def master_notebook(number: int, path: Path) -> dict:
         f"The exercises of chapter {number} of *Self-Attention, Executed*, for grading. Run "
         "the first cells, then answer each question in its cell; the cell after it runs the "
         "book's checker on your answer (`grader.check`). Every exercise is worth one point per "
-        "check, and passes exactly when the checker says *passed*."
+        "check, and passes exactly when the checker says *passed*. The first cell needs "
+        f"otter-grader (on Colab: `%pip install otter-grader=={otter_version()}` first)."
     )
     setup_and_uses = [_code(setup_cell_source())]
     if positions:
