@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 from datetime import datetime
@@ -23,7 +24,7 @@ sys.path.insert(0, str(ROOT / "_ext"))
 import book_teaching as bt  # noqa: E402
 
 CHAPTERS = toc_chapters()
-SITE = ROOT / "_build" / "html"
+SITE = Path(os.environ.get("SITE_HTML", ROOT / "_build" / "html"))  # as tests_site/ reads it
 #: Cells that tools insert after a recording (tools/apply_quizzes.py: a concept check, the
 #: progress line), which run in no measurable time: they may lack timestamps.
 TOOL_CELLS = {"concept-check", "exercise-progress"}
