@@ -60,10 +60,11 @@ def is_deeper(cell: dict) -> bool:
     return cell["cell_type"] == "code" and "deeper" in cell["metadata"].get("tags", [])
 
 
-def main_path(nb: dict) -> dict:
-    """``nb`` without its Deeper code cells, with the stub guard and the claims cell appended."""
+def main_path(nb: dict, *, keep_deeper: bool = False) -> dict:
+    """``nb`` without its Deeper code cells (with them: ``keep_deeper``, the control run), with
+    the stub guard and the claims cell appended."""
     nb = dict(nb)
-    nb["cells"] = [c for c in nb["cells"] if not is_deeper(c)]
+    nb["cells"] = [c for c in nb["cells"] if keep_deeper or not is_deeper(c)]
     guard = stub_guard_cell(nb)
     added = [guard] if guard is not None else []
     added.append(
@@ -94,8 +95,10 @@ def _error_text(cell) -> str:
     return "an error"
 
 
-def run_chapter(path: str, work: str) -> dict:
-    """Run one chapter's main path in a fresh kernel; returns what happened (picklable)."""
+def run_chapter(path: str, work: str, keep_deeper: bool = False) -> dict:
+    """Run one chapter's main path in a fresh kernel; returns what happened (picklable).
+    ``keep_deeper``: the whole chapter in the same mode, the control that tells a fault of the
+    main path from one of the chapter."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -104,10 +107,10 @@ def run_chapter(path: str, work: str) -> dict:
     folder = Path(work) / source.stem
     folder.mkdir(parents=True)
     original = json.loads(source.read_text(encoding="utf-8"))
-    removed = sum(is_deeper(c) for c in original["cells"])
+    removed = 0 if keep_deeper else sum(is_deeper(c) for c in original["cells"])
     # Each kept cell's index in the chapter, for the report (the added cells have none).
-    index = [i for i, c in enumerate(original["cells"]) if not is_deeper(c)]
-    nb_dict = main_path(original)
+    index = [i for i, c in enumerate(original["cells"]) if keep_deeper or not is_deeper(c)]
+    nb_dict = main_path(original, keep_deeper=keep_deeper)
     copy = folder / source.name
     copy.write_text(json.dumps(nb_dict, indent=1, ensure_ascii=False), encoding="utf-8")
     nb = nbformat.read(copy, as_version=4)
@@ -162,17 +165,26 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep the executed copies, print where"
     )
+    parser.add_argument(
+        "--with-deeper",
+        action="store_true",
+        help="the control: run the whole chapters the same way (a fault that remains is the "
+        "chapter's, not the main path's)",
+    )
     args = parser.parse_args(argv)
     chapters = [p.resolve() for p in args.notebooks] or toc_chapters()
     # The longest chapters first, so that two workers finish together.
     order = sorted(chapters, key=lambda p: -BUDGET_S.get(int(p.stem[:2]), 60))
     work = Path(tempfile.mkdtemp(prefix="selfattn-main-path-"))
     start = time.perf_counter()
-    print(f"main path run: {len(chapters)} chapter(s), Deeper cells removed, reader's mode")
+    what = "whole chapters (the control)" if args.with_deeper else "Deeper cells removed"
+    print(f"main path run: {len(chapters)} chapter(s), {what}, reader's mode")
     try:
         results = {}
         with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-            futures = {pool.submit(run_chapter, str(p), str(work)): p for p in order}
+            futures = {
+                pool.submit(run_chapter, str(p), str(work), args.with_deeper): p for p in order
+            }
             for future in as_completed(futures):
                 path = futures[future]
                 r = future.result()
@@ -193,7 +205,8 @@ def main(argv: list[str]) -> int:
             f"main path run: {len(chapters) - len(failed)}/{len(chapters)} passed in {total:.0f}s"
         )
         if failed:
-            print("main path run: FAILED without their Deeper parts: " + ", ".join(failed))
+            how = "as whole chapters" if args.with_deeper else "without their Deeper parts"
+            print(f"main path run: FAILED {how}: " + ", ".join(failed))
         return 1 if failed else 0
     finally:
         if args.keep:
