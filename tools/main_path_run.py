@@ -3,6 +3,7 @@
     python tools/main_path_run.py                        # every chapter in _toc.yml
     python tools/main_path_run.py chapters/03_*.ipynb    # just these
     python tools/main_path_run.py --workers 1 --keep     # one kernel at a time, keep the copies
+    python tools/main_path_run.py --with-deeper          # the control: the whole chapters
 
 A Deeper part is a collapsed admonition titled "Deeper: ..." whose code cells are tagged
 ``deeper`` (tests/test_main_path.py). A reader may skip all of them, so no main-path cell may
