@@ -599,19 +599,64 @@ def test_student_site_page_carries_no_solution(answer):
     assert not leaked, f"{page.name}: the solution of {answer.exercise.name}: {leaked[:3]}"
 
 
+def _module_chunks(page: str) -> dict[str, str]:
+    """The API page's HTML cut at each exercise module's ``automodule`` target."""
+    marks = [
+        (m.start(), m.group(1))
+        for m in re.finditer(r'id="module-(selfattn\.exercises\.ch\d\d)"', page)
+    ]
+    ends = [start for start, _ in marks[1:]] + [len(page)]
+    return {name: page[start:end] for (start, name), end in zip(marks, ends)}
+
+
+_QUOTES = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"'})
+
+
+def _html_text(html: str) -> str:
+    """The text of HTML, Sphinx's smart quotes made straight again."""
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", html)).translate(_QUOTES)
+
+
+def _letters(text: str) -> str:
+    """Only the letters and digits: a docstring's reST and its HTML compare equal."""
+    return re.sub(r"[^A-Za-z0-9]", "", re.sub(r":\w+:`~?", "", text))
+
+
+def _answer_helpers(module) -> dict[str, str]:
+    """The public functions of an exercise module that are neither checkers nor constants,
+    with their docstrings' first sentence: the planted bugs and the reference helpers."""
+    out = {}
+    for name in getattr(module, "__all__", ()):
+        obj = getattr(module, name)
+        if callable(obj) and not name.startswith("check_") and not name.isupper():
+            first = re.split(r"(?<=[.:])\s", " ".join((inspect.getdoc(obj) or "").split()))[0]
+            if len(first) >= 20:
+                out[name] = first
+    return out
+
+
 def test_student_site_api_page_carries_no_answer():
-    """The student site's API page renders the checkers' docstrings but no helper that
-    computes an answer, and no planted-bug function (whose docstring would name the bug)."""
+    """The student site's API page documents the checkers, but not the planted-bug functions
+    (whose docstrings describe the bug) nor the helpers that compute an answer (their
+    signatures stay, for cross-references), and no exercise module's section has an answer.
+    The full site documents them (else this test would prove nothing)."""
     _needs_site()
-    text = _page_text(STUDENT_SITE / "api.html", drop_predict=False)
+    chunks = _module_chunks((STUDENT_SITE / "api.html").read_text(encoding="utf-8"))
+    full_page = ROOT / "_build" / "html" / "api.html"
+    full = _html_text(full_page.read_text(encoding="utf-8")) if full_page.is_file() else None
     leaks = []
-    for answer in ANSWERS:
-        found = answer.in_text(text, numbers=False)
-        found += [f"{f!r}" for f in answer.fragments if _squash(f) in _squash(text)]
-        leaks += [f"{answer.exercise.name}: {f}" for f in found]
     for nn, module in MODULES.items():
-        for name in getattr(module, "__all__", ()):
-            if name.startswith("buggy_") or name in getattr(module, "ANSWER_HELPERS", ()):
-                if re.search(rf"\b{name}\(", text):
-                    leaks.append(f"ch{nn}: {name} documented")
+        text = " ".join(_html_text(chunks.get(module.__name__, "")).split())
+        assert text, f"{module.__name__} is not on the student API page"
+        for name, first in _answer_helpers(module).items():
+            if _letters(first) in _letters(text):
+                leaks.append(f"ch{nn}: {name}'s docstring ({first[:50]!r})")
+            if full is not None:
+                assert _letters(first) in _letters(full), f"{name}: not on the full API page"
+        for answer in ANSWERS:
+            if answer.exercise.chapter != nn:
+                continue
+            found = answer.in_text(text, numbers=False)
+            found += [repr(f) for f in answer.fragments if _squash(f) in _squash(text)]
+            leaks += [f"{answer.exercise.name}: {f}" for f in found]
     assert not leaks, "; ".join(leaks[:10])
