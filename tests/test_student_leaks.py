@@ -270,8 +270,12 @@ def solution_expressions(ex: Exercise) -> list[str]:
                     and node.targets[0].id.endswith("_solution")
                 ):
                     expression = ast.get_source_segment(src, node.value) or ""
-                    if len(_squash(expression)) >= 5:
-                        out.append(expression)
+                    # as prose writes it: PREDICTION_SIGMA**4 is sigma**4
+                    loose = re.sub(r"\b[A-Za-z_]\w*\.(?=[A-Za-z_])", "", expression)  # ex.X: X
+                    loose = re.sub(
+                        r"\b[A-Z][A-Z0-9]*_([A-Z0-9]+)\b", lambda m: m[1].lower(), loose
+                    )
+                    out += [e for e in {expression, loose} if len(_squash(e)) >= 5]
     return out
 
 
