@@ -94,7 +94,8 @@ def test_strided_prediction_right_and_named_mistakes():
     assert twice in check_strided_prediction(local + strided).message
     assert triangle in check_strided_prediction(n * (n + 1) // 2).message
     assert strided_only in check_strided_prediction(strided).message
-    assert "expected" in check_strided_prediction(right + 1).message
+    assert "is not right" in check_strided_prediction(right + 1).message
+    assert str(right) not in check_strided_prediction(right + 1).message
 
 
 def causal_right(q, k, v):
