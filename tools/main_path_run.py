@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from book import toc_chapters  # noqa: E402
-from reader_run import BUDGET_S, stub_guard_cell  # noqa: E402
+from reader_run import stub_guard_cell  # noqa: E402
 
 #: The last line of the appended cell: the claims that failed in this kernel, as JSON.
 CLAIMS_MARK = "main_path_run failed claims: "
@@ -80,6 +80,21 @@ def main_path(nb: dict, *, keep_deeper: bool = False) -> dict:
     )
     nb["cells"] = nb["cells"] + added
     return nb
+
+
+def recorded_seconds(path: Path) -> float:
+    """How long the chapter's main path took when it was last executed (the cells' own
+    timestamps, which tools/execute.py keeps): the order in which two workers finish soonest."""
+    from datetime import datetime
+
+    total = 0.0
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        times = cell.get("metadata", {}).get("execution", {})
+        start, end = times.get("iopub.execute_input"), times.get("shell.execute_reply")
+        if is_deeper(cell) or not (start and end):
+            continue
+        total += (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    return total
 
 
 def reader_env() -> dict[str, str]:
@@ -174,8 +189,8 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     chapters = [p.resolve() for p in args.notebooks] or toc_chapters()
-    # The longest chapters first, so that two workers finish together.
-    order = sorted(chapters, key=lambda p: -BUDGET_S.get(int(p.stem[:2]), 60))
+    # The longest main paths first (as last recorded), so that two workers finish together.
+    order = sorted(chapters, key=lambda p: -recorded_seconds(p))
     work = Path(tempfile.mkdtemp(prefix="selfattn-main-path-"))
     start = time.perf_counter()
     what = "whole chapters (the control)" if args.with_deeper else "Deeper cells removed"
