@@ -2,7 +2,9 @@
 
 import torch
 import torch.nn.functional as F
+from selfattn.data.text import encode_sentences, generate_sentences, mask_tokens, word_vocab
 from selfattn.exercises.ch09 import (
+    COPY_CASE,
     PLANTED_LM_LOSS,
     bert_mask_mistakes,
     buggy_attention_mask,
@@ -10,13 +12,13 @@ from selfattn.exercises.ch09 import (
     check_bert_mask,
     check_block_forward,
     check_clip_loss,
+    check_copy_accuracy,
     check_lm_loss,
-    check_masked_accuracy,
     check_patchify,
     check_vit_tokens,
     clip_loss_mistakes,
+    copy_accuracy_mistakes,
     lm_loss_mistakes,
-    masked_accuracy_mistakes,
     patchify_mistakes,
     vit_tokens_mistakes,
 )
@@ -153,35 +155,37 @@ def test_clip_loss():
     assert check_clip_loss(stub).status == "not attempted"
 
 
-def test_masked_accuracy():
-    def right(logits, targets):
-        picked = targets != -100
-        return (logits.argmax(-1)[picked] == targets[picked]).float().mean().item()
+def _copy_accuracy():
+    """Measured: the copier's accuracy on the hidden words of the chapter's test sentences."""
+    wv = word_vocab()
+    ids, lengths = encode_sentences(generate_sentences(1000, seed=2), wv)
+    inputs, targets = mask_tokens(
+        ids,
+        lengths,
+        mask_id=wv.stoi["<mask>"],
+        vocab_size=len(wv),
+        generator=torch.Generator().manual_seed(2),
+    )
+    picked = targets != -100
+    return (inputs == targets)[picked].float().mean().item()
 
-    def counts_everything(logits, targets):
-        return (logits.argmax(-1) == targets).float().mean().item()
 
-    def count_not_fraction(logits, targets):
-        picked = targets != -100
-        return (logits.argmax(-1)[picked] == targets[picked]).sum().item()
-
-    def drops_ignore_but_keeps_zero_targets(logits, targets):  # treats target id 0 as padding
-        picked = targets > 0
-        return (logits.argmax(-1)[picked] == targets[picked]).float().mean().item()
-
-    def fraction_wrong(logits, targets):
-        return 1 - right(logits, targets)
-
-    names = masked_accuracy_mistakes()
-    for wrong, name in zip(
-        (counts_everything, fraction_wrong, drops_ignore_but_keeps_zero_targets), names
-    ):
-        assert failed_with(check_masked_accuracy(wrong), name), wrong.__name__
-    assert check_masked_accuracy(right).passed
-    assert not check_masked_accuracy(counts_everything)
-    assert not check_masked_accuracy(count_not_fraction)
-    assert not check_masked_accuracy(drops_ignore_but_keeps_zero_targets)
-    assert check_masked_accuracy(stub).status == "not attempted"
+def test_copy_accuracy_prediction():
+    measured = _copy_accuracy()
+    assert COPY_CASE[2] == len(word_vocab())
+    assert check_copy_accuracy(measured).passed  # the chapter's measurement passes
+    assert check_copy_accuracy(round(measured, 2)).passed
+    assert check_copy_accuracy(torch.tensor(0.1)).passed
+    assert check_copy_accuracy(None).status == "not attempted"
+    names = copy_accuracy_mistakes()
+    named = (0.0, 0.2, 0.8, 0.9, 0.15, 0.865, 1.0)
+    assert len(names) == len(named)
+    for value, name in zip(named, names):
+        assert failed_with(check_copy_accuracy(value), name), value
+    assert failed_with(check_copy_accuracy(0.5), "none of the mistakes")
+    assert failed_with(check_copy_accuracy(10), "between 0 and 1")
+    assert failed_with(check_copy_accuracy(float("nan")), "between 0 and 1")
+    assert not check_copy_accuracy("0.1")
 
 
 def _lm_loss(logits, ids):
