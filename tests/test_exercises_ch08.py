@@ -4,15 +4,18 @@ import torch
 import torch.nn.functional as F
 from selfattn.efficient.linear import linear_attention
 from selfattn.exercises.ch08 import (
+    HALF_WEIGHT_CASE,
     STRIDED_CASE,
     causal_linear_buggy,
     causal_linear_mistakes,
     check_causal_linear,
     check_decayed_step,
+    check_half_weight,
     check_linear_step,
     check_rolling_cache,
     check_strided_prediction,
     decayed_step_mistakes,
+    half_weight_mistakes,
     rolling_cache_mistakes,
     strided_mistakes,
 )
@@ -165,3 +168,25 @@ def test_linear_step_without_decay():
     assert check_linear_step(lambda S, z, q, k, v: step_right(S, z, q, k, v, 1.0)).passed
     assert not check_linear_step(lambda S, z, q, k, v: step_right(S, z, q, k, v, 0.5))
     assert check_linear_step(stub).status == "not attempted"
+
+
+def test_half_weight_prediction():
+    gamma, n = HALF_WEIGHT_CASE
+    # the newest m tokens hold 1 - gamma**m of the weight (the tail beyond n is negligible)
+    right = next(m for m in range(1, n) if 1 - gamma**m >= 0.5)
+    assert check_half_weight(right).passed
+    assert check_half_weight(float(right)).passed
+    assert check_half_weight(torch.tensor(right)).passed
+    assert check_half_weight(None).status == "not attempted"
+    mean_age, one_short, half_mean, half_all = half_weight_mistakes()
+    for value, name in (
+        (10, mean_age),
+        (right - 1, one_short),
+        (5, half_mean),
+        (n // 2, half_all),
+    ):
+        result = check_half_weight(value)
+        assert not result and name in result.message
+    assert not check_half_weight(right + 1)
+    assert not check_half_weight(right + 0.5)
+    assert not check_half_weight("7")

@@ -3,8 +3,10 @@
 In the chapter's order (:data:`EXERCISES`, whose labels number them): ``rolling`` (build,
 :func:`check_rolling_cache`), ``strided`` (predict, then run, :func:`check_strided_prediction`),
 ``prefix`` (find the bug, :func:`check_causal_linear` against :func:`causal_linear_buggy`)
-and ``decay`` (build, :func:`check_decayed_step`, and its ungated form
-:func:`check_linear_step`). A wrong answer that is a mistake the checker recognises is named.
+and ``predict-half`` (predict, then run, :func:`check_half_weight`). Not in the chapter
+(:data:`EXTRA_EXERCISES`): ``decay``, a decoding step with a decay gate
+(:func:`check_decayed_step`, and its ungated form :func:`check_linear_step`). A wrong
+answer that is a mistake the checker recognises is named.
 """
 
 from __future__ import annotations
@@ -35,13 +37,19 @@ __all__ = [
     "causal_linear_buggy",
     "check_causal_linear",
     "causal_linear_mistakes",
+    "EXTRA_EXERCISES",
+    "HALF_WEIGHT_CASE",
+    "check_half_weight",
+    "half_weight_mistakes",
     "check_decayed_step",
     "decayed_step_mistakes",
     "check_linear_step",
 ]
 
 #: The labels of chapter 8's exercises (``ex-ch08-<label>``), in the chapter's order.
-EXERCISES = ("rolling", "strided", "prefix", "decay")
+EXERCISES = ("rolling", "strided", "prefix", "predict-half")
+#: Checkers that no exercise of the chapter uses, numbered after :data:`EXERCISES`.
+EXTRA_EXERCISES = ("decay",)
 
 
 def _phi(x: torch.Tensor) -> torch.Tensor:
@@ -210,8 +218,8 @@ def check_causal_linear(answer) -> None:
     """``answer(q, k, v)`` must return causal linear attention, phi = elu + 1, eps = 1e-6:
     ``out_i = phi(q_i) S_i / (phi(q_i) . z_i + eps)`` with ``S_i = sum_{j <= i} phi(k_j) v_j^T``
     and ``z_i = sum_{j <= i} phi(k_j)``. While the answer still computes what the planted bug
-    (:func:`causal_linear_buggy`) computes, the exercise counts as not attempted, as chapter
-    7's find-the-bug exercises do."""
+    (:func:`causal_linear_buggy`) computes, the exercise counts as not attempted, as the
+    book's other find-the-bug exercises do."""
     g = torch.Generator().manual_seed(8)
     cases, planted = [], True
     for shape, dv in (((6, 4), 3), ((1, 8), 2), ((2, 3, 7, 4), 5)):
@@ -240,6 +248,43 @@ def check_causal_linear(answer) -> None:
             if not torch.allclose(wrong, expected, atol=1e-9, rtol=1e-7)
         }
         expect_close(got, expected, case=case, atol=1e-9, rtol=1e-7, mistakes=mistakes)
+
+
+# -- Predict, then run: how far back a decay remembers ------------------------------------
+
+#: The half-weight prediction, as (fixed decay gamma, tokens read).
+HALF_WEIGHT_CASE = (0.9, 1000)
+
+
+def _half_weight_variants() -> dict[str, int]:
+    gamma, n = HALF_WEIGHT_CASE
+    weight = gamma ** torch.arange(n, dtype=torch.float64)  # the newest token first
+    share = weight.cumsum(0) / weight.sum()
+    right = int((share < 0.5).sum()) + 1
+    return {
+        "right": right,
+        "that is 1 / (1 - gamma), the usual horizon of a decay; the weight has a long tail, so "
+        "fewer tokens hold half of it": round(1 / (1 - gamma)),
+        "that many of the newest tokens hold a little less than half of the weight": right - 1,
+        "that is half of 1 / (1 - gamma), a guess the geometric weights do not support": round(
+            0.5 / (1 - gamma)
+        ),
+        "that is half of all the tokens: the decay puts most of the weight on the newest": n // 2,
+    }
+
+
+def half_weight_mistakes() -> list[str]:
+    """The mistakes :func:`check_half_weight` names."""
+    return [k for k in _half_weight_variants() if k != "right"]
+
+
+@checker("predict-half", "how far back a decay remembers")
+def check_half_weight(prediction) -> None:
+    """``prediction``: the smallest number of the newest tokens that hold at least half of the
+    output's weight, for decayed linear attention with the fixed decay ``gamma = 0.9`` reading
+    1000 tokens whose keys are all equal (so the decay alone sets the weights)."""
+    gamma, n = HALF_WEIGHT_CASE
+    expect_predicted(prediction, _half_weight_variants(), case=f"gamma={gamma}, {n} tokens")
 
 
 # -- Build: one decoding step with a decay gate --------------------------------------------
