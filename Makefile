@@ -65,7 +65,8 @@ test-notebooks: install
 # above cannot be reused, since they must run the Deeper cells too and compare every output,
 # and outputs may change (other random draws) once the Deeper cells are gone; so it runs the
 # chapters once more, two kernels at once on the two cores (each kernel one thread), longest
-# first, outputs not compared: about 5 minutes of the CI's 40 (the chapters' main paths).
+# first, outputs not compared: 6 minutes on a shared 2-core machine (371 s, 2026-12-04), so
+# `make test` stays within the CI's 40 (it took about 29 before).
 .PHONY: test-main-path
 test-main-path: install
 	$(PY) tools/main_path_run.py --workers 2
