@@ -37,11 +37,14 @@ def chapter_namespace() -> dict:
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     imports = next(s for s in code if 'recorder("ch03")' in s)
-    definitions = next(s for s in code if "def train_recall(" in s)
+    # The experiment's constants and helpers, then its training loop (two cells, in order).
+    first = next(i for i, s in enumerate(code) if "CONDITIONS = " in s)
+    last = next(i for i, s in enumerate(code) if "def train_recall(" in s)
     ns: dict = {"__name__": "ch03_chapter"}
     exec(compile(imports, f"{NOTEBOOK.name}: imports", "exec"), ns)
     ns["device"] = torch.device("cpu")
-    exec(compile(definitions, f"{NOTEBOOK.name}: definitions", "exec"), ns)
+    for i in range(first, last + 1):
+        exec(compile(code[i], f"{NOTEBOOK.name}: code cell {i}", "exec"), ns)
     return ns
 
 
