@@ -45,6 +45,18 @@ img { max-width: 100% !important; page-break-inside: avoid; }
 figure, .cell_output img, table { page-break-inside: avoid; }
 h1, h2, h3 { page-break-after: avoid; }
 """
+#: Display equations wider than the page (MathJax does not break lines) are scaled to fit it:
+#: one wide equation would otherwise widen the whole column, and the printout would cut every
+#: line of the chapter at both margins. Measured against the viewport, which pdf() sets to the
+#: printed width (the column itself has already grown to the widest equation).
+FIT_WIDE_MATH_JS = """() => {
+  const width = document.documentElement.clientWidth - 48;
+  for (const eq of document.querySelectorAll('mjx-container[display="true"]')) {
+    const math = eq.querySelector('mjx-math') || eq;
+    const wide = math.getBoundingClientRect().width;
+    if (wide > width) { eq.style.zoom = String(width / wide); }
+  }
+}"""
 SETTLE_MS = 60_000
 WIDGETS_RENDERED_JS = """() => [...document.querySelectorAll(
   'script[type="application/vnd.jupyter.widget-view+json"]')].every(v => {
@@ -108,6 +120,11 @@ def print_book(site: Path, language: str, out: Path, browser) -> Path:
             page.goto(base + f"{entry}.html", timeout=SETTLE_MS)
             settle(page)
             page.add_style_tag(content=PRINT_CSS)
+            # Lay out at the printed width (A4 less 14 mm margins: 182 mm = 688 px) to measure
+            # the equations as they will print.
+            page.set_viewport_size({"width": 688, "height": 1000})
+            page.emulate_media(media="print")
+            page.evaluate(FIT_WIDE_MATH_JS)
             title = page.locator("main h1").first.inner_text().strip().rstrip("#").strip()
             part = parts / f"{n:02d}.pdf"
             page.pdf(
