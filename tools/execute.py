@@ -33,6 +33,9 @@ def execute(path: Path, timeout: int = 900) -> float:
     os.environ["SELFATTN_PROGRESS"] = "0"
     # Recording the book: claims raise, and each chapter writes chapters/results/<chNN>.json.
     os.environ["SELFATTN_RECORD"] = "1"
+    # Recording also saves every figure as SVG (selfattn.setup); without a fixed date,
+    # matplotlib stamps each SVG with the time it was drawn and every re-record changes it.
+    os.environ.setdefault("SOURCE_DATE_EPOCH", "0")
     client = NotebookClient(
         nb,
         timeout=timeout,

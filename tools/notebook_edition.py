@@ -27,6 +27,7 @@ markdown is plain Jupyter markdown:
   say they are collapsed (:data:`STUDENT_WORDING`);
 * exercises are numbered as the website and the checkers number them, ``chapter.position``
   ("Exercise 3.2: ..."), and so are references to them;
+* a recorded figure keeps its PNG and drops its SVG copy (the website offers that one);
 * a "predict, then run" cell (tagged ``predict``) loses its outputs, so its answer is not
   shown before the reader has predicted and run it (the website collapses the same output:
   the cell is also tagged ``hide-output``; tests/test_predict.py checks every edition).
@@ -58,6 +59,9 @@ from book import REGISTRY, registry_text, toc_chapters  # noqa: E402
 
 EDITIONS = {"notebooks": True, "student": False}  # folder -> with solutions
 GLUE_MIME = "application/papermill.record/text/plain"
+#: A recorded figure's second format, for the website's SVG downloads (_ext/book_figures.py);
+#: the notebooks keep the PNG, which Jupyter and Colab show.
+SVG_MIME = "image/svg+xml"
 SOLUTION_TAG = "solution"
 PREDICT_TAG = "predict"
 DEEPER_TAG = "deeper"
@@ -481,6 +485,8 @@ def convert(nb: dict, *, solutions: bool = True, chapter: int | None = None) -> 
             if PREDICT_TAG in _tags(cell):  # the answer: shown when the reader runs the cell
                 cell["outputs"] = []
                 cell["execution_count"] = None
+            for out in cell.get("outputs", []):  # each figure once, as the reader's run has it
+                out.get("data", {}).pop(SVG_MIME, None)
         cells.append(cell)
     empty = f"<details><summary>{SOLUTION_SUMMARY}</summary>\n\n\n</details>"
     for cell in cells:  # a solution with no prose: no empty fold, a line on its code cell

@@ -351,6 +351,8 @@ def run_pass(
     environment ``env_name`` (``python``'s)."""
     folder = work / f"reader-{name}"
     copies = copy_alone(chapters, folder)
+    # nbval skips images; a figure's SVG copy too (tests/nbval_figures.py says why).
+    shutil.copyfile(ROOT / "tests" / "nbval_figures.py", folder / "reader" / "conftest.py")
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     env |= {"SELFATTN_PROGRESS": "0", "SELFATTN_RECORD": "1", **PATHS[name]}
     env.pop("SELFATTN_RECORD_TO", None)

@@ -51,6 +51,7 @@ def setup(seed: int = 0, *, num_threads: int = 1) -> torch.device:
     torch.manual_seed(seed)
     torch.set_num_threads(num_threads)
     _set_plot_style()
+    _record_svg_figures()
     return get_device()
 
 
@@ -69,8 +70,39 @@ def _set_plot_style() -> None:
             "axes.labelsize": 10,
             "legend.fontsize": 9,
             "image.cmap": "viridis",
+            # SVG element ids from a fixed salt, not a random one: a re-recorded figure
+            # that did not change leaves the notebook unchanged.
+            "svg.hashsalt": "selfattn",
         }
     )
+
+
+def _record_svg_figures() -> None:
+    """Where the book is recorded (or tested), every figure is saved as SVG next to its PNG.
+
+    The website shows the PNG and offers the SVG as a download under the figure, for lecture
+    slides (``_ext/book_figures.py``); a reader's own Jupyter or Colab gets the PNG alone.
+    Both are output formats of the one figure, set on IPython's inline backend, so diagrams
+    and plots alike carry both; outside IPython there is nothing to set.
+    """
+    from .results import recording
+
+    if not recording():
+        return
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.config import InlineBackend
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    # The inline backend's own configurable: with its shell set, changing the formats
+    # registers the figure formatters now (a diagram may be shown before pyplot is imported),
+    # and the backend reads the same setting when pyplot's import activates it.
+    config = InlineBackend.instance(parent=shell)
+    config.shell = shell
+    config.figure_formats = {"png", "svg"}
 
 
 def show_progress() -> bool:
