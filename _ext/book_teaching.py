@@ -153,15 +153,17 @@ def chapter_times(text: dict[str, tuple[int, int]], parts: dict) -> ChapterTimes
     )
 
 
-#: The line's clauses in each language: the main path, the Deeper parts, the exercises.
+#: The line's clauses in each language: the main path, the Deeper parts, the exercises. The
+#: stopwatch before it is drawn by the stylesheet (_assets/book.css), not typed: an emoji needs
+#: a colour-emoji font, which the printing Chromium may not have (the PDF showed an empty box).
 LINES = {
     "en": (
-        "⏱ Main path: about {read} min to read and {run} min to run",
+        "Main path: about {read} min to read and {run} min to run",
         "Deeper parts: about {deeper} min",
         "{count} exercises: about {exercises} min",
     ),
     "zh": (
-        "⏱ 主线：阅读约 {read} 分钟，运行约 {run} 分钟",
+        "主线：阅读约 {read} 分钟，运行约 {run} 分钟",
         "深入部分：约 {deeper} 分钟",
         "{count} 道练习：约 {exercises} 分钟",
     ),
@@ -171,6 +173,8 @@ LINES = {
 def time_line(times: ChapterTimes, lang: str, *, deeper: bool = True) -> str:
     """The line under the title; a chapter without Deeper parts or exercises omits them."""
     main, deep, exercises = LINES[lang]
+    if times.count == 1:
+        exercises = exercises.replace("exercises", "exercise")
     clauses = [main] + ([deep] if deeper else []) + ([exercises] if times.count else [])
     return " · ".join(clauses).format(**vars(times))
 

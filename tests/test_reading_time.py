@@ -75,12 +75,12 @@ def test_the_notebook_parts_split_run_time_and_solution_lines():
     assert times.deeper == math.ceil(900 / 300 + 8.5 / 60)  # 4
     assert times.exercises == math.ceil(50 / 200 + 4 / 60 + 2 * bt.MINUTES_PER_SOLUTION_LINE)
     line = bt.time_line(times, "en")
-    assert line.startswith("⏱ Main path: about 15 min to read and 1 min to run")
-    assert "1 exercises: about 3 min" in line
+    assert line.startswith("Main path: about 15 min to read and 1 min to run")
+    assert "1 exercise: about 3 min" in line
     assert "15 分钟" in bt.time_line(times, "zh")
     no_extras = bt.ChapterTimes(3, 1, 1, 1, 0)
     assert bt.time_line(no_extras, "en", deeper=False) == (
-        "⏱ Main path: about 3 min to read and 1 min to run"
+        "Main path: about 3 min to read and 1 min to run"
     )
 
 

@@ -39,22 +39,31 @@ PRINT_CSS = """
 .headerlink, #pst-back-to-top, .admonition.seealso .launch { display: none !important; }
 .bd-main, .bd-content, .bd-article-container, .bd-container, .bd-page-width {
   max-width: none !important; width: auto !important; margin: 0 !important; }
+/* Blocks, not the theme's centring flex boxes: content that is still too wide then runs off
+   the right margin instead of pushing every line of the chapter off the left one. */
+.bd-container, .bd-container__inner, .bd-page-width, .bd-main, .bd-content,
+.bd-article-container { display: block !important; }
 pre, .highlight pre, .output pre { white-space: pre-wrap !important;
   word-break: break-word !important; overflow: visible !important; }
 img { max-width: 100% !important; page-break-inside: avoid; }
 figure, .cell_output img, table { page-break-inside: avoid; }
 h1, h2, h3 { page-break-after: avoid; }
 """
-#: Display equations wider than the page (MathJax does not break lines) are scaled to fit it:
-#: one wide equation would otherwise widen the whole column, and the printout would cut every
-#: line of the chapter at both margins. Measured against the viewport, which pdf() sets to the
-#: printed width (the column itself has already grown to the widest equation).
+#: Display equations wider than their column (MathJax does not break lines) are scaled to fit
+#: it: one wide equation would otherwise widen the whole column, and the printout would cut
+#: every line of the chapter at both margins. Measured against the equation's own box (an
+#: equation in an admonition or a list has less room than the page) and the viewport, which
+#: pdf() sets to the printed width, less a little: the printed column came out a few pixels
+#: narrower than the one measured, and an equation that just fitted pushed the page over.
 FIT_WIDE_MATH_JS = """() => {
-  const width = document.documentElement.clientWidth - 48;
+  const page = document.documentElement.clientWidth - 48;
   for (const eq of document.querySelectorAll('mjx-container[display="true"]')) {
     const math = eq.querySelector('mjx-math') || eq;
+    const box = eq.parentElement, style = getComputedStyle(box);
+    const inner = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const room = Math.min(page, inner) - 24;
     const wide = math.getBoundingClientRect().width;
-    if (wide > width) { eq.style.zoom = String(width / wide); }
+    if (wide > room) { eq.style.zoom = String(room / wide); }
   }
 }"""
 SETTLE_MS = 60_000
