@@ -174,7 +174,7 @@ def time_line(times: ChapterTimes, lang: str, *, deeper: bool = True) -> str:
     """The line under the title; a chapter without Deeper parts or exercises omits them."""
     main, deep, exercises = LINES[lang]
     if times.count == 1:
-        exercises = exercises.replace("exercises", "exercise")
+        exercises = exercises.replace("{count} exercises:", "{count} exercise:")
     clauses = [main] + ([deep] if deeper else []) + ([exercises] if times.count else [])
     return " · ".join(clauses).format(**vars(times))
 
