@@ -24,8 +24,9 @@ DISTRIBUTION = {"IPython": "ipython", "yaml": "pyyaml", "PIL": "pillow"}
 # Provided by a declared dependency: ipywidgets depends on IPython.
 COMES_WITH = {"ipython": "ipywidgets"}
 # Imported only behind a guard (try/except ImportError or the optional extra); google.colab
-# only by the setup cell, on Colab (which ships it).
-OPTIONAL = {"triton", "myst_nb", "google"}
+# only by the setup cell, on Colab (which ships it); matplotlib_inline only where the book is
+# recorded in a Jupyter kernel (whose ipykernel brings it), to save figures as SVG too.
+OPTIONAL = {"triton", "myst_nb", "google", "matplotlib_inline"}
 
 
 def declared() -> set[str]:
