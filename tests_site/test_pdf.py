@@ -93,3 +93,28 @@ def test_the_chinese_pdf_is_chinese(printed):
     if language != "zh":
         pytest.skip("the English PDF quotes Chinese titles; nothing to count")
     assert han > 2000, f"only {han} Chinese characters in the first 20 pages"
+
+
+#: The printed pages' left margin (tools/pdf.py prints with 14 mm), in points.
+LEFT_MARGIN_PT = 14 / 25.4 * 72
+#: MathJax's stretchy delimiters are drawn in pieces (⎛ ⎜ ⎝, U+2300-U+23FF) with transforms
+#: of their own, which put their text origin anywhere; they are not a line of the page.
+_DELIMITER_PIECE = re.compile(r"^[\u2300-\u23ff\s]+$")
+
+
+def test_no_line_starts_left_of_the_margin(printed):
+    """Every line starts inside the page's left margin. A too-wide element once made the
+    theme's centring boxes push every line of a chapter a few millimetres past the margin,
+    and the printout cut the first letters off (tools/pdf.py, FIT_WIDE_MATH_JS)."""
+    language, reader = printed
+    cut = []
+    for number, page in enumerate(reader.pages, 1):
+
+        def visit(text, cm, tm, font, size, number=number):
+            if text.strip() and not _DELIMITER_PIECE.match(text):
+                x = tm[4] * cm[0] + tm[5] * cm[2] + cm[4]  # the text's origin on the page
+                if x < LEFT_MARGIN_PT - 2:
+                    cut.append(f"page {number}: {text[:30]!r} at x = {x:.1f} pt")
+
+        page.extract_text(visitor_text=visit)
+    assert not cut, f"{language}: {len(cut)} lines start left of the margin: {cut[:5]}"
