@@ -39,7 +39,8 @@ def test_sinusoidal():
     assert ch06.check_sinusoidal(_sinusoidal).passed
     assert ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d).float().numpy()).passed
     assert failed_with(
-        ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, swap=True)), "still swapped"
+        ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, swap=True).float()),
+        ch06.PLANTED_SINUSOIDAL,
     )
     assert failed_with(
         ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, exponent=lambda i, d: i / d)),
@@ -53,6 +54,34 @@ def test_sinusoidal():
     plain = ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d) + 0.1)
     assert failed_with(plain, "largest difference")
     assert ch06.check_sinusoidal(stub).status == "not attempted"
+
+
+def _sinusoidal_buggy(n, d):
+    """The chapter's planted bug, as the notebook's sinusoidal_buggy writes it."""
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    pe = torch.zeros(n, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.cos(pos * omega)
+    pe[:, 1::2] = torch.sin(pos * omega)
+    return pe
+
+
+def test_sinusoidal_the_planted_bug_is_not_attempted():
+    # the untouched planted bug counts as not attempted, as in 6.4, 7.2 and 7.5
+    assert ch06.check_sinusoidal(_sinusoidal_buggy).status == "not attempted"
+    assert ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, swap=True)).status == (
+        "not attempted"
+    )
+
+    # fixed for some sizes only: named by its symptom, without the expected values
+    def half_fixed(n, d):
+        return _sinusoidal(n, d) if d == 64 else _sinusoidal_buggy(n, d)
+
+    result = ch06.check_sinusoidal(half_fixed)
+    assert failed_with(result, ch06.PLANTED_SINUSOIDAL), result.message
+    assert "sin" not in ch06.PLANTED_SINUSOIDAL.replace("sinusoidal_buggy", "")
+    assert "cos" not in ch06.PLANTED_SINUSOIDAL
+    assert not any(ch.isdigit() for ch in ch06.PLANTED_SINUSOIDAL.replace("position 0", ""))
 
 
 # ---- 6.2 shift matrix in the halves layout (build) -----------------------------------------
@@ -96,7 +125,8 @@ def test_shift_matrix():
     assert failed_with(
         ch06.check_shift_matrix(lambda k, d: _halves_shift(k, d, sign=-1.0)), "moves back"
     )
-    assert failed_with(ch06.check_shift_matrix(lambda k, d: _halves_shift(k, d).T), "moves back")
+    transposed = ch06.check_shift_matrix(lambda k, d: _halves_shift(k, d).T)
+    assert failed_with(transposed, "moves back") and "row vectors" in transposed.message
     assert failed_with(
         ch06.check_shift_matrix(lambda k, d: _halves_shift(k, d, use_k=False)), "whatever k is"
     )
@@ -231,10 +261,18 @@ def test_shifted_score():
         (80 % (2 * math.pi), "without interpolation"),  # a mistake is named reduced too
         (25 - 2 * math.pi, "query alone"),
         (float("inf"), "is not right"),
+        # the key's angle minus the query's: the theorem's R_(n-m), named as a sign mistake
+        (-20, "sign is the other way round"),
+        (-20 % (2 * math.pi), "sign is the other way round"),
+        (-20 + 4 * math.pi, "sign is the other way round"),
     ],
 )
 def test_interpolated_angle_mistakes(answer, text):
-    assert failed_with(ch06.check_interpolated_angle(answer), text)
+    result = ch06.check_interpolated_angle(answer)
+    assert failed_with(result, text), result.message
+    # never the answer (the case's own "key at 20" is data the task states)
+    verdict = result.message.split("factor 4: ", 1)[1].replace(f"{float(answer)!r}", "")
+    assert "20" not in verdict and "1.15" not in verdict
 
 
 def test_interpolated_angle():

@@ -2,8 +2,9 @@
 
 In the chapter's order (:data:`EXERCISES`, whose labels number them):
 
-* ``sinusoidal`` :func:`check_sinusoidal` (find the bug): the sinusoidal encoding ``(n, d)``,
-  with sin and cos in their right columns.
+* ``sinusoidal`` :func:`check_sinusoidal` (find the bug): the sinusoidal encoding ``(n, d)``
+  of section 6.2; while the answer still computes what the chapter's planted bug computes,
+  the exercise counts as not attempted.
 * ``shift`` :func:`check_shift_matrix` (build): the ``d x d`` matrix that shifts the
   sinusoidal encoding stored in another layout (all sines, then all cosines) by ``k``.
 * ``alibi`` :func:`check_alibi_slopes` (build): ALiBi's per-head slopes, including head counts
@@ -45,6 +46,7 @@ from ._core import (
 __all__ = [
     "EXERCISES",
     "check_sinusoidal",
+    "PLANTED_SINUSOIDAL",
     "check_shift_matrix",
     "check_alibi_slopes",
     "check_rope",
@@ -89,20 +91,38 @@ def _pe(n: int, d: int, *, swap=False, exponent=2, halves=False) -> torch.Tensor
     return torch.stack([s, c], dim=-1).flatten(1)
 
 
+#: The symptom of the mistake planted in the chapter's ``sinusoidal_buggy`` (its checker's
+#: key for it): it states what the reader's output shows, not what it should be.
+PLANTED_SINUSOIDAL = (
+    "the planted mistake is still there: your row for position 0 is the same as "
+    "sinusoidal_buggy's (compare it with what the exercise says every pair should read there)"
+)
+
+
 @checker("sinusoidal", "sinusoidal encoding, fixed")
 def check_sinusoidal(answer):
-    """``answer(n, d)`` -> ``PE`` ``(n, d)``, base 10000: sin in even columns, cos in odd."""
+    """``answer(n, d)`` -> the sinusoidal encoding ``PE`` ``(n, d)`` of section 6.2, base
+    10000. While the answer still computes what the chapter's planted bug computes, on every
+    case, the exercise counts as not attempted, as in the book's other find-the-bug
+    exercises."""
+    cases, planted = [], True
     for n, d in ((1, 2), (4, 2), (10, 8), (7, 6), (50, 64)):
         case = f"n={n}, d={d}"
         got = _tensor(call_answer(answer, n, d), case)
+        wrong = _pe(n, d, swap=True)
+        planted = (
+            planted and got.shape == wrong.shape and torch.allclose(got, wrong, atol=1e-12, rtol=0)
+        )
+        cases.append((case, n, d, got))
+    if planted:
+        raise NotAttempted()
+    for case, n, d, got in cases:
         expect_close(
             got,
             sinusoidal_encoding(n, d, dtype=torch.float64),
             case=case,
             mistakes={
-                "sin and cos are still swapped: the paper puts sin(pos omega_i) in the even "
-                "columns 2i and cos in the odd ones (the row of position 0 starts 0, 1, not "
-                "1, 0)": _pe(n, d, swap=True),
+                PLANTED_SINUSOIDAL: _pe(n, d, swap=True),
                 "omega_i = 10000^(-i/d): the exponent runs over the pairs, 2i/d, so the "
                 "slowest pair turns at 10000^(-(d-2)/d), not 10000^(-1/2)": _pe(n, d, exponent=1),
                 "all sines first, then all cosines: that is the rotate-half arrangement, a "
@@ -140,7 +160,8 @@ def check_shift_matrix(answer):
             "that is M_k of section 6.2, for the interleaved layout: here the sines come "
             "first and the cosines after them, so each pair is split across the two "
             "halves": _shift(k, d, interleaved=True),
-            "your matrix moves back by k: it takes H[pos + k] to H[pos]": _shift(k, d, back=True),
+            "your matrix moves back by k: it takes H[pos + k] to H[pos] (M_k transposed is "
+            "M_-k: did you build it for row vectors?)": _shift(k, d, back=True),
             "your matrix shifts by one position whatever k is": _shift(k, d, one_step=True),
         }
         expect_close(
@@ -318,10 +339,13 @@ def _same_angle(a: float, b: float, atol: float = 1e-3) -> bool:
 
 @checker("predict-pi", "position interpolation")
 def check_interpolated_angle(answer):
-    """``answer``: the angle (radians) between query 100 and key 20 in pair 0 under PI, s = 4.
+    """``answer``: the angle (radians) by which the query at 100 is turned relative to the
+    key at 20 in pair 0 under PI, s = 4: the query's angle minus the key's.
 
     An angle is a turn: any answer equal to the right one modulo 2π passes (the chapter's
     next cell prints it reduced to [0, 2π)), and a named mistake is recognised reduced too.
+    The key's angle minus the query's (the angle of the theorem's ``R_(n-m)``, a defensible
+    reading with the opposite sign) is named as a sign mistake.
     """
     case = "pair 0, query at 100, key at 20, factor 4"
     expected = (100 - 20) / 4
@@ -332,6 +356,9 @@ def check_interpolated_angle(answer):
         "that 4L positions fit in the L seen in training": 320.0,
         "that is the angle of the query alone: the score depends on the difference of the "
         "two angles, not on the query's alone": 100 / 4,
+        "the sign is the other way round: that is the key's angle minus the query's, the "
+        "angle of R_(n-m) in the score; the question asks for the query's angle minus the "
+        "key's": -expected,
     }
     got = _number(answer, case)
     # the same turn as the answer, or as a named mistake, is judged as that value
