@@ -84,6 +84,65 @@ def test_rolling_cache_keeps_its_size_and_cannot_see_the_future():
     assert not check_rolling_cache(lambda kb, vb, t, q, k, v: (v, "k", "v"))
 
 
+def test_rolling_cache_checks_what_the_buffers_hold():
+    # a shifting buffer (the oldest row dropped, the newest appended) is right too
+    def shifting(k_buf, v_buf, t, q, k, v):
+        w = k_buf.shape[0]
+        if t >= w:
+            k_buf, v_buf = k_buf.roll(-1, 0), v_buf.roll(-1, 0)
+        i = min(t, w - 1)
+        k_buf[i], v_buf[i] = k, v
+        n = min(t + 1, w)
+        return torch.softmax(k_buf[:n] @ q / q.shape[-1] ** 0.5, -1) @ v_buf[:n], k_buf, v_buf
+
+    assert check_rolling_cache(shifting).passed
+
+    # the right outputs from a history kept outside the buffers, which stay zeros
+    history = []
+
+    def elsewhere(k_buf, v_buf, t, q, k, v):
+        if t == 0:
+            history.clear()
+        history.append((k, v))
+        w = k_buf.shape[0]
+        keys = torch.stack([kk for kk, _ in history[-w:]])
+        values = torch.stack([vv for _, vv in history[-w:]])
+        out = torch.softmax(keys @ q / q.shape[-1] ** 0.5, -1) @ values
+        return out, k_buf, v_buf
+
+    result = check_rolling_cache(elsewhere)
+    assert not result and "must hold the keys" in result.message
+
+    def keys_only(k_buf, v_buf, t, q, k, v):  # the values kept elsewhere
+        out, k_buf, _ = window_step(k_buf, v_buf.clone(), t, q, k, v)
+        return out, k_buf, v_buf
+
+    result = check_rolling_cache(keys_only)
+    assert not result and "must hold the values" in result.message
+
+    def unpaired(k_buf, v_buf, t, q, k, v):  # values written from the other end
+        out, k_buf, v_full = window_step(k_buf, v_buf.clone(), t, q, k, v)
+        w = k_buf.shape[0]
+        if t < w:
+            v_buf[w - 1 - t] = v
+        else:
+            v_buf = v_full.flip(0)
+        return out, k_buf, v_buf
+
+    result = check_rolling_cache(unpaired)
+    assert not result and "in different slots" in result.message
+
+    def junk_in_the_free_slots(k_buf, v_buf, t, q, k, v):
+        out, k_buf, v_buf = window_step(k_buf, v_buf, t, q, k, v)
+        w = k_buf.shape[0]
+        if t + 1 < w:
+            k_buf[t + 1 :] = 1.0
+        return out, k_buf, v_buf
+
+    result = check_rolling_cache(junk_in_the_free_slots)
+    assert not result and "must still hold zeros" in result.message
+
+
 def test_strided_prediction_right_and_named_mistakes():
     n, s = STRIDED_CASE
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
@@ -130,6 +189,21 @@ def test_causal_linear_right_and_named_mistakes():
     def no_normaliser(q, k, v):
         return (phi(q) @ phi(k).transpose(-2, -1)).tril() @ v
 
+    # the eps of 1e-6 moves the outputs by about 1e-6 relative to them: an answer that
+    # leaves it out is right (it once failed with "expected -1.31997, got -1.31997")
+    def no_eps(q, k, v):
+        fq, fk = phi(q), phi(k)
+        s, z = (fk.unsqueeze(-1) * v.unsqueeze(-2)).cumsum(-3), fk.cumsum(-2)
+        return (fq.unsqueeze(-2) @ s).squeeze(-2) / (fq * z).sum(-1, keepdim=True)
+
+    assert check_causal_linear(no_eps).passed
+
+    def big_eps(q, k, v):  # eps = 1e-3 moves them by about 1e-3: wrong
+        fq, fk = phi(q), phi(k)
+        s, z = (fk.unsqueeze(-1) * v.unsqueeze(-2)).cumsum(-3), fk.cumsum(-2)
+        return (fq.unsqueeze(-2) @ s).squeeze(-2) / ((fq * z).sum(-1, keepdim=True) + 1e-3)
+
+    assert check_causal_linear(big_eps).status == "failed"
     assert not_causal in check_causal_linear(everything).message
     assert unnormalised in check_causal_linear(no_normaliser).message
     assert not check_causal_linear(lambda q, k, v: F.scaled_dot_product_attention(q, k, v))
