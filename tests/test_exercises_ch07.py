@@ -153,6 +153,23 @@ def test_online_attention_names_the_planted_bug_when_only_some_cases_keep_it():
     assert failed_with(check_online_attention(lambda s, v, b: v.mean(0)), "largest difference")
 
 
+def test_online_attention_tells_a_float32_answer_to_compute_in_float64():
+    # right to float32's rounding: told so, not shown two values that print alike
+    for answer in (
+        lambda s, v, b: online(s.float(), v.float(), b),
+        lambda s, v, b: online(s.float(), v.float(), b).double(),
+    ):
+        result = check_online_attention(answer)
+        assert failed_with(result, "correct to float32 precision"), result.message
+        assert "float64" in result.message and "expected" not in result.message
+    # a named mistake computed in float32 is still named
+    result = check_online_attention(lambda s, v, b: online(s.float(), v.float(), b, "inverse"))
+    assert failed_with(result, "divided by alpha instead of multiplied"), result.message
+    # a real error just above float32's rounding is not called float32 precision
+    result = check_online_attention(lambda s, v, b: online(s, v, b) + 1e-4)
+    assert failed_with(result, "largest difference"), result.message
+
+
 # -- 7.3 and 7.4 predictions --------------------------------------------------------------
 
 
@@ -255,3 +272,18 @@ def test_ds_tile_names_each_mistake():
     assert not result and "looks like" not in result.message
     # a tile of the wrong shape (dS transposed) is refused
     assert not check_ds_tile(lambda *a: ds_solution(*a).T)
+
+
+def test_ds_tile_tells_a_float32_answer_to_compute_in_float64():
+    result = check_ds_tile(lambda *a: ds_solution(*(t.float() for t in a)))
+    assert failed_with(result, "correct to float32 precision"), result.message
+    assert "float64" in result.message and "expected" not in result.message
+    result = check_ds_tile(lambda *a: ds_solution(*(t.float() for t in a)).double())
+    assert failed_with(result, "correct to float32 precision"), result.message
+
+    # a named mistake computed in float32 is still named
+    def no_scale(q, k, v, do, lse, d):
+        return p_of(q, k, lse, scale=False) * (do @ v.T - d[:, None])
+
+    result = check_ds_tile(lambda *a: no_scale(*(t.float() for t in a)))
+    assert failed_with(result, "without the scale"), result.message

@@ -24,6 +24,7 @@ from ._core import (
     checker,
     expect_close,
     expect_predicted,
+    name_mistake,
 )
 
 __all__ = [
@@ -194,9 +195,10 @@ def online_attention_mistakes() -> list[str]:
 @checker("online-bug", "the online softmax of one query")
 def check_online_attention(answer) -> None:
     """``answer(s, v, block)`` gets one query's scores ``s`` ``(m,)`` and the values ``v``
-    ``(m, d_v)`` and must return softmax attention ``softmax(s) @ v`` ``(d_v,)``, computed
-    with the online softmax over blocks of ``block`` keys. While the answer still computes
-    what the planted bug computes, the exercise counts as not attempted."""
+    ``(m, d_v)``, both float64, and must return softmax attention ``softmax(s) @ v``
+    ``(d_v,)``, computed with the online softmax over blocks of ``block`` keys, to float64
+    accuracy (1e-9; an answer right to float32's rounding only is told so). While the answer
+    still computes what the planted bug computes, the exercise counts as not attempted."""
     g = torch.Generator().manual_seed(72)
     cases = []
     for m, block, bump in ((12, 4, (5, 9)), (10, 3, (4,)), (9, 9, ()), (7, 2, (2, 4, 6))):
@@ -224,7 +226,39 @@ def check_online_attention(answer) -> None:
         raise NotAttempted()
     for case, got, variants in outputs:
         right = variants.pop("right")
-        expect_close(got, right, case=case, atol=1e-9, rtol=1e-9, mistakes=variants)
+        _expect_float64(got, right, variants, case=case)
+
+
+def _expect_float64(got, right, mistakes: dict, *, case: str) -> None:
+    """Compare a find-the-bug answer with ``right`` to float64 accuracy (1e-9).
+
+    The inputs are float64, and every named mistake differs from the right answer by far more
+    than float32's rounding. So an answer within float32's rounding of the right one (a
+    largest difference of at most 1e-5 of the largest entry) is right but computed in float32
+    somewhere, and is told so instead of being shown two numbers that print alike; a named
+    mistake computed in float32 is named too.
+    """
+    try:
+        g = torch.as_tensor(got).detach().to(torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        g = None
+    if (
+        g is not None
+        and g.shape == right.shape
+        and bool(torch.isfinite(g).all())
+        and not torch.allclose(g, right, atol=1e-9, rtol=1e-9)
+    ):
+        diff = (g - right).abs().max().item() if g.numel() else 0.0
+        scale = max(1.0, right.abs().max().item() if right.numel() else 0.0)
+        if diff <= 1e-5 * scale:
+            raise Mismatch(
+                f"case {case}: correct to float32 precision (largest difference "
+                f"{diff / scale:.0e} of the largest entry), but not to the 1e-9 this checker "
+                "asks: somewhere your code computes in float32; compute in the inputs' dtype "
+                "(float64)"
+            )
+        name_mistake(g, mistakes, case=case, atol=1e-5 * scale, rtol=1e-5)
+    expect_close(got, right, case=case, atol=1e-9, rtol=1e-9, mistakes=mistakes)
 
 
 # -- Predict, then run: causal tiles ------------------------------------------------------
@@ -347,7 +381,9 @@ def check_ds_tile(answer) -> None:
     ``q_i`` and ``do_i`` ``(r, d)``, a key block ``k_j`` and ``v_j`` ``(c, d)``, and the rows'
     saved log-sum-exp ``lse_i`` and ``D_i = rowsum(dO o O)`` ``(r,)``, and must return the
     tile ``dS_ij = P_ij o (dP_ij - D_i)`` ``(r, c)``, with ``P_ij = exp(Q_i K_j^T / sqrt(d)
-    - L_i)`` and ``dP_ij = dO_i V_j^T``. A wrong answer that matches a common mistake is
+    - L_i)`` and ``dP_ij = dO_i V_j^T``. The inputs are float64 and the tile is compared to
+    1e-9 (an answer right to float32's rounding only is told so). A wrong answer that
+    matches a common mistake is
     named; while it still computes what the planted bug computes, the exercise counts as
     not attempted."""
     g = torch.Generator().manual_seed(75)
@@ -379,4 +415,4 @@ def check_ds_tile(answer) -> None:
     for case, got, variants in results:
         right = variants.pop("right")
         mistakes = {f"looks like {name}": wrong for name, wrong in variants.items()}
-        expect_close(got, right, case=case, atol=1e-9, rtol=1e-9, mistakes=mistakes)
+        _expect_float64(got, right, mistakes, case=case)
