@@ -15,8 +15,9 @@ instead of ``O(n^2 d)``. Drawing the rows of ``W`` in blocks of ``d`` *orthogona
 (each rescaled to the length of a Gaussian vector, so every row is still ``N(0, I_d)``)
 lowers the variance further: the "orthogonal random features" of FAVOR+.
 
-The estimate's error is Monte Carlo's: it falls as ``1 / sqrt(r)``, and its size grows with
-``exp(|q|^2 + |k|^2)``, so sharp attention (large scores) needs many features.
+The estimate's error is Monte Carlo's: it falls as ``1 / sqrt(r)``, and its relative size
+grows like ``sqrt(exp(|q + k|^2))`` (Choromanski et al., Lemma 2), so queries and keys of large
+norm need many features, whether or not the attention they give is sharp (chapter 8).
 """
 
 from __future__ import annotations
