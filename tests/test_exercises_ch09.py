@@ -65,13 +65,76 @@ def test_bert_mask_find_the_bug():
         n = ids.shape[1]
         return right(ids, pad_id) & torch.ones(n, n, dtype=torch.bool).triu()
 
+    def no_padding_mask(ids, pad_id):
+        B, n = ids.shape
+        return torch.ones(B, n, n, dtype=torch.bool)
+
     assert check_bert_mask(right).passed
     assert check_bert_mask(key_mask_only).passed
     names = bert_mask_mistakes()
-    for answer, name in zip((buggy_attention_mask, flipped, rows, triu), names):
+    answers = (buggy_attention_mask, flipped, rows, triu, no_padding_mask)
+    assert len(names) == len(answers)
+    for answer, name in zip(answers, names):
         assert failed_with(check_bert_mask(answer), name), name
     assert "still causal" in names[0]  # the planted bug is diagnosed first
     assert check_bert_mask(stub).status == "not attempted"
+
+
+def test_bert_mask_leaves_the_padding_rows_free():
+    """Only the real words' rows matter: no real word reads a padding query's output, and a row
+    with no True gives zero weights, not NaN (the padded sentence's logits are the same)."""
+
+    def pairwise(ids, pad_id):  # the padding's rows hidden as well: right too
+        real = ids != pad_id
+        return real[:, :, None] & real[:, None, :]
+
+    def padding_rows_all_true(ids, pad_id):
+        B, n = ids.shape
+        real = ids != pad_id
+        return real.unsqueeze(1).expand(B, n, n) | ~real.unsqueeze(2)
+
+    assert check_bert_mask(pairwise).passed
+    assert check_bert_mask(padding_rows_all_true).passed
+
+    def pairwise_causal(ids, pad_id):  # the planted bug, on the real words' rows
+        n = ids.shape[1]
+        return pairwise(ids, pad_id) & torch.ones(n, n, dtype=torch.bool).tril()
+
+    assert failed_with(check_bert_mask(pairwise_causal), bert_mask_mistakes()[0])
+
+    def one_padding_key_seen(ids, pad_id):  # a real query may read one padding key
+        mask = pairwise(ids, pad_id).clone()
+        real = ids != pad_id
+        for b in range(ids.shape[0]):
+            pads = (~real[b]).nonzero().flatten()
+            if len(pads):
+                mask[b, 0, pads[0]] = True
+        return mask
+
+    result = check_bert_mask(one_padding_key_seen)
+    assert failed_with(result, "the word at query 0 may attend to key 2 (padding)"), result
+    assert "largest difference" not in result.message
+
+    def real_rows_blind(ids, pad_id):  # the real words see nothing
+        B, n = ids.shape
+        return torch.zeros(B, n, n, dtype=torch.bool)
+
+    assert failed_with(check_bert_mask(real_rows_blind), "may not attend to key 0 (a word)")
+    assert failed_with(check_bert_mask(lambda ids, pad_id: ids != pad_id), "shape")
+
+    # the pairwise mask gives MiniBERT the same logits at the real words, and no NaN
+    from selfattn.models import MiniBERT
+
+    torch.manual_seed(0)
+    model = MiniBERT(12, d_model=16, num_heads=2, num_layers=2, max_len=8, pad_id=0).eval()
+    ids = torch.tensor([[5, 6, 7, 8], [5, 9, 0, 0]])
+    real = ids != 0
+    with torch.no_grad():
+        emb = model.embed(ids)
+        by_keys = model.head(model.encoder(emb, mask=real.unsqueeze(1)))
+        by_pairs = model.head(model.encoder(emb, mask=pairwise(ids, 0)))
+    assert not by_pairs.isnan().any()
+    assert torch.allclose(by_pairs[real], by_keys[real], atol=1e-6)
 
 
 def test_block_forward():

@@ -124,7 +124,14 @@ def _bert_mask_variants(ids: torch.Tensor, pad_id: int) -> dict[str, torch.Tenso
         "the padding is masked as queries (rows), not as keys (columns): real words still "
         "read the padding": real.unsqueeze(2).expand(B, n, n),
         "a triangle the wrong way round (triu): query i sees only keys i..n-1": (right & tril.T),
+        "no padding mask: every query may attend to every key, the padding keys too; they "
+        "must be False": torch.ones(B, n, n, dtype=torch.bool),
     }
+
+
+#: The mistake of :func:`_bert_mask_variants` that the real words' rows alone cannot tell from
+#: "no padding mask" (both let every real word read every key): named only on whole masks.
+_ROWS_MISTAKE = "the padding is masked as queries"
 
 
 def bert_mask_mistakes() -> list[str]:
@@ -132,10 +139,26 @@ def bert_mask_mistakes() -> list[str]:
     return [k for k in _bert_mask_variants(torch.tensor([[3, 4, 0]]), 0) if k != "right"]
 
 
+def _first_wrong_entry(got: torch.Tensor, right: torch.Tensor, real: torch.Tensor) -> str:
+    """Where ``got`` first differs from ``right`` on a real word's row, in words."""
+    b, i, j = (int(k) for k in ((got != right) & real.unsqueeze(2)).nonzero()[0])
+    key = "a word" if bool(real[b, j]) else "padding"
+    may = "may" if bool(got[b, i, j]) else "may not"
+    return (
+        f"in sentence {b}, the word at query {i} {may} attend to key {j} ({key}); a word "
+        "must see every word, on either side, and no padding key"
+    )
+
+
 @checker("bert-mask", "BERT's attention mask")
 def check_bert_mask(answer) -> None:
-    """``answer(ids, pad_id)`` for ids ``(B, n)``: ``(B, n, n)`` bool, ``True`` where query ``i``
-    may attend to key ``j``: every real word, on either side, and never the padding."""
+    """``answer(ids, pad_id)`` for ids ``(B, n)``: ``(B, n, n)`` bool (or ``(B, 1, n)``, which
+    broadcasts to it), ``True`` where query ``i`` may attend to key ``j``: every real word, on
+    either side, and never a padding key.
+
+    Only the rows of real words are compared: no real word reads a padding query's output,
+    and the library's attention gives a row with no ``True`` zero weights, never NaN, so the
+    padding's own rows may hold anything."""
     cases = [
         ("two sentences, one padded", torch.tensor([[5, 6, 7, 8], [5, 9, 0, 0]]), 0),
         ("no padding", torch.tensor([[4, 5, 6]]), 0),
@@ -150,9 +173,21 @@ def check_bert_mask(answer) -> None:
         B, n = ids.shape
         if got.dim() == 3 and got.shape[0] == B and got.shape[1] in (1, n) and got.shape[2] == n:
             got = got.expand(B, n, n)  # a (B, 1, n) key mask is the same mask
+        expect_true(
+            tuple(got.shape) == (B, n, n),
+            f"case {name}: expected a mask of shape {(B, n, n)} (or {(B, 1, n)}), "
+            f"got {tuple(got.shape)}",
+        )
+        got = got.detach().cpu().bool()
+        real = ids != pad_id
         variants = _bert_mask_variants(ids, pad_id)
         right = variants.pop("right")
-        expect_close(got.bool(), right, case=name, atol=0, rtol=0, mistakes=variants)
+        if torch.equal(got[real], right[real]):
+            continue  # every real word's row is right; the padding's rows are read by no one
+        name_mistake(got, variants, case=name, atol=0, rtol=0)  # a whole known mistake
+        on_real_rows = {k: v[real] for k, v in variants.items() if not k.startswith(_ROWS_MISTAKE)}
+        name_mistake(got[real], on_real_rows, case=name, atol=0, rtol=0)
+        raise Mismatch(f"case {name}: {_first_wrong_entry(got, right, real)}")
 
 
 @checker("pre-ln-block", "a pre-LayerNorm block")
