@@ -40,8 +40,7 @@ def _figures(soup) -> list:
     return [
         img
         for img in soup.select("div.cell_output img")
-        if not img.find_parent(class_=re.compile("widget"))
-        and img.get("src", "").endswith(".png")
+        if not img.find_parent(class_=re.compile("widget")) and img.get("src", "").endswith(".png")
     ]
 
 
