@@ -47,6 +47,9 @@ pre, .highlight pre, .output pre { white-space: pre-wrap !important;
   word-break: break-word !important; overflow: visible !important; }
 img { max-width: 100% !important; page-break-inside: avoid; }
 figure, .cell_output img, table { page-break-inside: avoid; }
+/* A code cell's box moves to the next page with its code: the theme keeps the code block
+   (div.highlight) whole, and its box would otherwise stay behind, empty, at a page's foot. */
+div.cell_input { break-inside: avoid; }
 h1, h2, h3 { page-break-after: avoid; }
 """
 #: Display equations wider than their column (MathJax does not break lines) are scaled to fit
