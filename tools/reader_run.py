@@ -188,9 +188,9 @@ def _install_colab_base(venv: Path, pins: dict[str, str], key: str, interpreter:
     python, stamp = venv / "bin" / "python", venv / ".constraints"
     shutil.rmtree(venv, ignore_errors=True)
     run([interpreter, "-m", "venv", venv])
-    from floors import pins
+    from floors import pins as book_pins  # not `pins`: that name is Colab's versions here
 
-    ours = {n: v for n, v in pins().items() if n in TEST_TOOLS}
+    ours = {n: v for n, v in book_pins().items() if n in TEST_TOOLS}
     run(
         [python, "-m", "pip", "install", "-q", "-r", COLAB_CONSTRAINTS]
         + [f"{n}=={v}" for n, v in ours.items()]
