@@ -98,3 +98,27 @@ def test_glue_without_myst_nb_publishes_what_myst_nb_publishes(monkeypatch):
     ours = _published(results._glue_without_myst_nb, monkeypatch, "IPython.display.display")
     assert ours == theirs
     assert results.GLUE_PREFIX == myst_glue.GLUE_PREFIX
+
+
+def test_building_the_colab_venv_afresh_checks_colab_versions(tmp_path, monkeypatch):
+    """The fresh build (no venv kept from an earlier run, as on a new CI machine) installs
+    Colab's pins plus the book's test tools and checks what pip installed against Colab's
+    pins; pip and python themselves are stubbed out here."""
+    pins = {"torch": "2.11.0", "ipywidgets": "7.7.1"}
+    commands = []
+
+    def run(cmd, **kw):
+        commands.append(cmd)
+        if [str(c) for c in cmd[1:3]] == ["-m", "venv"]:
+            Path(cmd[-1]).mkdir(parents=True)
+
+    monkeypatch.setattr(reader_run, "run", run)
+    monkeypatch.setattr(reader_run, "_versions", lambda python, names: {n: pins[n] for n in names})
+    venv = tmp_path / "colab-venv"
+    reader_run._install_colab_base(venv, pins, "key", Path(sys.executable))
+    assert (venv / ".constraints").read_text() == "key"
+    install = [str(c) for c in commands[-1]]
+    assert any(c.startswith("nbval==") for c in install), install
+    monkeypatch.setattr(reader_run, "_versions", lambda python, names: dict.fromkeys(names, "0"))
+    with pytest.raises(SystemExit, match="did not install Colab's versions"):
+        reader_run._install_colab_base(venv, pins, "key", Path(sys.executable))
