@@ -107,7 +107,7 @@ def colab_interpreter() -> Path:
 
 
 #: A reader's time budget per chapter on 2 CPU cores (docs/design.md), by chapter number.
-BUDGET_S = {n: 90 if 6 <= n <= 9 else 60 for n in range(1, 11)}
+BUDGET_S = {n: 90 if 6 <= n <= 9 or 11 <= n <= 14 else 60 for n in range(1, 15)}
 
 
 def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
