@@ -16,6 +16,8 @@
   block layouts) and ``block_sparse_attention``
 * ``linear``: ``linear_attention`` (parallel/chunked), its recurrent form, decoding state
   and ``decayed_linear_attention``; ``performer``: random-feature softmax attention
+* ``delta_rule``: ``gated_delta_rule`` (recurrent and chunked WY/UT forms), ``delta_rule``
+  and one decoding step ``delta_rule_step``
 
 Everything their ``__all__`` lists is exported here, except two modules whose names stay in
 the submodule:
@@ -34,6 +36,7 @@ autograd function whose backward is FlashAttention-2's Algorithm 2).
 
 from . import io_model
 from .decoding import flash_decoding, merge_attention_states, partial_attention
+from .delta_rule import delta_rule, delta_rule_step, gated_delta_rule
 from .flash import flash_attention, flash_attention_reference, online_softmax_steps
 from .io_model import (
     TwoLevelMemory,
@@ -108,5 +111,8 @@ __all__ = [
     "gaussian_projection",
     "positive_random_features",
     "performer_attention",
+    "gated_delta_rule",
+    "delta_rule",
+    "delta_rule_step",
     "io_model",
 ]
