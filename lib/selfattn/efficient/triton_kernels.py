@@ -201,9 +201,9 @@ def flash_fwd(
             )
             kt_ptrs += BLOCK_K * stride_kn
             v_ptrs += BLOCK_K * stride_vn
-    ell_div = ell
-    if CAUSAL:
-        ell_div = tl.where(ell == 0.0, 1.0, ell)  # a row that sees no key: output 0
+    # A row that sees no key (causal with n > m bottom-right, or no keys at all, m = 0)
+    # has ell = 0: output 0 as SDPA gives, not 0 / 0 = NaN.
+    ell_div = tl.where(ell == 0.0, 1.0, ell)
     acc = acc / ell_div[:, None]
     out_ptrs = _row_ptrs(Out, bh, stride_ob, row0, stride_on, BLOCK_Q, offs_dv)
     _store(out_ptrs, acc, offs_q, n_q, offs_dv, d_v)
