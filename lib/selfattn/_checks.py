@@ -370,32 +370,47 @@ def check_mask_arg(mask) -> tuple[torch.Tensor | None, bool]:
 
 def check_kernel_args(
     kernel,
-    kernels: tuple[str, ...],
+    kernels,
     *,
     mask=None,
     causal: bool = False,
     return_weights: bool = False,
     dropout: float = 0.0,
     score_bias=None,
+    requires_grad: bool = False,
+    device: torch.device | None = None,
 ) -> str:
-    """A kernel of ``kernels``, and the arguments it can take.
-
-    ``"flash"`` takes no mask but the causal one, no score bias, no weights and no dropout;
-    ``"torch"`` returns no weights. The one place these rules are written.
+    """A kernel of the registry ``kernels`` (name -> record of what it supports), and the
+    arguments it can take: a loop over the record's flags, the one place these rules are read.
     """
     kernel = check_choice(kernel, "kernel", kernels)
-    if kernel == "flash" and (
-        mask is not None or score_bias is not None or return_weights or dropout
-    ):
+    record = kernels[kernel]
+    wanted = {  # flag -> (this call needs it, how the refusal reads)
+        "masks": (mask is not None, "mask=None or 'causal'"),
+        "score_bias": (score_bias is not None, "no score_bias"),
+        "return_weights": (bool(return_weights), "return_weights=False"),
+        "dropout": (bool(dropout), "no dropout"),
+    }
+    lacking = [flag for flag in wanted if not getattr(record, flag)]
+    if any(wanted[flag][0] for flag in lacking):
+        if lacking == ["return_weights"]:
+            raise ValueError(
+                f"kernel={kernel!r} returns no weights: use kernel='reference' for them"
+            )
+        rules = [wanted[flag][1] for flag in lacking]
+        rules = ", ".join(rules[:-1]) + " and " + rules[-1] if len(rules) > 1 else rules[0]
         shown = "causal" if causal else type(mask).__name__
         bias = "" if score_bias is None else f"score_bias {type(score_bias).__name__}, "
         raise ValueError(
-            "kernel='flash' takes mask=None or 'causal', no score_bias, return_weights=False "
-            f"and no dropout; got mask {shown}, {bias}return_weights={return_weights}, "
-            f"dropout={dropout}"
+            f"kernel={kernel!r} takes {rules}; got mask {shown}, {bias}"
+            f"return_weights={return_weights}, dropout={dropout}"
         )
-    if kernel == "torch" and return_weights:
-        raise ValueError("kernel='torch' returns no weights: use kernel='reference' for them")
+    if requires_grad and record.backward == "gpu" and device is not None and device.type == "cpu":
+        raise ValueError(
+            f"kernel={kernel!r} has no backward on the CPU (torch computes its gradients on "
+            "GPUs only), got inputs that require grad on cpu; use kernel='reference' or "
+            "'torch' to train, or call it under torch.no_grad()"
+        )
     return kernel
 
 
@@ -422,21 +437,30 @@ class AttentionArgs:
 
 
 def resolve_attention_args(
-    q, k, v, mask, scale, return_weights, kernel, dropout, kernels: tuple[str, ...]
+    q, k, v, mask, scale, return_weights, kernel, dropout, kernels
 ) -> AttentionArgs:
     """Every check of scaled dot-product attention's arguments, and their resolved values."""
     batch = check_qkv(q, k, v)
     return_weights = require_bool(return_weights, "return_weights")
-    kernel = check_choice(kernel, "kernel", kernels)
     dropout = check_dropout(dropout)
     n, m = q.shape[-2], k.shape[-2]
     scale = check_scale(scale, q.shape[-1])
     mask, causal = check_mask_arg(mask)
     check_kernel_args(
-        kernel, kernels, mask=mask, causal=causal, return_weights=return_weights, dropout=dropout
+        kernel,
+        kernels,
+        mask=mask,
+        causal=causal,
+        return_weights=return_weights,
+        dropout=dropout,
+        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+        device=q.device,
     )
+    record = kernels[kernel]
     # torch's own causal path needs no mask stored (its CPU kernel gives NaN for a scale <= 0)
-    kernel_is_causal = kernel == "flash" or (kernel == "torch" and n == m and scale > 0)
+    kernel_is_causal = record.causal == "always" or (
+        record.causal == "square" and n == m and scale > 0
+    )
     if causal and not kernel_is_causal:
         from .masks import causal_mask  # masks imports this module
 
@@ -444,7 +468,7 @@ def resolve_attention_args(
     if mask is not None:
         check_mask(mask, batch + (n, m), q.device)
     dtype = q.dtype
-    if kernel == "reference" and is_half(q):
+    if record.upcast_half and is_half(q):
         # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch
         # SDPA and the flash kernels accumulate), and the result comes back in their dtype.
         q, k, v = q.float(), k.float(), v.float()

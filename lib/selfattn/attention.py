@@ -11,11 +11,15 @@ variant in ``selfattn.efficient`` is tested against the reference and against to
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from ._checks import (
     AttentionArgs,
+    check_choice,
     is_half,
     require_dim_arg,
     require_float,
@@ -23,12 +27,65 @@ from ._checks import (
 )
 from .masks import apply_mask
 
-__all__ = ["softmax", "scaled_dot_product_attention", "KERNELS"]
+__all__ = ["softmax", "scaled_dot_product_attention", "KERNELS", "Kernel", "register_kernel"]
 
-#: The kernels :func:`scaled_dot_product_attention` can run: ``"reference"`` (the formula,
-#: any mask, weights on request), ``"flash"`` (tiled, the ``n x m`` scores never stored) and
-#: ``"torch"`` (``torch.nn.functional.scaled_dot_product_attention``: any mask, no weights).
-KERNELS = ("reference", "flash", "torch")
+
+@dataclass(frozen=True)
+class Kernel:
+    """What one kernel of :func:`scaled_dot_product_attention` supports (the registry's record).
+
+    Attributes:
+        run: the kernel, called with the checked arguments (an ``AttentionArgs``) and
+            returning the output ``(..., n, d_v)``; ``None`` for the reference formula.
+        masks: any mask tensor (``False``: only ``None`` or ``"causal"``).
+        return_weights: can return the ``(..., n, m)`` weights.
+        dropout: can drop weights in training.
+        score_bias: takes a layer's score bias (folded into a float mask).
+        backward: ``"any"`` (gradients on every device) or ``"gpu"`` (none on the CPU).
+        causal: where it applies ``mask="causal"`` itself, without a stored mask:
+            ``"always"``, ``"square"`` (``n = m`` and a positive scale) or ``"never"``.
+        upcast_half: computes half inputs in float32 here (the kernel does not).
+    """
+
+    run: Callable | None
+    masks: bool = True
+    return_weights: bool = False
+    dropout: bool = True
+    score_bias: bool = True
+    backward: str = "any"
+    causal: str = "never"
+    upcast_half: bool = False
+
+
+class _Registry(dict):
+    """Kernel name -> :class:`Kernel`; shown as the tuple of its names in messages."""
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+#: The kernels :func:`scaled_dot_product_attention` can run, name -> :class:`Kernel`:
+#: ``"reference"`` (the formula, any mask, weights on request), ``"flash"`` (tiled, the
+#: ``n x m`` scores never stored), ``"torch"`` (``torch.nn.functional.
+#: scaled_dot_product_attention``: any mask, no weights) and, registered by
+#: :mod:`selfattn.flex`, ``"flex"`` (torch's FlexAttention: any mask, no weights, no dropout).
+KERNELS: dict[str, Kernel] = _Registry()
+
+
+def register_kernel(name: str, kernel: Kernel) -> None:
+    """Add (or replace) a kernel of :func:`scaled_dot_product_attention` under ``name``.
+
+    Args:
+        name: the ``kernel=`` string that selects it.
+        kernel: its :class:`Kernel` record (what it supports, and the function to run).
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string, got {name!r}")
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a selfattn.attention.Kernel, got {type(kernel).__name__}")
+    check_choice(kernel.backward, "backward", ("any", "gpu"))
+    check_choice(kernel.causal, "causal", ("always", "square", "never"))
+    KERNELS[name] = kernel
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -90,6 +147,9 @@ _SDPA_ARGS = r"""
             takes ``mask=None`` or ``"causal"``, no ``return_weights`` and no ``dropout``.
             ``"torch"`` runs torch's fused ``scaled_dot_product_attention`` (any mask and
             dropout, no ``return_weights``); a fully masked query still gets zeros.
+            ``"flex"`` (:mod:`selfattn.flex`, torch >= 2.6) runs torch's FlexAttention
+            with the mask as a ``mask_mod`` and a float mask as a ``score_mod`` (no
+            ``return_weights``, no ``dropout``, no backward on the CPU).
         dropout: probability of zeroing each weight before the weighted sum (the survivors
             scaled by ``1 / (1 - dropout)``, as ``torch.nn.functional.dropout``); the
             returned weights are those before dropout. Pass 0 outside training.
@@ -126,8 +186,9 @@ def scaled_dot_product_attention(
 ):
     r"""``softmax(q k^T * scale + mask) v``, and the weights on request (chapter 3)."""
     a = resolve_attention_args(q, k, v, mask, scale, return_weights, kernel, dropout, KERNELS)
-    if a.kernel != "reference":
-        return _fast_kernel(a)
+    run = KERNELS[a.kernel].run
+    if run is not None:
+        return run(a)
     scores = a.q @ a.k.transpose(-2, -1) * a.scale  # S = Q K^T / sqrt(d_k), (..., n, m)
     weights = softmax(apply_mask(scores, a.mask), dim=-1)  # A = softmax(S + M)
     output = F.dropout(weights, a.dropout) @ a.v  # A V, (..., n, d_v)
@@ -139,14 +200,15 @@ def scaled_dot_product_attention(
 scaled_dot_product_attention.__doc__ += _SDPA_ARGS
 
 
-def _fast_kernel(a: AttentionArgs) -> torch.Tensor:
-    """``kernel="flash"`` or ``"torch"``: the same attention, computed by a fused kernel."""
-    if a.kernel == "flash":
-        from .efficient.flash import flash_attention  # the reference needs nothing from it
+def _flash_kernel(a: AttentionArgs) -> torch.Tensor:
+    """``kernel="flash"``: the same attention, computed tile by tile."""
+    from .efficient.flash import flash_attention  # the reference needs nothing from it
 
-        return flash_attention(
-            a.q, a.k, a.v, causal=a.causal, alignment="bottom_right", scale=a.scale
-        )
+    return flash_attention(a.q, a.k, a.v, causal=a.causal, alignment="bottom_right", scale=a.scale)
+
+
+def _fused_kernel(a: AttentionArgs) -> torch.Tensor:
+    """``kernel="torch"``: torch's fused kernel (``is_causal`` where ``n = m``)."""
     if a.causal:  # n == m: torch's own causal path, no mask stored
         return F.scaled_dot_product_attention(
             a.q, a.k, a.v, dropout_p=a.dropout, is_causal=True, scale=a.scale
@@ -173,3 +235,11 @@ def _torch_kernel(q, k, v, mask, scale: float, dropout: float) -> torch.Tensor:
         mask = mask.masked_fill(empty, 0.0)
     out = F.scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout, scale=scale)
     return out.masked_fill(empty, 0.0)
+
+
+register_kernel("reference", Kernel(None, return_weights=True, upcast_half=True))
+register_kernel(
+    "flash",
+    Kernel(_flash_kernel, masks=False, dropout=False, score_bias=False, causal="always"),
+)
+register_kernel("torch", Kernel(_fused_kernel, causal="square"))
