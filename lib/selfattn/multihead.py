@@ -98,6 +98,7 @@ from ._checks import (
     check_layer_inputs,
     check_mask,
     check_mask_arg,
+    is_half,
     require_bool,
     require_float,
     require_int,
@@ -106,8 +107,9 @@ from ._checks import (
     require_same_device,
     require_tensor,
 )
-from .attention import KERNELS, scaled_dot_product_attention
+from .attention import KERNELS, scaled_dot_product_attention, softmax
 from .masks import apply_mask, causal_mask
+from .norms import RMSNorm
 
 __all__ = [
     "MultiHeadAttention",
@@ -342,6 +344,23 @@ def _stack_group(t: torch.Tensor, group: int, n: int) -> torch.Tensor:
     return t.reshape(*batch, max(heads // group, 1), group * n, c)
 
 
+def _window_mask(n: int, m: int, window: int, device) -> torch.Tensor:
+    """``(n, m)`` bool: the ``n`` queries are the last of ``m`` positions; query position ``p``
+    sees keys ``p - window < j <= p``."""
+    p = torch.arange(m - n, m, device=device)[:, None]
+    j = torch.arange(m, device=device)[None, :]
+    return (j <= p) & (j > p - window)
+
+
+def _and_masks(mask: torch.Tensor | None, allowed: torch.Tensor) -> torch.Tensor:
+    """``mask`` (bool, float or ``None``) further restricted to where ``allowed`` is True."""
+    if mask is None:
+        return allowed
+    if mask.dtype == torch.bool:
+        return mask & allowed
+    return torch.where(allowed, mask, torch.full((), float("-inf"), dtype=mask.dtype))
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head (self- or cross-) attention with one fused QKV projection.
 
@@ -364,13 +383,46 @@ class MultiHeadAttention(nn.Module):
             scores; with a cache, the new positions start at ``len(cache)`` (the cached keys
             were rotated when they were added). Self-attention only.
 
+    The options of today's LLMs (chapter 11; each off by default, and with all of them off
+    the layer is the one above, output for output):
+
+    Args:
+        d_head: per-head width when it is not ``d_model // num_heads`` (Qwen3, Gemma); the
+            query width is then ``d_q = num_heads * d_head``: ``qkv`` maps ``d_model`` to
+            ``d_q + 2 * num_kv_heads * d_head`` and ``out`` maps ``d_q`` to ``d_model``
+            (``d_model`` need not divide by ``num_heads``).
+        scale: the score scale, ``1 / sqrt(d_head)`` by default (Gemma 2:
+            ``query_pre_attn_scalar ** -0.5``); ``temperature`` still divides it.
+        qk_norm: QK-norm (Qwen3, Gemma 3): an :class:`~selfattn.norms.RMSNorm` over
+            ``d_head`` (weight of size ``d_head``, shared by the heads) on every head's
+            queries (``q_norm``) and keys (``k_norm``), before RoPE.
+        norm_eps: the epsilon of those norms.
+        softcap: soft-capping of the scores (Gemma 2): ``s -> softcap * tanh(s / softcap)``
+            after the scale, before the mask. Formula path only (``kernel="reference"``).
+        sinks: learned sink logits (gpt-oss): one logit per query head, ``sink_logits``
+            ``(h,)``, joins every row's softmax, takes weight and carries no value:
+            ``a_j = exp(s_j) / (exp(sink) + sum_j' exp(s_j'))``, so a row's weights sum to
+            less than 1. Formula path only (``kernel="reference"``).
+        gate: the output gate of Gated Attention (Qwen3-Next): a projection ``gate``
+            (``d_model -> d_q``, with ``bias``) of ``x``, and
+            ``y = out(heads * sigmoid(gate(x)))`` element by element.
+        window: a causal sliding window kept by the layer (Mistral, Gemma 2's and gpt-oss's
+            local layers): the query at position ``p`` sees only keys ``p - window < j <= p``
+            (the last ``window`` positions, itself included, aligned bottom-right as the
+            causal mask, so with a cache too); combined with any ``mask`` passed (a padding
+            mask). Self-attention only; not with ``kernel="flash"``.
+
     Attributes:
         qkv: ``nn.Linear(d_model, 3 * d_model)``; weight rows ``[0:d]`` make queries,
             ``[d:2d]`` keys, ``[2d:3d]`` values (the layout of
             ``nn.MultiheadAttention.in_proj_weight``). With ``num_kv_heads`` it has
             ``d + 2 d_kv`` rows, ``d_kv = num_kv_heads * d_head``: queries, keys, values.
-        out: ``nn.Linear(d_model, d_model)``, the output projection ``W_O``.
+        out: ``nn.Linear(d_model, d_model)`` (``nn.Linear(d_q, d_model)`` with ``d_head``),
+            the output projection ``W_O``.
         rope: the rotary module, or ``None``.
+        q_norm, k_norm: the QK-norm :class:`~selfattn.norms.RMSNorm` modules, or ``None``.
+        sink_logits: ``(h,)`` learned sink logits, or ``None``.
+        gate: the output gate's ``nn.Linear(d_model, d_q)``, or ``None``.
 
     See the module docstring for how masks are shaped for heads and how the cache is used.
     """
@@ -385,13 +437,21 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         kernel: str = "reference",
         rope: nn.Module | None = None,
+        d_head: int | None = None,
+        scale: float | None = None,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        softcap: float | None = None,
+        sinks: bool = False,
+        gate: bool = False,
+        window: int | None = None,
     ):
         super().__init__()
         kernel = check_choice(kernel, "kernel", KERNELS)
         d_model = require_int(d_model, "d_model", 1)
         num_heads = require_int(num_heads, "num_heads", 1)
         bias = require_bool(bias, "bias")
-        if d_model % num_heads:
+        if d_head is None and d_model % num_heads:
             raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         num_kv_heads = require_int(num_kv_heads, "num_kv_heads", 1)
@@ -401,13 +461,28 @@ class MultiHeadAttention(nn.Module):
                 "(each key/value head serves a group of query heads)"
             )
         dropout = check_dropout(dropout)
-        self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
+        d_head = d_model // num_heads if d_head is None else require_int(d_head, "d_head", 1)
+        self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_head
         self.num_kv_heads = num_kv_heads
+        self.d_q = num_heads * d_head  # width of the queries (d_model unless d_head is given)
         self.d_kv = num_kv_heads * self.d_head  # width of the keys (and of the values)
         self.dropout = dropout
         self.kernel = kernel
-        self.qkv = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
-        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.scale = require_number(scale, "scale", positive=True, allow_none=True)
+        self.softcap = require_number(softcap, "softcap", positive=True, allow_none=True)
+        self.window = None if window is None else require_int(window, "window", 1)
+        self.qkv = nn.Linear(d_model, self.d_q + 2 * self.d_kv, bias=bias)
+        self.out = nn.Linear(self.d_q, d_model, bias=bias)
+        norm_eps = require_number(norm_eps, "norm_eps", nonnegative=True)
+        if require_bool(qk_norm, "qk_norm"):
+            self.q_norm = RMSNorm(d_head, eps=norm_eps)
+            self.k_norm = RMSNorm(d_head, eps=norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+        self.sink_logits = (
+            nn.Parameter(torch.zeros(num_heads)) if require_bool(sinks, "sinks") else None
+        )
+        self.gate = nn.Linear(d_model, self.d_q, bias=bias) if require_bool(gate, "gate") else None
         if rope is not None:
             require_module(rope, "rope")
             if getattr(rope, "d_head", self.d_head) != self.d_head:
@@ -420,9 +495,43 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         kv = "" if self.num_kv_heads == self.num_heads else f"num_kv_heads={self.num_kv_heads}, "
         kernel = "" if self.kernel == "reference" else f", kernel={self.kernel!r}"
+        for name in ("scale", "softcap", "window"):
+            if getattr(self, name) is not None:
+                kernel += f", {name}={getattr(self, name):g}"
+        for name, on in (
+            ("qk_norm", self.q_norm),
+            ("sinks", self.sink_logits),
+            ("gate", self.gate),
+        ):
+            if on is not None:
+                kernel += f", {name}=True"
         return (
             f"d_model={self.d_model}, num_heads={self.num_heads}, {kv}d_head={self.d_head}, "
             f"dropout={self.dropout}{kernel}"
+        )
+
+    def _options(self) -> dict:
+        """The keyword options of chapter 11 that this layer was built with."""
+        return dict(
+            d_head=self.d_head,
+            scale=self.scale,
+            qk_norm=self.q_norm is not None,
+            norm_eps=1e-6 if self.q_norm is None else self.q_norm.eps,
+            softcap=self.softcap,
+            sinks=self.sink_logits is not None,
+            gate=self.gate is not None,
+            window=self.window,
+        )
+
+    def _plain(self) -> bool:
+        """Whether none of chapter 11's options is on (``d_head`` the default one)."""
+        o = self._options()
+        return (
+            self.d_q == self.d_model
+            and o["scale"] is None
+            and o["softcap"] is None
+            and o["window"] is None
+            and not (o["qk_norm"] or o["sinks"] or o["gate"])
         )
 
     # -- interop with torch ------------------------------------------------------
@@ -451,6 +560,11 @@ class MultiHeadAttention(nn.Module):
 
     def to_torch(self) -> nn.MultiheadAttention:
         """An ``nn.MultiheadAttention(batch_first=True)`` holding the same weights."""
+        if not self._plain():
+            raise ValueError(
+                "nn.MultiheadAttention has none of the options d_head, scale, qk_norm, softcap, "
+                f"sinks, gate, window; this layer has {self.extra_repr()}"
+            )
         if self.num_kv_heads != self.num_heads:
             raise ValueError(
                 "nn.MultiheadAttention has no grouped-query form: this layer has "
@@ -492,8 +606,9 @@ class MultiHeadAttention(nn.Module):
             dropout=self.dropout,
             kernel=self.kernel,
             rope=copy.deepcopy(self.rope),  # None, or the same rotation as this layer's
+            **self._options(),
         ).to(self.qkv.weight.device, self.qkv.weight.dtype)
-        d, g = self.d_model, self.num_heads // new.num_kv_heads
+        d, g = self.d_q, self.num_heads // new.num_kv_heads
 
         def pool(t: torch.Tensor) -> torch.Tensor:
             # rows (h * d_head, ...) -> (h_kv, g, d_head, ...): average the g heads of a group
@@ -507,6 +622,11 @@ class MultiHeadAttention(nn.Module):
                 b = self.qkv.bias
                 new.qkv.bias.copy_(torch.cat([b[:d], pool(b[d : 2 * d]), pool(b[2 * d :])]))
                 new.out.bias.copy_(self.out.bias)
+            for name in ("q_norm", "k_norm", "gate"):
+                if getattr(self, name) is not None:
+                    getattr(new, name).load_state_dict(getattr(self, name).state_dict())
+            if self.sink_logits is not None:
+                new.sink_logits.copy_(self.sink_logits)
         return new.train(self.training)
 
     # -- forward -----------------------------------------------------------------
@@ -527,23 +647,32 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._project(a.x, a.context, need_kv=not a.reuse_cache)  # c = context or x
         q = split_heads(q, self.num_heads)  # (B, h, n, d_head)
         k, v = self._keys_values(k, v, a)  # (B, h_kv, m_new, d_head), None with a full cache
+        if self.q_norm is not None:  # QK-norm, before RoPE
+            q = self.q_norm(q)
+            k = None if k is None else self.k_norm(k)
         if self.rope is not None:
             q, k = self._rotate(q, k, a)  # positions after the cached ones
         if a.cache is not None:
             k, v = self._cached(k, v, a)  # (B, h_kv, m, d_head): old positions, then new
         q, k, v, mask = self._group_query_heads(q, k, v, a)  # GQA: a group's heads as rows
-        heads = scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask,
-            scale=a.scale,
-            return_weights=a.return_weights,
-            dropout=a.dropout,
-            kernel=self.kernel,
-        )  # (B, h_kv, group * n, d_head), and (B, h_kv, group * n, m) weights on request
+        if self.softcap is None and self.sink_logits is None:
+            heads = scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                mask,
+                scale=a.scale,
+                return_weights=a.return_weights,
+                dropout=a.dropout,
+                kernel=self.kernel,
+            )  # (B, h_kv, group * n, d_head), and (B, h_kv, group * n, m) weights on request
+        else:
+            heads = self._capped_sunk_attention(q, k, v, mask, a)
         heads, weights = heads if a.return_weights else (heads, None)
-        y = self.out(merge_heads(heads.reshape(a.batch, self.num_heads, a.n, self.d_head)))
+        heads = merge_heads(heads.reshape(a.batch, self.num_heads, a.n, self.d_head))
+        if self.gate is not None:  # Gated Attention: every output feature gated by x
+            heads = heads * torch.sigmoid(self.gate(a.x))
+        y = self.out(heads)
         return a.finish(y, weights)
 
     forward.__doc__ += """
@@ -603,6 +732,7 @@ class MultiHeadAttention(nn.Module):
         )
         if self.rope is not None and cross:
             raise ValueError("rope rotates self-attention's queries and keys; this call is cross")
+        self._check_options(cross)
         if causal and cross:
             raise ValueError(
                 "mask='causal' is for self-attention; cross-attention has no order "
@@ -617,9 +747,14 @@ class MultiHeadAttention(nn.Module):
             mask = causal_mask(n, m, alignment="bottom_right", device=x.device)
         if mask is not None:
             mask = self._heads_mask(mask, batch, n, m, x.device)
+        if self.window is not None:
+            mask = _and_masks(mask, _window_mask(n, m, self.window, x.device))
         if score_bias is not None:
             mask = self._with_bias(score_bias, mask, batch, n, m, x)
-        scale = 1.0 / (math.sqrt(self.d_head) * temperature)
+        if self.scale is None:
+            scale = 1.0 / (math.sqrt(self.d_head) * temperature)
+        else:
+            scale = self.scale / temperature
         return _Call(
             x=x,
             context=context,
@@ -639,7 +774,7 @@ class MultiHeadAttention(nn.Module):
         )
 
     def _project(self, x: torch.Tensor, context: torch.Tensor | None, need_kv: bool):
-        d, d_kv = self.d_model, self.d_kv
+        d, d_kv = self.d_q, self.d_kv
         if context is None:
             # Self-attention: one matmul makes q, k and v together (the fused-QKV tip).
             q, k, v = self.qkv(x).split([d, d_kv, d_kv], dim=-1)
@@ -689,6 +824,60 @@ class MultiHeadAttention(nn.Module):
         # One new query sees every key (bottom-right), so it needs no causal diagonal.
         mask = None if a.mask is None else _stack_group(a.mask, group, a.n)
         return _stack_group(q, group, a.n), k, v, mask
+
+    def _check_options(self, cross: bool) -> None:
+        """Refuse a call that chapter 11's options cannot serve."""
+        formula = [
+            name
+            for name, on in (("softcap", self.softcap), ("sinks", self.sink_logits))
+            if on is not None
+        ]
+        if formula and self.kernel != "reference":
+            raise ValueError(
+                f"{' and '.join(formula)} need the formula path (kernel='reference'): the "
+                "fused kernels cannot change the scores or the softmax; got "
+                f"kernel={self.kernel!r}"
+            )
+        if self.window is not None:
+            if self.kernel == "flash":
+                raise ValueError(
+                    "window needs a mask, and kernel='flash' takes none: use "
+                    "kernel='reference' or 'torch'"
+                )
+            if cross:
+                raise ValueError(
+                    "window is a sliding window over self-attention's positions; this call "
+                    "is cross-attention"
+                )
+
+    def _capped_sunk_attention(self, q, k, v, mask, a: _Call):
+        """The formula path with soft-capping and/or sink logits (``kernel="reference"``).
+
+        ``q`` ``(B, h_kv, group * n, d_head)`` (a group's query heads as rows), ``k``, ``v``
+        ``(B, h_kv, m, d_head)``: ``softmax([cap(q k^T * scale) + mask, sink]) v`` without the
+        sink's column. Half inputs are computed in float32, as the reference does.
+        """
+        dtype = q.dtype
+        if is_half(q):
+            q, k, v = q.float(), k.float(), v.float()
+        scores = q @ k.transpose(-2, -1) * a.scale  # (B, h_kv, group * n, m)
+        if self.softcap is not None:
+            scores = self.softcap * torch.tanh(scores / self.softcap)
+        scores = apply_mask(scores, mask)
+        if self.sink_logits is not None:
+            group = self.num_heads // self.num_kv_heads
+            sink = self.sink_logits.to(scores.dtype).reshape(self.num_kv_heads, group, 1, 1)
+            sink = sink.expand(self.num_kv_heads, group, a.n, 1).reshape(
+                self.num_kv_heads, group * a.n, 1
+            )
+            scores = torch.cat([scores, sink.expand(*scores.shape[:-1], 1)], dim=-1)
+            weights = softmax(scores, dim=-1)[..., :-1]  # the sink's weight carries no value
+        else:
+            weights = softmax(scores, dim=-1)
+        out = (F.dropout(weights, a.dropout) @ v).to(dtype)
+        if a.return_weights:
+            return out, weights.to(dtype)
+        return out
 
     def _heads_mask(self, mask, batch: int, n: int, m: int, device) -> torch.Tensor:
         mask = heads_mask(mask)
