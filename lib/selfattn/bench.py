@@ -72,6 +72,7 @@ from .efficient import (
     sliding_window_attention,
 )
 from .efficient.decoding import flash_decoding
+from .efficient.delta_rule import gated_delta_rule
 from .models.attention_decoder import attention_stack, generate
 from .multihead import KVCache
 
@@ -278,6 +279,20 @@ _CASES: dict[str, _Case] = {
     ),
     "mha_decode": _layer_case(GQA_HEADS, "MHA"),
     "gqa_decode": _layer_case(GQA_KV_HEADS, "GQA"),
+    # Chapter 13: the gated delta rule's two forms beside causal SDPA (k L2-normalised,
+    # g = log(0.9..1), beta in (0, 1)).
+    "sdpa_causal": _Case(
+        lambda x: F.scaled_dot_product_attention(x["q"], x["k"], x["v"], is_causal=True),
+        "torch SDPA, causal (CPU: its fused flash kernel)",
+    ),
+    "gated_delta_recurrent": _Case(
+        lambda x: gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"]),
+        "selfattn.efficient.gated_delta_rule, recurrent form (one token at a time)",
+    ),
+    "gated_delta_chunked": _Case(
+        lambda x: gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], chunk_size=64),
+        "selfattn.efficient.gated_delta_rule, chunked WY/UT form (chunk_size=64)",
+    ),
 }
 #: The cases the harness knows, by name.
 METHODS = tuple(_CASES)
@@ -341,6 +356,10 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
         for name in ("q", "k", "v"):
             x[name].requires_grad_(True)
         x["grad_out"] = torch.randn(1, HEADS, n, D_HEAD, generator=g)
+    if method.startswith("gated_delta"):
+        x["k"] = F.normalize(x["k"], dim=-1)
+        x["g"] = torch.log(0.9 + 0.1 * torch.rand(1, HEADS, n, generator=g))
+        x["beta"] = torch.rand(1, HEADS, n, generator=g)
     if method == "dense_masked_sdpa":
         from .masks import sliding_window_mask
 
@@ -605,6 +624,9 @@ def _plan(quick: bool) -> list[tuple[str, int]]:
         plan += [(m, n) for m in _TRAIN]
     plan += [(m, size["cache"]) for m in _DECODE_QUERIES]
     plan += [(m, size["gqa_cache"]) for m in _LAYER_DECODE]
+    for n in sweep:  # chapter 13 (the recurrent loop is left out at the largest n)
+        plan += [("sdpa_causal", n), ("gated_delta_chunked", n), ("gated_delta_recurrent", n)]
+    plan += [("sdpa_causal", big), ("gated_delta_chunked", big)]
     return plan
 
 
@@ -655,6 +677,34 @@ def goal_met(goal: str, value: float) -> bool:
         raise ValueError(f"goal must read '<= bound' or '>= bound', got {goal!r}") from None
     value = require_number(value, "value")
     return value <= bound if op == "<=" else value >= bound
+
+
+def _delta_targets(t: _Targets, sweep: list[int], big: int) -> None:
+    """Chapter 13: the chunked gated delta rule against its recurrent form and causal SDPA,
+    and the smallest n of the plan from which the chunked form is the faster."""
+    mid = sweep[-2] if len(sweep) > 1 else sweep[-1]
+    rec, chunk = t.case("gated_delta_recurrent", mid), t.case("gated_delta_chunked", mid)
+    if rec and chunk:
+        name = f"gated_delta recurrent time / chunked time, n={mid}"
+        t.ratio(name, rec, chunk, (">=", 3))
+    sdpa, chunk = t.case("sdpa_causal", big), t.case("gated_delta_chunked", big)
+    if sdpa and chunk:
+        t.ratio(f"causal SDPA time / gated_delta chunked time, n={big}", sdpa, chunk, (">=", 1))
+    pairs = [(n, t.case("sdpa_causal", n), t.case("gated_delta_chunked", n)) for n in sweep]
+    pairs = [(n, a, b) for n, a, b in pairs if a and b] + (
+        [(big, sdpa, chunk)] if sdpa and chunk else []
+    )
+    if pairs:
+        faster = [n for n, a, b in pairs if b["median_s"] < a["median_s"]]
+        detail = "; ".join(
+            f"n={n}: {b['median_s']:.3f} s vs {a['median_s']:.3f} s" for n, a, b in pairs
+        )
+        t.add(  # -1: the chunked form is slower at every n of the plan
+            "crossover: smallest n where gated_delta chunked beats causal SDPA",
+            float(faster[0]) if faster else -1.0,
+            REPORTED,
+            detail,
+        )
 
 
 class _Targets:
@@ -708,6 +758,7 @@ def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
     _forward_targets(t, size["mid"], size["big"], size["steps"])
     _training_targets(t, size["train"][-1])
     _decoding_targets(t, size["cache"], size["gqa_cache"])
+    _delta_targets(t, size["sweep"], size["big"])
     return t.rows
 
 
