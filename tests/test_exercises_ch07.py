@@ -7,14 +7,17 @@ import pytest
 import torch
 from selfattn.efficient import tiled_attention_io
 from selfattn.exercises.ch07 import (
+    DKDV_CASES,
     PLANTED,
     bytes_read_mistakes,
     causal_tiles_mistakes,
     check_bytes_read_prediction,
     check_causal_tiles_prediction,
+    check_dkdv_pass,
     check_ds_tile,
     check_online_attention,
     check_tile_kind,
+    dkdv_pass_mistakes,
     ds_tile_mistakes,
     online_attention_mistakes,
     tile_kind_mistakes,
@@ -287,3 +290,82 @@ def test_ds_tile_tells_a_float32_answer_to_compute_in_float64():
 
     result = check_ds_tile(lambda *a: no_scale(*(t.float() for t in a)))
     assert failed_with(result, "without the scale"), result.message
+
+
+# -- 7.6 the tutorial's non-causal backward (find the bug) ------------------------------------
+
+
+def dkdv(q, k, v, do, lse, d_row, block, causal, bug=""):
+    """The reader's dK/dV pass: the planted bug, a partial fix, or the fix."""
+    n, scale = q.shape[0], q.shape[-1] ** -0.5
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    for ks in range(0, n, block):
+        k_j, v_j = k[ks : ks + block], v[ks : ks + block]
+        first = ks if (causal or bug in ("planted", "start")) else 0
+        for qs in range(first, n, block):
+            q_i, do_i = q[qs : qs + block], do[qs : qs + block]
+            s = q_i @ k_j.T * scale
+            if (causal or bug == "planted") and bug != "no mask":
+                rows = torch.arange(qs, qs + len(q_i))[:, None]
+                cols = torch.arange(ks, ks + len(k_j))[None, :]
+                s = s.masked_fill(cols > rows, -math.inf)
+            p = torch.exp(s - lse[qs : qs + block, None])
+            dv[ks : ks + block] += p.T @ do_i
+            ds = p * (do_i @ v_j.T - d_row[qs : qs + block, None])
+            dk[ks : ks + block] += ds.T @ q_i * (1.0 if bug == "scale" else scale)
+    return dk, dv
+
+
+def test_dkdv_pass_passes_the_fix_and_treats_the_planted_bug_as_not_attempted():
+    assert check_dkdv_pass(dkdv).passed
+    assert check_dkdv_pass(stub).status == "not attempted"
+    planted = check_dkdv_pass(lambda *a: dkdv(*a, bug="planted"))
+    assert planted.status == "not attempted"
+    assert dkdv_pass_mistakes()[0] == PLANTED["dkdv_pass"]
+    assert "#4541" in PLANTED["dkdv_pass"]
+
+
+def test_dkdv_pass_right_answer_is_autograd_of_sdpa():
+    # The checker's right answer, and so the solution, is the gradient of SDPA itself; the
+    # planted bug is right on the causal cases only.
+    g = torch.Generator().manual_seed(1)
+    for n, d, block, causal in DKDV_CASES:
+        q, k, v, do = (
+            torch.randn(n, d, generator=g, dtype=torch.float64, requires_grad=True)
+            for _ in range(4)
+        )
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        want = torch.autograd.grad(o, (k, v), do)
+        s = q @ k.T / d**0.5
+        if causal:
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
+        args = [x.detach() for x in (q, k, v, do, torch.logsumexp(s, -1), (do * o).sum(-1))]
+        for got, w in zip(dkdv(*args, block, causal), want):
+            torch.testing.assert_close(got, w, atol=1e-12, rtol=1e-12)
+        planted_right = all(
+            torch.allclose(a, w, atol=1e-9)
+            for a, w in zip(dkdv(*args, block, causal, "planted"), want)
+        )
+        assert planted_right == causal
+
+
+@pytest.mark.parametrize(
+    "bug, words",
+    [
+        ("start", "query blocks before each key block are still left out"),
+        ("no mask", "with causal=True no mask is applied"),
+        ("scale", "softmax scale"),
+    ],
+)
+def test_dkdv_pass_names_each_mistake(bug, words):
+    result = check_dkdv_pass(lambda *a: dkdv(*a, bug=bug))
+    assert failed_with(result, words), result.message
+
+
+def test_dkdv_pass_reports_other_wrong_answers():
+    result = check_dkdv_pass(lambda *a: tuple(2 * x for x in dkdv(*a)))
+    assert not result and "largest difference" in result.message
+    result = check_dkdv_pass(lambda *a: dkdv(*a)[0])
+    assert failed_with(result, "return (dk, dv)"), result.message
+    result = check_dkdv_pass(lambda *a: tuple(x.float() for x in dkdv(*a)))
+    assert failed_with(result, "correct to float32 precision"), result.message

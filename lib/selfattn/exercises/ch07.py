@@ -2,7 +2,8 @@
 
 The exercises, numbered by their place in :data:`EXERCISES` (the chapter's order), are of
 three kinds. **Build** (``tile-kind``, :func:`check_tile_kind`); **find the bug**
-(``online-bug``, :func:`check_online_attention`; ``ds``, :func:`check_ds_tile`): the reader
+(``online-bug``, :func:`check_online_attention`; ``ds``, :func:`check_ds_tile`;
+``noncausal-bwd``, :func:`check_dkdv_pass`): the reader
 gets a function with one planted mistake, and while the answer still computes what the
 planted mistake computes the checker reports the exercise as not attempted yet; **predict,
 then run** (``tiles``, :func:`check_causal_tiles_prediction`; ``io``,
@@ -40,18 +41,22 @@ __all__ = [
     "bytes_read_mistakes",
     "check_ds_tile",
     "ds_tile_mistakes",
+    "check_dkdv_pass",
+    "dkdv_pass_mistakes",
     "PLANTED",
     "CAUSAL_TILES_CASE",
     "BYTES_READ_CASE",
 ]
 
 #: The labels of chapter 7's exercises (``ex-ch07-<label>``), in the chapter's order.
-EXERCISES = ("tile-kind", "online-bug", "tiles", "io", "ds")
+EXERCISES = ("tile-kind", "online-bug", "tiles", "io", "ds", "noncausal-bwd")
 
 #: The mistake planted in each "find the bug" exercise (its checker's key for it).
 PLANTED: dict[str, str] = {
     "online_attention": "the running output O is not rescaled by alpha when the max rises",
     "ds_tile": "rowsum of this tile's P o dP used for D (D sums over the whole row of keys)",
+    "dkdv_pass": "the pass ignores causal: with causal=False it still computes the causal "
+    "backward (Triton's fused-attention tutorial, triton-lang/triton #4541, #5660)",
 }
 
 
@@ -416,3 +421,106 @@ def check_ds_tile(answer) -> None:
         right = variants.pop("right")
         mistakes = {f"looks like {name}": wrong for name, wrong in variants.items()}
         _expect_float64(got, right, mistakes, case=case)
+
+
+# -- Find the bug: the tutorial's non-causal backward ---------------------------------------
+
+
+def _dkdv(q, k, v, do, lse, d_row, block, causal, mistake: str = ""):
+    """The dK/dV pass, a key block at a time, or one named way of getting ``causal`` wrong.
+
+    ``mistake``: "planted" (the causal pass whatever ``causal`` says: the query loop starts at
+    the key block and the mask is always on; a loop from 0 with the mask on computes the
+    same), "start" (the mask follows ``causal`` but the loop still starts at the key block),
+    "no mask" (no mask ever), "scale" (dK without the softmax scale).
+    """
+    n, scale = q.shape[0], q.shape[-1] ** -0.5
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    masked = causal or mistake == "planted"
+    if mistake == "no mask":
+        masked = False
+    for ks in range(0, n, block):
+        k_j, v_j = k[ks : ks + block], v[ks : ks + block]
+        first = ks if (causal or mistake in ("planted", "start")) else 0
+        for qs in range(first, n, block):
+            q_i, do_i = q[qs : qs + block], do[qs : qs + block]
+            s = q_i @ k_j.T * scale
+            if masked:
+                rows = torch.arange(qs, qs + len(q_i))[:, None]
+                cols = torch.arange(ks, ks + len(k_j))[None, :]
+                s = s.masked_fill(cols > rows, -math.inf)
+            p = torch.exp(s - lse[qs : qs + block, None])
+            dv[ks : ks + block] += p.T @ do_i
+            ds = p * (do_i @ v_j.T - d_row[qs : qs + block, None])
+            dk[ks : ks + block] += ds.T @ q_i * (1.0 if mistake == "scale" else scale)
+    return dk, dv
+
+
+def _dkdv_variants(q, k, v, do, lse, d_row, block, causal) -> dict[str, tuple]:
+    args = (q, k, v, do, lse, d_row, block, causal)
+    return {
+        "right": _dkdv(*args),
+        PLANTED["dkdv_pass"]: _dkdv(*args, "planted"),
+        "with causal=False the query blocks before each key block are still left out: "
+        "their queries see these keys too": _dkdv(*args, "start"),
+        "with causal=True no mask is applied: queries receive gradient from keys after "
+        "them": _dkdv(*args, "no mask"),
+        "dK lacks the softmax scale 1/sqrt(d) (S = Q K^T / sqrt(d))": _dkdv(*args, "scale"),
+    }
+
+
+def dkdv_pass_mistakes() -> list[str]:
+    """The mistakes :func:`check_dkdv_pass` names (the planted one first)."""
+    z = torch.zeros(1, 1, dtype=torch.float64)
+    zr = torch.zeros(1, dtype=torch.float64)
+    return [k for k in _dkdv_variants(z, z, z, z, zr, zr, 1, False) if k != "right"]
+
+
+#: The cases of the dK/dV checker: (n, d, block, causal).
+DKDV_CASES = ((48, 8, 16, False), (37, 4, 8, False), (48, 8, 16, True), (20, 4, 7, True))
+
+
+@checker("noncausal-bwd", "the tutorial's non-causal backward")
+def check_dkdv_pass(answer) -> None:
+    """``answer(q, k, v, do, lse, d_row, block, causal)`` gets one head's ``q``, ``k``,
+    ``v``, ``do`` ``(n, d)`` (as many keys as queries), each row's saved log-sum-exp ``lse``
+    and ``D = rowsum(dO o O)`` ``(n,)``, the block size and whether attention was causal, and
+    must return ``(dk, dv)`` ``(n, d)`` each, the gradients of softmax attention with the
+    scale ``1/sqrt(d)``, to float64 accuracy (1e-9). Causal and non-causal cases, lengths
+    that are not multiples of the block. While the answer still computes what the planted
+    bug computes, the exercise counts as not attempted; a wrong answer that matches a common
+    mistake is named with its case."""
+    g = torch.Generator().manual_seed(77)
+    results, planted = [], True
+    for n, d, block, causal in DKDV_CASES:
+        q, k, v, do = (torch.randn(n, d, generator=g, dtype=torch.float64) for _ in range(4))
+        s = q @ k.T / d**0.5
+        if causal:
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
+        lse = torch.logsumexp(s, -1)
+        d_row = (do * (torch.softmax(s, -1) @ v)).sum(-1)
+        case = f"causal={causal}, n={n}, d={d}, block={block}"
+        got = call_answer(answer, q, k, v, do, lse, d_row, block, causal)
+        variants = _dkdv_variants(q, k, v, do, lse, d_row, block, causal)
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            raise Mismatch(f"case {case}: return (dk, dv), two tensors, got {type(got).__name__}")
+        try:
+            same = all(
+                torch.allclose(torch.as_tensor(a, dtype=torch.float64), b, atol=1e-9, rtol=1e-9)
+                for a, b in zip(got, variants[PLANTED["dkdv_pass"]])
+            )
+        except (TypeError, ValueError, RuntimeError):
+            same = False
+        planted = planted and same
+        results.append((case, got, variants))
+    if planted:
+        raise NotAttempted()
+    for case, got, variants in results:
+        right = variants.pop("right")
+        for i, name in enumerate(("dk", "dv")):
+            mistakes = {
+                f"{name}: {diagnosis}": wrong[i]
+                for diagnosis, wrong in variants.items()
+                if not torch.allclose(wrong[i], right[i], atol=1e-9, rtol=1e-9)
+            }
+            _expect_float64(got[i], right[i], mistakes, case=case)
