@@ -29,12 +29,20 @@ def test_dilated_layers():
     no_dilation = ch01.check_dilated_layers(lambda n, k: math.ceil(n / (k - 1)))
     assert no_dilation.status == "failed" and "without dilation" in no_dilation.message
     short = ch01.check_dilated_layers(span_n)
-    assert short.status == "failed" and "k^L >= n + 1, not k^L >= n" in short.message
+    assert short.status == "failed" and "positions 0 to n are n + 1" in short.message
     assert (
         ch01.check_dilated_layers(lambda n, k: int(math.log(n + 1, k)) if n else 0).status
         == "failed"
     )  # rounded down
     assert ch01.check_dilated_layers(stub).status == "not attempted"
+
+
+def test_dilated_layers_rejects_the_floating_point_logarithm():
+    """Issue 45: the forbidden math.ceil(math.log(n + 1, k)) passed every case before."""
+    assert math.log(125, 5) > 3  # the failing case: 3.0000000000000004
+    result = ch01.check_dilated_layers(lambda n, k: math.ceil(math.log(n + 1, k)) if n else 0)
+    assert result.status == "failed", result.message
+    assert "n=124, k=5" in result.message and "floating-point logarithm" in result.message
 
 
 def test_attention_weights_fixed():
@@ -49,7 +57,8 @@ def test_attention_weights_fixed():
     bug = ch01.check_attention_weights_fixed(ch01.buggy_attention)
     assert bug.status == "failed" and "still runs over dim=0" in bug.message
     half = ch01.check_attention_weights_fixed(dim1)
-    assert half.status == "failed" and "use dim=-1" in half.message
+    assert half.status == "failed" and "runs over dim=1" in half.message
+    assert "dim=-1" not in half.message  # names the mistake, not the fix (issue 45)
     assert "a batch of 2" in half.message
     # the buggy weights: for one sequence each column sums to 1, not each row
     q, k = torch.randn(3, 4), torch.randn(5, 4)
@@ -65,7 +74,7 @@ def test_predicted_layers():
     assert ch01.check_predicted_layers(None).status == "not attempted"
     for wrong, words in (
         (25, "the average width 5; but the stack starts with width 3"),
-        (20, "reaches k - 1 positions further back, not k"),
+        (20, "a width-k window holds the current position too"),
         (13, "counts pairs of layers"),
         (17, "a stack of width 7 only"),
         (50, "a stack of width 3 only"),
@@ -74,6 +83,7 @@ def test_predicted_layers():
     ):
         result = ch01.check_predicted_layers(wrong)
         assert result.status == "failed" and words in result.message, (wrong, result.message)
+        assert "98 < 100" not in result.message  # no worked answer (issue 45)
 
 
 def test_the_layer_count_is_what_autograd_measures():
@@ -143,3 +153,16 @@ def test_accuracy_by_distance():
     assert result.status == "failed" and "by all N examples" in result.message
     assert ch01.check_accuracy_by_distance(lambda p, t, d: [0.5]).status == "failed"
     assert ch01.check_accuracy_by_distance(stub).status == "not attempted"
+
+
+def test_accuracy_by_distance_with_tensor_keys():
+    """Issue 45: tensor keys got "expected ..., got nan"; the checker names the keys' type."""
+
+    def tensor_keys(predictions, targets, distances):
+        correct = (predictions == targets).float()
+        return {d: correct[distances == d].mean().item() for d in torch.unique(distances)}
+
+    result = ch01.check_accuracy_by_distance(tensor_keys)
+    assert result.status == "failed"
+    assert "plain ints" in result.message and "Tensor" in result.message, result.message
+    assert "nan" not in result.message

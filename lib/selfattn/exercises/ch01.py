@@ -103,11 +103,19 @@ def _dilated_span_n(n: int, k: int) -> int:
     return layers
 
 
+def _dilated_float_log(n: int, k: int) -> int:
+    # the answer the exercise forbids: a floating-point logarithm, wrong where it rounds up
+    return math.ceil(math.log(n + 1, k)) if n else 0
+
+
 _DILATED_MISTAKES = {
-    "this is the count without dilation, ceil(n / (k - 1)); with dilations 1, k, k^2, ... "
-    "the receptive field spans k^L tokens after L layers": _dilated_no_dilation,
-    "one layer short at n = k^L: the receptive field must span n + 1 tokens (positions "
-    "0 to n), so the condition is k^L >= n + 1, not k^L >= n": _dilated_span_n,
+    "this is the count without dilation: your layers reach k - 1 positions further each, "
+    "as if every layer read neighbouring inputs": _dilated_no_dilation,
+    "one layer short where n is an exact power of k: your receptive field spans n tokens, "
+    "and positions 0 to n are n + 1": _dilated_span_n,
+    "a floating-point logarithm: math.log(n + 1, k) is not exact (math.log(125, 5) is "
+    "3.0000000000000004), so its ceiling is one too many here; the exercise asks for "
+    "integers only": _dilated_float_log,
 }
 
 
@@ -125,6 +133,7 @@ def check_dilated_layers(answer):
         (0, 3),
         (1000, 10),
         (999, 10),
+        (124, 5),  # math.log(125, 5) = 3.0000000000000004: a ceiling of it gives 4
     ):
         got = call_answer(answer, n, k)
         expected = dilated_layers_needed(n, k)
@@ -176,12 +185,12 @@ def check_attention_weights_fixed(answer):
         got = call_answer(answer, q.clone(), k.clone(), v.clone())
         mistakes = {
             "the softmax still runs over dim=0: for one sequence that is the queries' "
-            "axis (each column of weights sums to 1), for a batch the batch axis; "
-            "normalise over the keys, the last axis": _softmax_on(0)(q, k, v),
-            "dim=1 is the keys' axis only without a batch dimension; with one it is "
-            "the queries' axis: use dim=-1, which is the keys in every case": _softmax_on(1)(
+            "axis (each column of weights sums to 1), for a batch the batch axis": _softmax_on(0)(
                 q, k, v
             ),
+            "your softmax runs over dim=1, which is the keys' axis only without a batch "
+            "dimension; with one it is the queries' axis, and each key's weights sum to "
+            "1 instead of each query's": _softmax_on(1)(q, k, v),
         }
         expect_close(got, attention(q, k, v), case=case, mistakes=mistakes)
 
@@ -212,9 +221,7 @@ def check_reach_to_first(answer):
             reach = gradient_reach(encoder, x)
             mistakes = {
                 "this is the norm of the gradient of y[-1].sum(), the Jacobian's rows "
-                "added up (they can cancel); take the norm of the whole Jacobian": (
-                    _summed_reach(encoder, x)
-                ),
+                "added up first (rows of opposite sign cancel in it)": (_summed_reach(encoder, x)),
             }
             if n > 1:  # for one token the first input is the last
                 mistakes["this is the reach to the last input x[-1], not to the first, x[0]"] = (
@@ -281,19 +288,14 @@ def check_predicted_layers(answer):
     mean = (first + second) // 2
     variants = {
         "right": layers_for_widths(n, widths),
-        f"that is {conv_layers_needed(n, mean)} layers of the average width {mean}; but the "
-        f"stack starts with width {first}: after {2 * (n // (first + second - 2))} layers it "
-        f"reaches {(first + second - 2) * (n // (first + second - 2))} positions back, and "
-        f"the next layer, of width {first}, adds only {first - 1}: "
-        f"{(first + second - 2) * (n // (first + second - 2)) + first - 1} < {n}": (
-            conv_layers_needed(n, mean)
+        f"that is the count for a stack of the average width {mean}; but the stack starts "
+        f"with width {first}, and the last layers decide: the average does not see which "
+        "width comes last": (conv_layers_needed(n, mean)),
+        "you let each layer of width k reach k positions further back; a width-k window "
+        "holds the current position too": layers_for_widths(n, tuple(w + 1 for w in widths)),
+        "that counts pairs of layers, but the question asks for layers": -(
+            -n // (first + second - 2)
         ),
-        f"each layer of width k reaches k - 1 positions further back, not k: a pair of "
-        f"layers adds {first + second - 2}, not {first + second}": layers_for_widths(
-            n, tuple(w + 1 for w in widths)
-        ),
-        f"that counts pairs of layers: each pair adds {first + second - 2} positions, "
-        "but the question asks for layers": -(-n // (first + second - 2)),
         f"that is a stack of width {second} only; every other layer has width {first}": (
             conv_layers_needed(n, second)
         ),
@@ -318,6 +320,14 @@ def check_accuracy_by_distance(answer):
     expect_true(
         isinstance(got, dict), f"expected a dict {{distance: accuracy}}, got {type(got).__name__}"
     )
+    not_int = [k for k in got if not isinstance(k, int) or isinstance(k, bool)]
+    expect_true(
+        not not_int,
+        f"the keys must be plain ints; got a key of type {type(not_int[0]).__name__} "
+        f"({not_int[0]!r}), which a dict lookup by the int distance does not find"
+        if not_int
+        else "",
+    )
     keys = [int(k) for k in got]
     expect_true(
         sorted(keys) == list(expected),
@@ -325,18 +335,17 @@ def check_accuracy_by_distance(answer):
     )
     overall = float((predictions == targets).float().mean())
     for dist, acc in expected.items():
-        value = got.get(dist, got.get(torch.tensor(dist)))
-        value = float(value) if value is not None else float("nan")
+        value = float(got[dist])
         if not math.isclose(value, acc, abs_tol=1e-6):
             in_group = (distances == dist).float().mean().item()
             if math.isclose(value, overall, abs_tol=1e-6):
                 raise Mismatch(
-                    f"distance {dist}: {value:.4g} is the accuracy over all examples; "
-                    "keep only the examples at this distance"
+                    f"distance {dist}: {value:.4g} is the accuracy over all examples, at "
+                    "every distance"
                 )
             if math.isclose(value, acc * in_group, abs_tol=1e-6):
                 raise Mismatch(
                     f"distance {dist}: {value:.4g} divides the correct answers at this "
-                    "distance by all N examples; divide by the examples at this distance"
+                    "distance by all N examples"
                 )
             raise Mismatch(f"distance {dist}: expected accuracy {acc:.4g}, got {value:.4g}")
