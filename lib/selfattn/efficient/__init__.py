@@ -17,7 +17,8 @@
 * ``linear``: ``linear_attention`` (parallel/chunked), its recurrent form, decoding state
   and ``decayed_linear_attention``; ``performer``: random-feature softmax attention
 * ``delta_rule``: ``gated_delta_rule`` (recurrent and chunked WY/UT forms), ``delta_rule``
-  and one decoding step ``delta_rule_step``
+  and one decoding step ``delta_rule_step``; ``ssd``: Mamba-2's scalar-decay state-space
+  layer as a recurrence (``ssd_recurrent``) and as masked attention (``ssd_attention``)
 
 Everything their ``__all__`` lists is exported here, except two modules whose names stay in
 the submodule:
@@ -69,6 +70,7 @@ from .sparse import (
     sink_window_mask,
     strided_mask,
 )
+from .ssd import semiseparable_mask, ssd_attention, ssd_recurrent
 from .triton_flash import compile_for_gpu, triton_available, triton_flash_attention
 
 __all__ = [
@@ -114,5 +116,8 @@ __all__ = [
     "gated_delta_rule",
     "delta_rule",
     "delta_rule_step",
+    "ssd_recurrent",
+    "ssd_attention",
+    "semiseparable_mask",
     "io_model",
 ]
