@@ -26,6 +26,11 @@ A "predict, then run" cell (tagged ``predict``) has its output collapsed until t
 it ("Show the answer (predict first)"), as myst-nb's ``hide-output`` tag does; the notebook
 editions drop that output (tools/notebook_edition.py).
 
+The setup cell (the same in every chapter, ``tools/book.py setup-cell``) has its input
+collapsed under a one-line summary of what it does (issue 45: the first code a reader sees is
+the chapter's own), found by its source, so every chapter gets it without a tag; the notebook
+editions open it in Colab's form view under the same words (tools/notebook_edition.py).
+
 The theme's "Open issue" button (``use_issues_button``) opens a blank issue titled with the
 page's file name; here it opens the erratum form (``.github/ISSUE_TEMPLATE/erratum.yml``) with
 the page filled in.
@@ -231,10 +236,65 @@ class CollapsePredictions(SphinxPostTransform):
             node["prompt_show"], node["prompt_hide"] = show, hide
 
 
+#: The setup cell's one-line summary (shown) and the line that folds it again, by language.
+SETUP_PROMPTS = {
+    "en": (
+        "Setup: installs the library on Colab, seeds, picks the device (show the code)",
+        "Hide the setup code",
+    ),
+    "zh": ("准备：在 Colab 上安装本书的库，设定随机种子，选择设备（显示代码）", "隐藏准备代码"),
+}
+#: The class the setup cell's container gets (the browser test finds it by it).
+SETUP_CLASS = "setup-cell"
+
+
+def _setup_source() -> str:
+    import sys
+
+    tools = str(Path(__file__).resolve().parent.parent / "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    from book import setup_cell_source
+
+    return setup_cell_source()
+
+
+def _cell_source(node) -> str | None:
+    """The code of a myst-nb code cell container (its first child's literal block)."""
+    if not node.children or node.children[0].get("nb_element") != "cell_code_source":
+        return None
+    blocks = list(node.children[0].findall(nodes.literal_block))
+    return blocks[0].astext() if blocks else None
+
+
+class CollapseSetupCell(SphinxPostTransform):
+    """Collapse the input of the canonical setup cell under a one-line summary."""
+
+    default_priority = 198  # before myst-nb's HideInputCells (199), which draws the toggle
+    formats = ("html",)
+
+    def run(self, **kwargs) -> None:
+        lang = "zh" if str(self.config.language or "").startswith("zh") else "en"
+        show, hide = SETUP_PROMPTS[lang]
+        canonical = _setup_source().strip()
+        for node in self.document.findall(nodes.container):
+            if node.get("nb_element") != "cell_code":
+                continue
+            source = _cell_source(node)
+            if source is None or source.strip() != canonical:
+                continue
+            mode = node.get("hide_mode")
+            if mode in (None, "output"):
+                node["hide_mode"] = "input+output" if mode == "output" else "input"
+            node["prompt_show"], node["prompt_hide"] = show, hide
+            node["classes"].append(SETUP_CLASS)
+
+
 def setup(app):
     # After Sphinx assigns the figure numbers (its own handler has the default priority).
     app.connect("env-get-updated", number_exercises_by_chapter, priority=900)
     app.add_post_transform(CollapsePredictions)
+    app.add_post_transform(CollapseSetupCell)
     app.add_config_value("book_student_edition", False, "env")
     app.add_config_value("book_notebook_edition", "notebooks", "env")
     app.add_config_value("book_edition_language", "en", "env")

@@ -75,6 +75,8 @@ def test_code_and_outputs_are_the_chapters(chapter):
         else:  # the same, less each figure's SVG copy (the website offers that one)
             assert _without_svg(a["outputs"]) == b["outputs"]
         kept = "".join(b["source"]).replace(edition.DEEPER_COMMENT, "", 1).splitlines()
+        if kept and kept[0].startswith(edition.TITLE_LINE):  # Colab's form title (form view)
+            kept = kept[1:]
         original = "".join(a["source"]).splitlines()
         assert set(kept) <= set(original) | {""}, f"{chapter.name}: a code line changed"
 
@@ -282,3 +284,77 @@ def test_the_editions_rewrite_what_the_website_says_of_itself():
     assert full.startswith("(Every view is drawn in advance.) The solutions are collapsed")
     student = "".join(edition.convert(nb, solutions=False)["cells"][0]["source"])
     assert "This edition leaves the solutions out, so running every cell" in student
+
+
+@pytest.mark.parametrize("folder", list(edition.EDITIONS))
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=IDS)
+def test_colab_hides_what_the_website_hides(chapter, folder):
+    """Issue 45: a code cell whose input the website hides (tagged hide-input or hide-cell:
+    bookkeeping, plotting, the key picture) and the setup cell (collapsed on the website by
+    _ext/book_site.py) open in Colab's form view, titled with what the cell does; the other
+    code cells of the main path stay open."""
+    source_cells = [c for c in _nb(chapter)["cells"] if c["cell_type"] == "code"]
+    by_id = {c.get("id"): c for c in source_cells}
+    seen_setup = False
+    for cell in _edition(folder, chapter)["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        original = by_id[cell.get("id")]
+        tags = set(original["metadata"].get("tags", []))
+        source = "".join(original["source"])
+        where = f"{folder}/{chapter.name} {cell.get('id')}"
+        if edition.DEEPER_TAG in tags or edition.SOLUTION_TAG in tags:
+            continue  # collapsed their own way (test_what_the_prose_calls_collapsed_is_...)
+        hidden = bool(tags & {"hide-input", "hide-cell"})
+        is_setup = source == edition.setup_cell_source()
+        seen_setup = seen_setup or is_setup
+        if hidden or is_setup:
+            assert _collapsed(cell), f"{where}: the website hides its code; Colab shows it"
+            title = "".join(cell["source"]).splitlines()[0][len(edition.TITLE_LINE) :]
+            assert title.strip() and title == edition.cell_title(original), where
+            assert len(edition.TITLE_LINE + title) <= 79, f"{where}: title too long"
+            if is_setup:
+                assert title == edition.SETUP_TITLE
+        else:
+            assert cell["metadata"].get("cellView") != "form", f"{where}: shown on the website"
+    assert seen_setup, f"{chapter.name}: no setup cell"
+
+
+def test_cell_titles_say_what_the_cell_does():
+    def cell(source, tags=(), **meta):
+        return {"cell_type": "code", "metadata": {"tags": list(tags), **meta}, "source": source}
+
+    bookkeeping = cell(
+        "# Bookkeeping (collapsed on the website): the figures the prose quotes (rec).\n"
+        "# More words.\nrec('x', 1)",
+        ["hide-input"],
+    )
+    assert edition.cell_title(bookkeeping) == "Bookkeeping: the figures the prose quotes"
+    given = cell("x = 1", ["hide-input"], selfattn={"title": "The table of the grid"})
+    assert edition.cell_title(given) == "The table of the grid"
+    assert edition.cell_title(cell("plt.plot([1])", ["hide-input"])) == edition.FIGURE_TITLE
+    assert edition.cell_title(cell("x = 1", ["hide-input"])) == edition.BOOKKEEPING_TITLE
+    assert edition.cell_title(cell(edition.setup_cell_source())) == edition.SETUP_TITLE
+    long = cell("# " + "word " * 40, ["hide-input"])
+    assert len(edition.cell_title(long)) <= edition.TITLE_WIDTH
+    nb = {
+        "cells": [cell("# Plot the curve.\nplt.plot([1])", ["hide-input"], id="a")],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    nb["cells"][0].update(outputs=[], execution_count=None, id="a")
+    out = edition.convert(nb)["cells"][0]
+    assert out["source"].startswith("# @title Plot the curve\n")
+    assert _collapsed(out)
+    assert nb["cells"][0]["source"].startswith("# Plot")  # the chapter is unchanged
+
+
+def test_readme_sends_local_readers_to_the_plain_edition():
+    """Issue 45: "Run a chapter locally" opens notebooks/ (plain Jupyter markdown), not the
+    MyST sources in chapters/, whose roles show raw in Jupyter."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    item = re.search(r"^- \*\*Run a chapter locally\*\*:(.*?)(?=^- \*\*)", readme, re.M | re.S)
+    assert item, "README.md: no 'Run a chapter locally' item"
+    assert "notebooks/chapters/" in item[1]
+    assert not re.search(r"open a\s+notebook in `chapters/`", item[1])

@@ -188,3 +188,117 @@ def test_convert_clears_predict_outputs():
     out = notebook_edition.convert(nb)
     assert out["cells"][0]["outputs"] == [] and out["cells"][0]["execution_count"] is None
     assert nb["cells"][0]["outputs"]  # the chapter itself is unchanged
+
+
+# ------------------------------------------------------------------ predict before you run
+#: Chapters whose main path must hold a prediction (issue 45: "Predict before you run").
+PREDICTING_CHAPTERS = [p for p in CHAPTERS if 1 <= int(p.name[:2]) <= 9]
+#: A code cell where the reader writes a one-line guess before the experiment runs.
+GUESS = "guess"
+CONCEPT_CHECK = "concept-check"
+#: Words of a markdown cell that asks the reader to commit to an answer.
+ASKS = re.compile(r"\b(predict|guess|write down|before you run|commit)", re.I)
+
+
+def main_path_predictions(nb: dict) -> list[tuple[int, str]]:
+    """``(index, why not)`` of each main-path experiment tagged ``predict``; ``why not`` is
+    empty where it is a prediction: a code cell outside every exercise and Deeper part, and,
+    since the experiment before it (the previous code cell that is not a guess or a concept
+    check), a question (a markdown cell with a question mark) and a commitment (a concept
+    check, a code cell tagged ``guess``, or the question asking to predict / guess / write
+    down), and after it a markdown cell that reads the answer."""
+    cells = nb["cells"]
+    found, in_exercise = [], False
+    for i, cell in enumerate(cells):
+        text = _src(cell)
+        if cell["cell_type"] == "markdown":
+            if "{exercise-start}" in text:
+                in_exercise = True
+            if "{exercise-end}" in text or "{solution-end}" in text:
+                in_exercise = False
+            continue
+        tags = _tags(cell)
+        if PREDICT not in tags or in_exercise or tags & {"deeper", "hide-cell", "solution"}:
+            continue
+        asked = committed = False
+        for before in reversed(cells[:i]):
+            btags = _tags(before)
+            if before["cell_type"] == "markdown":
+                btext = _src(before)
+                asked = asked or "?" in btext or "？" in btext
+                committed = committed or bool(ASKS.search(btext))
+                if re.search(r"^#{1,2} ", btext, re.M) or "{exercise-end}" in btext:
+                    break  # the question belongs to this section
+            elif CONCEPT_CHECK in btags:
+                asked = committed = True
+            elif GUESS in btags:
+                committed = True
+            else:
+                break  # the experiment before: the question must come after it
+        answered = any(c["cell_type"] == "markdown" for c in cells[i + 1 : i + 4])
+        why = []
+        if not asked:
+            why.append("no question before it")
+        if not committed:
+            why.append("no concept check, guess cell or 'predict'/'guess' wording before it")
+        if not answered:
+            why.append("no prose after it reads the answer")
+        found.append((i, "; ".join(why)))
+    return found
+
+
+@pytest.mark.parametrize("path", PREDICTING_CHAPTERS, ids=lambda p: p.name[:2])
+def test_each_chapter_predicts_before_an_experiment(path):
+    """Issue 45: in each of chapters 1-9 at least one main-path experiment is a prediction.
+
+    The question comes before the cell; the reader commits to an answer (a concept check, or
+    a one-line guess: a code cell tagged ``guess`` or the question asking for one); the cell
+    is tagged ``predict`` and ``hide-output`` (its output collapsed on the website, cleared
+    in the editions, as checked above), and the answer comes only after the output.
+    """
+    found = main_path_predictions(_chapter(path))
+    good = [i for i, why in found if not why]
+    assert good, (
+        f"{path.name}: no main-path prediction (a 'predict' cell outside exercises and Deeper "
+        f"parts, a question and a commitment before it, prose after it); candidates: {found}"
+    )
+    for i in good:
+        tags = _tags(_chapter(path)["cells"][i])
+        assert "hide-output" in tags, f"{path.name} cell {i}: tag it 'hide-output' too"
+
+
+def test_a_prediction_needs_its_question_first():
+    """The hygiene test above fails on an experiment whose answer is announced first."""
+
+    def md(text):
+        return {"cell_type": "markdown", "metadata": {}, "source": text}
+
+    def code(tags, out="0.5\n"):
+        return {
+            "cell_type": "code",
+            "metadata": {"tags": tags},
+            "outputs": [{"name": "stdout", "output_type": "stream", "text": out}],
+            "source": "print(0.5)",
+        }
+
+    good = {
+        "cells": [
+            md("## 2.3 Scores"),
+            md("Predict: will the weight on the noun be above one half?"),
+            code([GUESS], ""),
+            code([PREDICT, "hide-output"]),
+            md("It is above one half."),
+        ]
+    }
+    assert [why for _, why in main_path_predictions(good)] == [""]
+    announced = {
+        "cells": [
+            md("## 2.3 Scores"),
+            md("The weight on the noun is above one half, as the cell shows."),
+            code([PREDICT, "hide-output"]),
+            md("It is."),
+        ]
+    }
+    assert main_path_predictions(announced)[0][1]
+    in_exercise = {"cells": [md("```{exercise-start} Predict, then run\n```"), *good["cells"]]}
+    assert main_path_predictions(in_exercise) == []

@@ -2,6 +2,7 @@
 
     python tools/notebook_edition.py            # write notebooks/ and student/ (make notebooks)
     python tools/notebook_edition.py --check    # fail if either folder is out of date
+    python tools/notebook_edition.py chapters/02_queries_keys_values.ipynb  # these chapters only
 
 The chapters are MyST notebooks: their markdown holds roles (``{glue:text}`key```,
 ``{cite:p}`key```, ``{prf:ref}`label```) and directives (theorems, proofs, exercises,
@@ -28,6 +29,14 @@ markdown is plain Jupyter markdown:
 * exercises are numbered as the website and the checkers number them, ``chapter.position``
   ("Exercise 3.2: ..."), and so are references to them;
 * a recorded figure keeps its PNG and drops its SVG copy (the website offers that one);
+* a code cell whose input the website hides (tagged ``hide-input`` or ``hide-cell``: the
+  bookkeeping, the plotting, the key picture's diagram) and the setup cell (whose input the
+  website collapses too, ``_ext/book_site.py``) open in Colab's form view (``cellView: "form"``,
+  Jupyter's ``source_hidden``), under a first line ``# @title <what the cell does>``
+  (:func:`cell_title`: the cell's ``selfattn.title`` metadata, else its leading comment, else a
+  title from its tags), so that Colab shows the title and the output, as the website does.
+  A ``hide-cell`` cell (input and output behind one toggle on the website) gets the same form
+  view: Colab can fold a cell's code, not its output, and that output is what the cell is for;
 * a "predict, then run" cell (tagged ``predict``) loses its outputs, so its answer is not
   shown before the reader has predicted and run it (the website collapses the same output:
   the cell is also tagged ``hide-output``; tests/test_predict.py checks every edition).
@@ -55,7 +64,7 @@ from nbformat import from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-from book import REGISTRY, registry_text, toc_chapters  # noqa: E402
+from book import REGISTRY, registry_text, setup_cell_source, toc_chapters  # noqa: E402
 
 EDITIONS = {"notebooks": True, "student": False}  # folder -> with solutions
 GLUE_MIME = "application/papermill.record/text/plain"
@@ -70,6 +79,17 @@ DEEPER_TAG = "deeper"
 # title (this first line) says what the cell is. So "the collapsed cell below" is true there.
 DEEPER_COMMENT = "# @title Deeper (optional): skip this cell on a first reading.\n"
 COLLAPSED = {"jupyter": {"source_hidden": True}, "cellView": "form"}
+#: Tags whose cells the website shows without their code (myst-nb): form view in the editions.
+HIDDEN_INPUT_TAGS = {"hide-input", "hide-cell"}
+TITLE_LINE = "# @title "
+#: The setup cell's title (the website's one-line summary of it says the same, _ext/book_site.py).
+SETUP_TITLE = "Setup: installs the library on Colab, seeds, picks the device"
+IDEA_PICTURE_TITLE = "The chapter's key picture (a diagram from selfattn.diagrams)"
+FIGURE_TITLE = "Figure: the code that draws it (reading it is optional)"
+BOOKKEEPING_TITLE = "Bookkeeping: figures and checks for the text (reading is optional)"
+#: A comment's asides in parentheses ("(collapsed on the website)", "(rec)") stay out of a title.
+ASIDE = re.compile(r"\s*\([^()]*\)")
+TITLE_WIDTH = 70  # "# @title " and the title within the chapters' 79 columns
 SOLUTION_SUMMARY = "Show the solution (try the exercise first; its code cell is collapsed)"
 #: A solution whose prose sits in cells of its own: the first opens folded under the heading...
 SOLUTION_CODE_ONLY = "*Try the exercise first: the solution's code cell below is collapsed.*"
@@ -440,6 +460,52 @@ def _tags(cell: dict) -> set[str]:
     return set(cell.get("metadata", {}).get("tags", []))
 
 
+def _shorten(text: str, width: int = TITLE_WIDTH) -> str:
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1].rsplit(" ", 1)[0].rstrip(" ,;:(")
+    return cut + "…"
+
+
+def cell_title(cell: dict, source: str | None = None) -> str:
+    """What a collapsed cell does, in a line (Colab shows it as the form's title).
+
+    The cell's ``selfattn.title`` metadata if it has one; else, for the setup cell,
+    :data:`SETUP_TITLE`; for the chapter's key picture (tagged ``idea-picture``),
+    :data:`IDEA_PICTURE_TITLE`; else the first sentence of the cell's leading comment (less
+    its asides in parentheses); else a title from what the cell does (a figure or bookkeeping).
+    """
+    if source is None:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    given = cell.get("metadata", {}).get("selfattn", {}).get("title")
+    if given:
+        return _shorten(" ".join(str(given).split()))
+    if source == setup_cell_source():
+        return SETUP_TITLE
+    if "idea-picture" in _tags(cell):
+        return IDEA_PICTURE_TITLE
+    comment = []
+    for line in source.splitlines():
+        if not line.startswith("#") or line.startswith(TITLE_LINE):
+            break
+        comment.append(line.lstrip("#").strip())
+    text = ASIDE.sub("", " ".join(comment)).strip()
+    sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0].rstrip(".")
+    if sentence:
+        return _shorten(sentence[:1].upper() + sentence[1:])
+    if re.search(r"\bplt\.|\bviz\.|\.plot\(|\bdiagrams\.", source):
+        return FIGURE_TITLE
+    return BOOKKEEPING_TITLE
+
+
+def _form_view(cell: dict, source: str) -> bool:
+    """Whether the editions open the cell in Colab's form view (the website hides its code)."""
+    tags = _tags(cell)
+    if DEEPER_TAG in tags or SOLUTION_TAG in tags:  # collapsed their own way
+        return False
+    return bool(tags & HIDDEN_INPUT_TAGS) or source == setup_cell_source()
+
+
 def convert(nb: dict, *, solutions: bool = True, chapter: int | None = None) -> dict:
     """The plain-Jupyter edition of one chapter notebook (a new dict; ``nb`` is unchanged).
 
@@ -481,6 +547,10 @@ def convert(nb: dict, *, solutions: bool = True, chapter: int | None = None) -> 
                 if not text.startswith(DEEPER_COMMENT):
                     text = DEEPER_COMMENT + text
                 cell["metadata"].update(copy.deepcopy(COLLAPSED))
+            elif _form_view(cell, source):  # the website hides its code: Colab's form view
+                if not text.startswith(TITLE_LINE):
+                    text = f"{TITLE_LINE}{cell_title(cell, source)}\n{text}"
+                cell["metadata"].update(copy.deepcopy(COLLAPSED))
             cell["source"] = text
             if PREDICT_TAG in _tags(cell):  # the answer: shown when the reader runs the cell
                 cell["outputs"] = []
@@ -500,10 +570,13 @@ def convert(nb: dict, *, solutions: bool = True, chapter: int | None = None) -> 
     return nb
 
 
-def editions() -> dict[Path, str]:
-    """Every edition notebook: its path and its text."""
+def editions(only: list[Path] | None = None) -> dict[Path, str]:
+    """Every edition notebook (or those of the chapters ``only``): its path and its text."""
     out = {}
+    wanted = None if only is None else {p.resolve() for p in only}
     for src in toc_chapters():
+        if wanted is not None and src.resolve() not in wanted:
+            continue
         nb = json.loads(src.read_text(encoding="utf-8"))
         number = re.match(r"(\d+)_", src.name)
         chapter = int(number[1]) if number else None
@@ -518,14 +591,16 @@ def _registry_stale() -> bool:
     return not REGISTRY.exists() or REGISTRY.read_text(encoding="utf-8") != registry_text()
 
 
-def write() -> None:
+def write(only: list[Path] | None = None) -> None:
     if _registry_stale():
         REGISTRY.write_text(registry_text(), encoding="utf-8")
         print(f"wrote the chapter registry {REGISTRY.relative_to(ROOT)}")
-    expected = editions()
+    expected = editions(only)
     for folder in EDITIONS:
         target = ROOT / folder / "chapters"
         target.mkdir(parents=True, exist_ok=True)
+        if only is not None:
+            continue  # some chapters only: the others' files are left as they are
         for stale in set(target.glob("*.ipynb")) - set(expected):
             stale.unlink()
     written = 0
@@ -561,9 +636,9 @@ def main(argv: list[str]) -> None:
         if wrong:
             sys.exit(f"out of date (run make notebooks): {wrong}")
         return
-    if argv:
-        sys.exit("usage: python tools/notebook_edition.py [--check]")
-    write()
+    if argv and (argv[0].startswith("-") or not all(Path(a).is_file() for a in argv)):
+        sys.exit("usage: python tools/notebook_edition.py [--check | CHAPTER.ipynb ...]")
+    write([Path(a) for a in argv] if argv else None)
 
 
 if __name__ == "__main__":
