@@ -186,7 +186,7 @@ def test_causal_tiles_prediction():
         128: "that is every tile",
         36: "T(T+1)/2",
         64: "exactly half of all tiles",
-        71: "round the key blocks up",
+        71: "rounds the key blocks down",
     }
     assert len(named) == len(causal_tiles_mistakes())
     for value, words in named.items():

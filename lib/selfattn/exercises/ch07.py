@@ -184,10 +184,10 @@ def _online_variants(s, v, block) -> dict[str, torch.Tensor]:
         "right": _online(s, v, block),
         PLANTED["online_attention"]: _online(s, v, block, "o"),
         "O is divided by alpha instead of multiplied (the FlashAttention-2 paper's typo): "
-        "old contributions are inflated instead of shrunk": _online(s, v, block, "inverse"),
-        "the new block was rescaled by alpha too: p = exp(s - mu_new) is already relative "
-        "to the new max; only the old O needs alpha": _online(s, v, block, "new too"),
-        "now l is not rescaled: l and O must shrink by the same alpha": _online(s, v, block, "l"),
+        "old contributions are inflated when the max rises": _online(s, v, block, "inverse"),
+        "the new block was rescaled by alpha too, although p = exp(s - mu_new) is already "
+        "relative to the new max": _online(s, v, block, "new too"),
+        "now l is not rescaled when the max rises, while O is": _online(s, v, block, "l"),
     }
 
 
@@ -259,8 +259,8 @@ def _expect_float64(got, right, mistakes: dict, *, case: str) -> None:
             raise Mismatch(
                 f"case {case}: correct to float32 precision (largest difference "
                 f"{diff / scale:.0e} of the largest entry), but not to the 1e-9 this checker "
-                "asks: somewhere your code computes in float32; compute in the inputs' dtype "
-                "(float64)"
+                "asks: somewhere your code computes in float32, while the inputs are "
+                "float64"
             )
         name_mistake(g, mistakes, case=case, atol=1e-5 * scale, rtol=1e-5)
     expect_close(got, right, case=case, atol=1e-9, rtol=1e-9, mistakes=mistakes)
@@ -290,7 +290,9 @@ def _causal_tiles_variants() -> dict[str, int]:
             _tiles(n, bq, bk, causal=False) // 2
         ),
         "the last key block is short (n is not a multiple of 64) but it is still a tile: "
-        "round the key blocks up": sum(min(qs + bq, n) // bk for qs in range(0, n, bq)),
+        "the count rounds the key blocks down": sum(
+            min(qs + bq, n) // bk for qs in range(0, n, bq)
+        ),
     }
 
 
@@ -323,11 +325,13 @@ def _bytes_read_variants() -> dict[str, float]:
         "right": io.reads * size,
         "that counts elements, not bytes: each fp16 element is 2 bytes": io.reads,
         "K and V are read once per query block, not once in all": 3 * n * d * size,
-        "the last, short query block was left out: it reads all of K and V too (round "
-        "n / block_q up)": (n * d + (n // bq) * 2 * n * d) * size,
+        "the last, short query block was left out, though it reads all of K and V too": (
+            n * d + (n // bq) * 2 * n * d
+        )
+        * size,
         "a fractional number of query blocks: blocks come whole, and the last, short one "
-        "reads all of K and V too (round n / block_q up)": (n * d + n / bq * 2 * n * d) * size,
-        "Q was left out: it is read too, once (n d elements)": blocks * 2 * n * d * size,
+        "reads all of K and V too": (n * d + n / bq * 2 * n * d) * size,
+        "Q was left out, though it is read too": blocks * 2 * n * d * size,
         "that includes the writes (O and its log-sum-exp); the question asks for the reads": (
             io.total * size
         ),
@@ -369,7 +373,7 @@ def _ds_variants(q_i, k_j, v_j, do_i, lse_i, d_i) -> dict[str, torch.Tensor]:
         "P recomputed as a softmax over this tile only, not exp(S - L)": torch.softmax(s, -1)
         * (dp - d),
         "the factor P left out (dS = P o (dP - D))": dp - d,
-        "D subtracted the wrong way round (dP - D, not D - dP)": p * (d - dp),
+        "D subtracted the wrong way round": p * (d - dp),
     }
 
 
@@ -465,7 +469,7 @@ def _dkdv_variants(q, k, v, do, lse, d_row, block, causal) -> dict[str, tuple]:
         "their queries see these keys too": _dkdv(*args, "start"),
         "with causal=True no mask is applied: queries receive gradient from keys after "
         "them": _dkdv(*args, "no mask"),
-        "dK lacks the softmax scale 1/sqrt(d) (S = Q K^T / sqrt(d))": _dkdv(*args, "scale"),
+        "dK lacks the softmax scale 1/sqrt(d)": _dkdv(*args, "scale"),
     }
 
 
