@@ -90,10 +90,12 @@ class MLP(nn.Module):
         d_model, hidden = require_int(d_model, "d_model", 1), require_int(hidden, "hidden", 1)
         self.fc = nn.Linear(d_model, hidden)
         self.proj = nn.Linear(hidden, d_model)
+        # "tanh": GPT-2's gelu_new (set by selfattn.from_transformers); "none": exact GELU
+        self.approximate = "none"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., d_model)`` -> ``(..., d_model)``."""
-        return self.proj(F.gelu(self.fc(x)))
+        return self.proj(F.gelu(self.fc(x), approximate=self.approximate))
 
 
 class TransformerBlock(nn.Module):

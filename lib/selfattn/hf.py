@@ -1,0 +1,469 @@
+"""The bridge to Hugging Face ``transformers``: the models readers load, rebuilt from the book's
+layers (chapters 9 and 11).
+
+:func:`from_transformers` takes a ``transformers`` model and returns the book's model holding the
+same weights, with the same logits (``tests/test_from_transformers.py``: within 1e-5 in float32
+on random tiny configs). Each family is a converter in :data:`FAMILIES`, keyed by
+``config.model_type``:
+
+=============  ==================================  =====================================
+model_type     ``transformers`` class              the book's model
+=============  ==================================  =====================================
+gpt2           ``GPT2LMHeadModel``                 :class:`~selfattn.models.transformer.MiniGPT`
+bert           ``BertForMaskedLM``                 :class:`~selfattn.models.bert.BertMLM`
+vit            ``ViTForImageClassification``       :class:`~selfattn.models.transformer.MiniViT`
+llama          ``LlamaForCausalLM``                :class:`~selfattn.models.llm.DecoderLM`
+qwen3          ``Qwen3ForCausalLM``                ``DecoderLM`` (QK-norm)
+gemma2         ``Gemma2ForCausalLM``               ``DecoderLM`` (soft-caps, local/global)
+gpt_oss        ``GptOssForCausalLM``               ``DecoderLM`` (sinks, YaRN, top-k MoE)
+deepseek_v3    ``DeepseekV3ForCausalLM`` (dense)   ``DecoderLM`` with latent attention
+qwen3_next     ``Qwen3NextForCausalLM`` (dense)    ``DecoderLM``, gated attention + DeltaNet
+diffllama      ``DiffLlamaForCausalLM``            ``DecoderLM`` with differential attention
+=============  ==================================  =====================================
+
+RoPE: the rotation speeds are copied from the model's ``rotary_emb.inv_freq`` buffer and its
+``attention_scaling`` (YaRN's factor) rather than recomputed, so that every RoPE variant a
+config names is reproduced exactly; ``transformers`` rotates in the "half" layout.
+
+``transformers`` is imported only here, and only when a function of this module is called:
+``import selfattn`` does not need it (``pip install selfattn[hf]`` installs it).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .multihead import MultiHeadAttention
+from .norms import RMSNorm
+from .positional import RotaryEmbedding, apply_rope
+
+__all__ = ["from_transformers", "FAMILIES", "load_pretrained", "CopiedRotary"]
+
+
+class CopiedRotary(RotaryEmbedding):
+    """RoPE with given rotation speeds: ``transformers``' ``inv_freq`` and ``attention_scaling``.
+
+    The "half" layout; ``inv_freq`` ``(rotary_dim / 2,)``; queries and keys are multiplied by
+    ``attention_scaling`` after the rotation (YaRN's ``0.1 ln s + 1``; 1 otherwise).
+    """
+
+    def __init__(self, d_head: int, inv_freq: torch.Tensor, attention_scaling: float = 1.0):
+        rotary_dim = 2 * inv_freq.numel()
+        super().__init__(d_head, layout="half", rotary_fraction=rotary_dim / d_head)
+        if self.rotary_dim != rotary_dim:
+            raise ValueError(f"inv_freq of {inv_freq.numel()} pairs does not fit d_head={d_head}")
+        self.register_buffer("inv_freq", inv_freq.detach().clone(), persistent=False)
+        self.attention_scaling = float(attention_scaling)
+
+    def frequencies(self) -> torch.Tensor:
+        return self.inv_freq.double()
+
+    def forward(self, q, k, q_positions=None, k_positions=None):
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        if k_positions is None:
+            k_positions = torch.arange(n_k, device=k.device)
+        if q_positions is None:
+            q_positions = torch.arange(n_k - n_q, n_k, device=q.device)
+        kwargs = dict(layout="half", rotary_dim=self.rotary_dim, frequencies=self.frequencies())
+        q, k = apply_rope(q, q_positions, **kwargs), apply_rope(k, k_positions, **kwargs)
+        if self.attention_scaling != 1.0:
+            q, k = q * self.attention_scaling, k * self.attention_scaling
+        return q, k
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _copy(dst: nn.Module, src: nn.Module) -> None:
+    """Copy a ``Linear`` (weight, and bias where the destination has one: zeros if ``src``
+    has none)."""
+    with torch.no_grad():
+        dst.weight.copy_(src.weight)
+        if getattr(dst, "bias", None) is not None:
+            b = getattr(src, "bias", None)
+            dst.bias.copy_(b if b is not None else torch.zeros_like(dst.bias))
+
+
+def _rms(src: nn.Module, *, unit_offset: bool = False) -> RMSNorm:
+    eps = getattr(src, "variance_epsilon", None)
+    eps = getattr(src, "eps", 1e-6) if eps is None else eps
+    norm = RMSNorm(src.weight.numel(), eps=eps, unit_offset=unit_offset)
+    with torch.no_grad():
+        norm.weight.copy_(src.weight)
+    return norm
+
+
+def _rotary(hf_model, d_head: int) -> CopiedRotary:
+    rotary = hf_model.model.rotary_emb
+    return CopiedRotary(d_head, rotary.inv_freq, getattr(rotary, "attention_scaling", 1.0))
+
+
+_ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu": "gelu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+}
+
+
+def _act(name: str) -> str:
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"activation {name!r} is not one the book has: {sorted(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]
+
+
+def _head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _window(config, i: int) -> int | None:
+    types = getattr(config, "layer_types", None)
+    if types and types[i] == "sliding_attention":
+        return config.sliding_window
+    return None
+
+
+def _attention(config, src, rope, *, window=None, **options) -> MultiHeadAttention:
+    """A :class:`MultiHeadAttention` holding ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``."""
+    d_head = _head_dim(config)
+    bias = any(
+        getattr(getattr(src, name), "bias", None) is not None
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj")
+    )
+    mha = MultiHeadAttention(
+        config.hidden_size,
+        config.num_attention_heads,
+        num_kv_heads=config.num_key_value_heads,
+        d_head=d_head,
+        bias=bias,
+        rope=rope,
+        window=window,
+        **options,
+    )
+    fused = nn.Linear(config.hidden_size, mha.qkv.out_features, bias=bias)
+    with torch.no_grad():
+        parts = [src.q_proj, src.k_proj, src.v_proj]
+        fused.weight.copy_(torch.cat([p.weight for p in parts]))
+        if bias:
+            fused.bias.copy_(
+                torch.cat(
+                    [p.bias if p.bias is not None else torch.zeros(p.out_features) for p in parts]
+                )
+            )
+    _copy(mha.qkv, fused)
+    _copy(mha.out, src.o_proj)
+    return mha
+
+
+def _mlp(config, src, act: str):
+    from .models.llm import GatedMLP
+
+    bias = src.gate_proj.bias is not None
+    mlp = GatedMLP(config.hidden_size, src.gate_proj.out_features, act=act, bias=bias)
+    _copy(mlp.gate, src.gate_proj)
+    _copy(mlp.up, src.up_proj)
+    _copy(mlp.down, src.down_proj)
+    return mlp
+
+
+def _lm(hf_model, blocks, final_norm, *, embed_scale=None, final_softcap=None):
+    from .models.llm import DecoderLM
+
+    config = hf_model.config
+    src = hf_model.model.embed_tokens
+    embed = nn.Embedding(src.num_embeddings, src.embedding_dim)
+    head = nn.Linear(config.hidden_size, src.num_embeddings, bias=False)
+    with torch.no_grad():
+        embed.weight.copy_(src.weight)
+        head.weight.copy_(hf_model.lm_head.weight)
+    model = DecoderLM(
+        embed,
+        blocks,
+        final_norm,
+        head,
+        embed_scale=embed_scale,
+        final_softcap=final_softcap,
+    )
+    return model
+
+
+# ---------------------------------------------------------------------------- families
+
+
+def _llama_like(hf_model, *, qk_norm: bool = False):
+    from .models.llm import DecoderBlock
+
+    config = hf_model.config
+    rope = _rotary(hf_model, _head_dim(config))
+    act = _act(config.hidden_act)
+    blocks = []
+    for i, layer in enumerate(hf_model.model.layers):
+        attn = _attention(
+            config,
+            layer.self_attn,
+            rope,
+            window=_window(config, i),
+            qk_norm=qk_norm,
+            norm_eps=config.rms_norm_eps,
+        )
+        if qk_norm:
+            with torch.no_grad():
+                attn.q_norm.weight.copy_(layer.self_attn.q_norm.weight)
+                attn.k_norm.weight.copy_(layer.self_attn.k_norm.weight)
+        blocks.append(
+            DecoderBlock(
+                attn,
+                _mlp(config, layer.mlp, act),
+                _rms(layer.input_layernorm),
+                _rms(layer.post_attention_layernorm),
+            )
+        )
+    return _lm(hf_model, blocks, _rms(hf_model.model.norm))
+
+
+def _llama(hf_model):
+    return _llama_like(hf_model)
+
+
+def _qwen3(hf_model):
+    return _llama_like(hf_model, qk_norm=True)
+
+
+def _gemma2(hf_model):
+    from .models.llm import DecoderBlock
+
+    config = hf_model.config
+    rope = _rotary(hf_model, _head_dim(config))
+    act = _act(config.hidden_activation)
+    blocks = []
+    for i, layer in enumerate(hf_model.model.layers):
+        attn = _attention(
+            config,
+            layer.self_attn,
+            rope,
+            window=_window(config, i),
+            scale=config.query_pre_attn_scalar**-0.5,
+            softcap=config.attn_logit_softcapping,
+        )
+        blocks.append(
+            DecoderBlock(
+                attn,
+                _mlp(config, layer.mlp, act),
+                _rms(layer.input_layernorm, unit_offset=True),
+                _rms(layer.pre_feedforward_layernorm, unit_offset=True),
+                post_mix_norm=_rms(layer.post_attention_layernorm, unit_offset=True),
+                post_mlp_norm=_rms(layer.post_feedforward_layernorm, unit_offset=True),
+            )
+        )
+    return _lm(
+        hf_model,
+        blocks,
+        _rms(hf_model.model.norm, unit_offset=True),
+        embed_scale=config.hidden_size**0.5,
+        final_softcap=config.final_logit_softcapping,
+    )
+
+
+def _gpt_oss(hf_model):
+    from .models.llm import DecoderBlock, TopKMoE
+
+    config = hf_model.config
+    rope = _rotary(hf_model, _head_dim(config))
+    blocks = []
+    for i, layer in enumerate(hf_model.model.layers):
+        attn = _attention(config, layer.self_attn, rope, window=_window(config, i), sinks=True)
+        with torch.no_grad():
+            attn.sink_logits.copy_(layer.self_attn.sinks)
+        experts = layer.mlp.experts
+        moe = TopKMoE(
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_local_experts,
+            config.num_experts_per_tok,
+            act="gpt_oss",
+            alpha=experts.alpha,
+            limit=experts.limit,
+        )
+        with torch.no_grad():
+            moe.router.weight.copy_(layer.mlp.router.weight)
+            moe.router.bias.copy_(layer.mlp.router.bias)
+            # gate and up are interleaved columns of gate_up_proj (E, d, 2 f)
+            moe.gate_w.copy_(experts.gate_up_proj[..., ::2])
+            moe.up_w.copy_(experts.gate_up_proj[..., 1::2])
+            moe.gate_b.copy_(experts.gate_up_proj_bias[..., ::2])
+            moe.up_b.copy_(experts.gate_up_proj_bias[..., 1::2])
+            moe.down_w.copy_(experts.down_proj)
+            moe.down_b.copy_(experts.down_proj_bias)
+        blocks.append(
+            DecoderBlock(
+                attn, moe, _rms(layer.input_layernorm), _rms(layer.post_attention_layernorm)
+            )
+        )
+    return _lm(hf_model, blocks, _rms(hf_model.model.norm))
+
+
+def _gpt2(hf_model):
+    from .models.transformer import MiniGPT
+
+    config = hf_model.config
+    if config.n_inner not in (None, 4 * config.n_embd):
+        raise ValueError(f"MiniGPT's MLP is 4 d wide; this GPT-2 has n_inner={config.n_inner}")
+    model = MiniGPT(
+        config.vocab_size,
+        d_model=config.n_embd,
+        num_heads=config.n_head,
+        num_layers=config.n_layer,
+        max_len=config.n_positions,
+    )
+    tr = hf_model.transformer
+    with torch.no_grad():
+        model.embed.tok.weight.copy_(tr.wte.weight)
+        model.embed.pos.weight.copy_(tr.wpe.weight)
+        for block, src in zip(model.decoder.blocks, tr.h):
+            _layer_norm(block.ln1, src.ln_1)
+            _layer_norm(block.ln2, src.ln_2)
+            # GPT-2's Conv1D stores weights (in, out): transpose into Linear's (out, in)
+            block.attn.qkv.weight.copy_(src.attn.c_attn.weight.T)
+            block.attn.qkv.bias.copy_(src.attn.c_attn.bias)
+            block.attn.out.weight.copy_(src.attn.c_proj.weight.T)
+            block.attn.out.bias.copy_(src.attn.c_proj.bias)
+            block.mlp.fc.weight.copy_(src.mlp.c_fc.weight.T)
+            block.mlp.fc.bias.copy_(src.mlp.c_fc.bias)
+            block.mlp.proj.weight.copy_(src.mlp.c_proj.weight.T)
+            block.mlp.proj.bias.copy_(src.mlp.c_proj.bias)
+            block.mlp.approximate = "tanh" if config.activation_function != "gelu" else "none"
+        _layer_norm(model.decoder.ln_f, tr.ln_f)
+        model.head.weight.copy_(hf_model.lm_head.weight)  # tied to wte in GPT-2
+        model.head.bias.zero_()  # GPT-2's head has no bias
+    return model
+
+
+def _layer_norm(dst: nn.LayerNorm, src: nn.LayerNorm) -> None:
+    with torch.no_grad():
+        dst.weight.copy_(src.weight)
+        dst.bias.copy_(src.bias)
+    dst.eps = src.eps
+
+
+def _vit(hf_model):
+    from .models.transformer import MLP, MiniViT
+
+    config = hf_model.config
+    model = MiniViT(
+        config.num_labels,
+        image_size=config.image_size,
+        patch=config.patch_size,
+        channels=config.num_channels,
+        d_model=config.hidden_size,
+        num_heads=config.num_attention_heads,
+        num_layers=config.num_hidden_layers,
+    )
+    vit = hf_model.vit
+    emb = vit.embeddings
+    c, p, d = config.num_channels, config.patch_size, config.hidden_size
+    with torch.no_grad():
+        # Conv2d weight (d, C, p, p): patchify flattens a patch as (C, p, p), the same order
+        model.embed.proj.weight.copy_(emb.patch_embeddings.projection.weight.reshape(d, c * p * p))
+        model.embed.proj.bias.copy_(emb.patch_embeddings.projection.bias)
+        model.embed.cls.copy_(emb.cls_token)
+        model.embed.pos.weight.copy_(emb.position_embeddings[0])
+        for block, src in zip(model.encoder.blocks, vit.layers):
+            _layer_norm(block.ln1, src.layernorm_before)
+            _layer_norm(block.ln2, src.layernorm_after)
+            a = src.attention
+            block.attn.qkv.weight.copy_(
+                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+            )
+            block.attn.qkv.bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+            _copy(block.attn.out, a.o_proj)
+            if src.mlp.fc1.out_features != block.mlp.fc.out_features:
+                block.mlp = MLP(d, src.mlp.fc1.out_features)
+            _copy(block.mlp.fc, src.mlp.fc1)
+            _copy(block.mlp.proj, src.mlp.fc2)
+            block.mlp.approximate = _approximate(config.hidden_act)
+        _layer_norm(model.encoder.ln_f, vit.layernorm)
+        _copy(model.head, hf_model.classifier)
+    return model
+
+
+def _approximate(act: str) -> str:
+    kind = _act(act)
+    if kind == "silu":
+        raise ValueError(f"the book's MLP is GELU; this model uses {act!r}")
+    return "tanh" if kind == "gelu_tanh" else "none"
+
+
+def _bert(hf_model):
+    from .models.bert import BertMLM
+
+    return BertMLM.from_transformers(hf_model)
+
+
+#: The families :func:`from_transformers` converts: ``config.model_type`` -> converter.
+FAMILIES = {
+    "gpt2": _gpt2,
+    "bert": _bert,
+    "vit": _vit,
+    "llama": _llama,
+    "qwen3": _qwen3,
+    "gemma2": _gemma2,
+    "gpt_oss": _gpt_oss,
+}
+
+
+def from_transformers(hf_model) -> nn.Module:
+    """The book's model holding the weights of a ``transformers`` model, with the same output.
+
+    Args:
+        hf_model: a ``transformers`` model of one of the :data:`FAMILIES` (the causal-LM class
+            of a decoder family, ``BertForMaskedLM``, ``ViTForImageClassification``).
+
+    Returns:
+        The book's model, in ``hf_model``'s dtype and device, in eval mode. Causal LMs:
+        ``model(ids)`` gives the logits ``(B, n, V)`` and ``model.generate(ids,
+        max_new_tokens=k)`` decodes greedily with the book's KV cache; BERT: the masked-LM
+        logits; ViT: ``model(pixel_values)`` gives ``(B, num_labels)``.
+
+    Raises:
+        TypeError: ``hf_model`` is not a ``transformers`` model (no ``config``).
+        ValueError: a family (``config.model_type``) the book does not convert, naming those
+            it does; a configuration of a known family that the book's layers do not cover.
+    """
+    config = getattr(hf_model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if not isinstance(hf_model, nn.Module) or model_type is None:
+        raise TypeError(
+            f"from_transformers needs a transformers model (an nn.Module with a config), "
+            f"got {type(hf_model).__name__}"
+        )
+    if model_type not in FAMILIES:
+        raise ValueError(
+            f"from_transformers does not convert model_type={model_type!r}; it converts "
+            + ", ".join(sorted(FAMILIES))
+        )
+    param = next(hf_model.parameters())
+    model = FAMILIES[model_type](hf_model)
+    return model.to(device=param.device, dtype=param.dtype).eval()
+
+
+def load_pretrained(name: str = "gpt2"):
+    """``transformers``' pretrained ``name`` converted by :func:`from_transformers`, or ``None``
+    (after printing one line) when ``transformers`` or the network is not available.
+
+    Returns ``(model, tokenizer, hf_model)`` on success. Meant for the "try it on Colab" cells:
+    nothing else in the book downloads.
+    """
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        print("transformers is not installed (pip install selfattn[hf]): skipped")
+        return None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        hf_model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager")
+    except (OSError, ValueError) as err:
+        print(f"could not load {name!r} ({type(err).__name__}; offline?): skipped")
+        return None
+    return from_transformers(hf_model.eval()), tokenizer, hf_model.eval()
