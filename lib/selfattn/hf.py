@@ -44,13 +44,21 @@ __all__ = ["from_transformers", "FAMILIES", "load_pretrained", "CopiedRotary"]
 class CopiedRotary(RotaryEmbedding):
     """RoPE with given rotation speeds: ``transformers``' ``inv_freq`` and ``attention_scaling``.
 
-    The "half" layout; ``inv_freq`` ``(rotary_dim / 2,)``; queries and keys are multiplied by
+    The "half" layout by default (``layout="interleaved"`` for DeepSeek's
+    ``rope_interleave``); ``inv_freq`` ``(rotary_dim / 2,)``; queries and keys are multiplied by
     ``attention_scaling`` after the rotation (YaRN's ``0.1 ln s + 1``; 1 otherwise).
     """
 
-    def __init__(self, d_head: int, inv_freq: torch.Tensor, attention_scaling: float = 1.0):
+    def __init__(
+        self,
+        d_head: int,
+        inv_freq: torch.Tensor,
+        attention_scaling: float = 1.0,
+        *,
+        layout: str = "half",
+    ):
         rotary_dim = 2 * inv_freq.numel()
-        super().__init__(d_head, layout="half", rotary_fraction=rotary_dim / d_head)
+        super().__init__(d_head, layout=layout, rotary_fraction=rotary_dim / d_head)
         if self.rotary_dim != rotary_dim:
             raise ValueError(f"inv_freq of {inv_freq.numel()} pairs does not fit d_head={d_head}")
         self.register_buffer("inv_freq", inv_freq.detach().clone(), persistent=False)
@@ -65,7 +73,7 @@ class CopiedRotary(RotaryEmbedding):
             k_positions = torch.arange(n_k, device=k.device)
         if q_positions is None:
             q_positions = torch.arange(n_k - n_q, n_k, device=q.device)
-        kwargs = dict(layout="half", rotary_dim=self.rotary_dim, frequencies=self.frequencies())
+        kwargs = dict(layout=self.layout, rotary_dim=self.rotary_dim, frequencies=self.frequencies())
         q, k = apply_rope(q, q_positions, **kwargs), apply_rope(k, k_positions, **kwargs)
         if self.attention_scaling != 1.0:
             q, k = q * self.attention_scaling, k * self.attention_scaling
@@ -94,9 +102,10 @@ def _rms(src: nn.Module, *, unit_offset: bool = False) -> RMSNorm:
     return norm
 
 
-def _rotary(hf_model, d_head: int) -> CopiedRotary:
+def _rotary(hf_model, d_head: int, layout: str = "half") -> CopiedRotary:
     rotary = hf_model.model.rotary_emb
-    return CopiedRotary(d_head, rotary.inv_freq, getattr(rotary, "attention_scaling", 1.0))
+    scaling = getattr(rotary, "attention_scaling", 1.0)
+    return CopiedRotary(d_head, rotary.inv_freq, scaling, layout=layout)
 
 
 _ACTIVATIONS = {
@@ -304,6 +313,105 @@ def _gpt_oss(hf_model):
     return _lm(hf_model, blocks, _rms(hf_model.model.norm))
 
 
+def _deepseek_v3(hf_model):
+    from .latent import MultiHeadLatentAttention
+    from .models.llm import DecoderBlock
+
+    config = hf_model.config
+    if config.first_k_dense_replace < config.num_hidden_layers:
+        raise ValueError(
+            "the book converts DeepSeek-V3 with dense layers only (first_k_dense_replace = "
+            f"num_hidden_layers = {config.num_hidden_layers}), got first_k_dense_replace="
+            f"{config.first_k_dense_replace}: its MoE layers (shared experts, grouped routing) "
+            "are not the book's TopKMoE"
+        )
+    layout = "interleaved" if getattr(config, "rope_interleave", False) else "half"
+    rope = _rotary(hf_model, config.qk_rope_head_dim, layout)
+    act = _act(config.hidden_act)
+    blocks = []
+    for layer in hf_model.model.layers:
+        src = layer.self_attn
+        mla = MultiHeadLatentAttention(
+            config.hidden_size,
+            config.num_attention_heads,
+            config.kv_lora_rank,
+            config.qk_rope_head_dim,
+            config.q_lora_rank,
+            d_nope=config.qk_nope_head_dim,
+            d_v=config.v_head_dim,
+            scale=src.scaling,
+            bias=bool(config.attention_bias),
+            norm_eps=config.rms_norm_eps,
+        )
+        mla.rope = rope
+        if config.q_lora_rank is None:
+            _copy(mla.q_proj, src.q_proj)
+        else:
+            _copy(mla.q_a, src.q_a_proj)
+            _copy(mla.q_b, src.q_b_proj)
+            _copy_norm(mla.q_norm, src.q_a_layernorm)
+        _copy(mla.kv_a, src.kv_a_proj_with_mqa)
+        _copy_norm(mla.kv_norm, src.kv_a_layernorm)
+        _copy(mla.kv_b, src.kv_b_proj)
+        _copy(mla.out, src.o_proj)
+        blocks.append(
+            DecoderBlock(
+                mla,
+                _mlp(config, layer.mlp, act),
+                _rms(layer.input_layernorm),
+                _rms(layer.post_attention_layernorm),
+            )
+        )
+    return _lm(hf_model, blocks, _rms(hf_model.model.norm))
+
+
+def _copy_norm(dst: nn.Module, src: nn.Module) -> None:
+    """An RMSNorm's weight and epsilon (``dst`` the book's or torch's ``nn.RMSNorm``)."""
+    eps = getattr(src, "variance_epsilon", None)
+    eps = getattr(src, "eps", 1e-6) if eps is None else eps
+    with torch.no_grad():
+        dst.weight.copy_(src.weight)
+    dst.eps = eps
+
+
+def _diffllama(hf_model):
+    from .differential import DifferentialAttention
+    from .models.llm import DecoderBlock
+
+    config = hf_model.config
+    d_head = _head_dim(config)
+    rope = _rotary(hf_model, d_head)
+    act = _act(config.hidden_act)
+    blocks = []
+    for i, layer in enumerate(hf_model.model.layers):
+        src = layer.self_attn
+        attn = DifferentialAttention(
+            config.hidden_size,
+            config.num_attention_heads,
+            num_kv_heads=config.num_key_value_heads,
+            d_head=d_head,
+            layer_index=i,
+            rope=rope,
+            bias=src.q_proj.bias is not None,
+            norm_eps=config.rms_norm_eps,
+        )
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            _copy(getattr(attn, name), getattr(src, name))
+        with torch.no_grad():
+            for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+                getattr(attn, name).copy_(getattr(src, name))
+        attn.lambda_init = float(src.lambda_init)
+        blocks.append(
+            DecoderBlock(
+                attn,
+                _mlp(config, layer.mlp, act),
+                _rms(layer.input_layernorm),
+                _rms(layer.post_attention_layernorm),
+            )
+        )
+    return _lm(hf_model, blocks, _rms(hf_model.model.norm))
+
+
 def _gpt2(hf_model):
     from .models.transformer import MiniGPT
 
@@ -410,6 +518,8 @@ FAMILIES = {
     "qwen3": _qwen3,
     "gemma2": _gemma2,
     "gpt_oss": _gpt_oss,
+    "deepseek_v3": _deepseek_v3,
+    "diffllama": _diffllama,
 }
 
 
