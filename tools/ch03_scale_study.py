@@ -1,20 +1,23 @@
-"""Chapter 3's forgotten-scale study, three seeds at three d_k (too slow to run live).
+"""Chapter 3's forgotten-scale study: the 2 x 2 grid at three d_k over three seeds.
 
-The chapter trains seed 0 of each condition (scaled, unscaled, control) live at d_k = 512
-and reads everything else from the file this script writes: each condition trained on
-seeds 0, 1 and 2 at d_k = 16, 64 and 512, and the design's fourth cell (``FOURTH``: the
-unscaled model's saturated start with the scaled model's score steps) on the same seeds at
-d_k = 512, 30 runs of 300 steps. The script runs the
-chapter's own code: it executes the notebook's import cell and the cell that defines
-``train_recall`` and ``summarise``, on one CPU thread with subnormal floats flushed to
-zero, as the chapter trains, so its seed 0 at d_k = 512 is the chapter's live run on the
-machine that records it. About a minute of one CPU core:
+The grid crosses the starting scores (unsaturated, as the scaled model's, or saturated, as
+the unscaled model's) with the steps on the scores (as far as the scaled model's or as the
+unscaled model's): ``scaled``, ``faststep``, ``slowstep`` and ``unscaled``, the chapter's
+``CONDITIONS``. Beside it, the chapter's Deeper part reads the ``control`` (unscaled, started
+from the scaled model's scores, steps d_k^(1/4) times the scaled model's). Each is trained on
+seeds 0, 1 and 2 at d_k = 16, 64 and 512: 45 runs of 300 steps. The chapter trains seed 0
+of the scaled and the unscaled model live at d_k = 512 and reads everything else from the
+file this script writes. The script runs the chapter's own code: it executes the notebook's
+import cell and the cells that define ``train_recall`` and ``summarise``, on one CPU thread
+with subnormal floats flushed to zero, as the chapter trains, so its seed 0 at d_k = 512 is
+the chapter's live run on the machine that records it. A few minutes of one CPU core:
 
     .venv/bin/python tools/ch03_scale_study.py
     .venv/bin/python tools/ch03_scale_study.py --seeds 0 1 2 3 4 --out /tmp/x.json
 
-The unscaled runs are chaotic: on another CPU (another rounding in the last bits) the same
-seed can end at a very different loss, so the chapter's sentences count runs over seeds.
+The runs that start saturated or take the unscaled model's steps are chaotic: on another CPU
+(another rounding in the last bits) the same seed can end at a very different loss, so the
+chapter's sentences count runs over seeds.
 """
 
 from __future__ import annotations
@@ -55,10 +58,8 @@ def study(seeds: list[int]) -> dict:
         ns["key_value_recall"](2000, generator=torch.Generator().manual_seed(123))
     )
     runs = {}
-    # The chapter's three conditions at every d_k, and the design's fourth cell
-    # (the saturated start with the scaled model's score steps) at the chapter's d_k.
-    cases = [(d_k, c) for d_k in D_KS for c in ns["CONDITIONS"]]
-    cases.append((ns["D_K"], ns["FOURTH"]))
+    # The grid's four cells and the control, at every d_k.
+    cases = [(d_k, c) for d_k in D_KS for c in (*ns["CONDITIONS"], ns["CONTROL"])]
     for d_k, condition in cases:
         for seed in seeds:
             model, losses, on_right = ns["train_recall"](condition, seed, d_k=d_k)
@@ -80,7 +81,8 @@ def study(seeds: list[int]) -> dict:
         "batch": ns["BATCH"],
         "lr": ns["LR"],
         "d_model": ns["D_MODEL"],
-        "fourth": ns["FOURTH"],
+        "grid": [[*cell, c] for cell, c in ns["GRID"].items()],
+        "control": ns["CONTROL"],
     }
     machine = {
         "python": sys.version.split()[0],
