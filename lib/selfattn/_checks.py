@@ -393,7 +393,7 @@ def check_kernel_args(
     }
     lacking = [flag for flag in wanted if not getattr(record, flag)]
     if any(wanted[flag][0] for flag in lacking):
-        if lacking == ["return_weights"]:
+        if record.masks and [flag for flag in lacking if wanted[flag][0]] == ["return_weights"]:
             raise ValueError(
                 f"kernel={kernel!r} returns no weights: use kernel='reference' for them"
             )
