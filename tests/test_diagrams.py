@@ -122,6 +122,8 @@ CASES = [
             "3 of 8",
         ],
     ),
+    (D.latent_cache, {}, ["32 numbers", "16 numbers", "8 numbers", "10 numbers"]),
+    (D.latent_cache, {"h": 8, "d_head": 8, "kv_rank": 16, "rope_dim": 4}, ["128 numbers"]),
 ]
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "grouped_query",
     "information_paths",
     "kv_cache",
+    "latent_cache",
     "mask_grids",
     "multi_head",
     "receptive_field_growth",
@@ -1389,5 +1390,66 @@ def transformer_family(
         f"a class token, {lab_vit}, all blue. CLIP: an image encoder and a text encoder give "
         f"a {lab_clip} of cosine similarities, true pairs on the diagonal (red). A bar "
         "below: every model stacks the same pre-LayerNorm block."
+    )
+    return _with_alt(fig, alt)
+
+
+def latent_cache(h: int = 4, d_head: int = 4, kv_rank: int = 8, rope_dim: int = 2) -> Figure:
+    """Chapter 11: what one token leaves in one layer's cache, for MHA, GQA, MQA and MLA.
+
+    One strip per design, one cell per cached number: multi-head attention caches ``h`` keys
+    and ``h`` values of ``d_head`` numbers, grouped-query ``h / 2`` of each, multi-query one of
+    each, and multi-head latent attention one latent of ``kv_rank`` numbers and one rotated key
+    of ``rope_dim`` numbers, from which every head's key and value are computed.
+
+    Args:
+        h: heads, 2 to 8, even. d_head: 1 to 8. kv_rank: 1 to 32. rope_dim: 0 to 8.
+
+    Returns:
+        The Figure; ``fig.alt`` gives each design's count of cached numbers.
+    """
+    h = _checked_size(h, "h", 2, 8)
+    if h % 2:
+        raise ValueError(f"h must be even (grouped-query keeps h / 2 heads), got {h}")
+    d_head = _checked_size(d_head, "d_head", 1, 8)
+    kv_rank = _checked_size(kv_rank, "kv_rank", 1, 32)
+    rope_dim = _checked_size(rope_dim, "rope_dim", 0, 8)
+    rows = [
+        ("MHA", [("K", h * d_head, PALETTE["k"]), ("V", h * d_head, PALETTE["v"])]),
+        ("GQA", [("K", h // 2 * d_head, PALETTE["k"]), ("V", h // 2 * d_head, PALETTE["v"])]),
+        ("MQA", [("K", d_head, PALETTE["k"]), ("V", d_head, PALETTE["v"])]),
+        ("MLA", [("c", kv_rank, PALETTE["x"]), ("$k^R$", rope_dim, PALETTE["q"])]),
+    ]
+    counts = [sum(n for _, n, _ in parts) for _, parts in rows]
+    cell = 10.0 / max(max(counts), 1)
+    fig, (ax,) = _figure(1, size=(7.0, 2.8), xlim=(0, 14), ylim=(0, 5.6))
+    for r, ((name, parts), count) in enumerate(zip(rows, counts)):
+        y = 4.6 - 1.15 * r
+        ax.text(0.2, y + 0.3, name, ha="left", va="center", fontsize=_FONT, weight="bold")
+        x = 1.4
+        for label, n, color in parts:
+            if n:
+                _matrix(ax, x, y, 1, n, cell, color, grid=cell > 0.12)
+                if n * cell > 0.5:
+                    ax.text(x + n * cell / 2, y + cell + 0.08, label, ha="center", fontsize=7)
+            x += n * cell
+        ax.text(x + 0.2, y + cell / 2, f"{count} numbers", va="center", fontsize=_FONT)
+    ax.text(
+        7.0,
+        0.05,
+        f"h = {h} heads, d_head = {d_head}; MLA: kv_rank = {kv_rank}, rope_dim = {rope_dim}, "
+        "each head's key and value computed from c",
+        ha="center",
+        va="bottom",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"Four strips of cells, one per design, each cell a number one token leaves in one "
+        f"layer's cache (h = {h} heads, d_head = {d_head}): multi-head attention (MHA) caches "
+        f"{counts[0]} numbers (h keys and h values), grouped-query (GQA) {counts[1]} numbers, "
+        f"multi-query (MQA) {counts[2]} numbers, and multi-head latent attention (MLA) "
+        f"{counts[3]} numbers: "
+        f"one latent c of kv_rank = {kv_rank} numbers and one rotated key of "
+        f"rope_dim = {rope_dim}, from which every head's key and value are computed."
     )
     return _with_alt(fig, alt)
