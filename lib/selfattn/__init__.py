@@ -16,7 +16,12 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 * ``train``: the training loop; ``exercises``: the checkers
 """
 
-from . import diagrams, efficient, flex, reference
+from . import (
+    diagrams,
+    efficient,
+    flex,  # noqa: F401  (registers kernel="flex")
+    reference,
+)
 from .attention import *  # noqa: F401,F403
 from .attention import __all__ as _attention_all
 from .costs import *  # noqa: F401,F403
