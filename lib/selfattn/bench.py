@@ -73,6 +73,7 @@ from .efficient import (
 )
 from .efficient.decoding import flash_decoding
 from .efficient.delta_rule import gated_delta_rule
+from .latent import MultiHeadLatentAttention
 from .models.attention_decoder import attention_stack, generate
 from .multihead import KVCache
 
@@ -168,6 +169,47 @@ def _layer_decode(x: dict) -> torch.Tensor:
     for t in range(x["tokens"]):
         out = x["layer"](x["new"][:, t : t + 1], cache=cache)
     return out
+
+
+#: Chapter 11's MLA decode: heads, latent width, model width, tokens per timed call, and the
+#: head widths (d_nope = d_v, rope_dim = width / 2, DeepSeek-V3's 128 / 64 at the top).
+MLA_HEADS, MLA_KV_RANK, MLA_D_MODEL, MLA_TOKENS = 8, 512, 1024, 4
+MLA_WIDTHS = (32, 64, 128)
+
+
+def _mla_case(width: int, absorb: bool) -> _Case:
+    how = "absorbed (W_UK in the query, W_UV after the sum)" if absorb else "up-projecting"
+    return _Case(
+        functools.partial(_mla_decode, absorb=absorb),
+        f"{MLA_TOKENS} tokens through MultiHeadLatentAttention(d_model={MLA_D_MODEL}, "
+        f"num_heads={MLA_HEADS}, kv_rank={MLA_KV_RANK}, d_nope=d_v={width}, "
+        f"rope_dim={width // 2}) against a latent cache of n positions, {how}",
+        "mla_decode",
+    )
+
+
+def _mla_decode(x: dict, absorb: bool) -> torch.Tensor:
+    """Chapter 11: decode ``tokens`` new tokens against the same ``n`` cached latents."""
+    cache, out = x["cache"], None
+    cache.latent, cache.k_rope = x["latent0"], x["k_rope0"]
+    for t in range(x["tokens"]):
+        out = x["layer"](x["new"][:, t : t + 1], cache=cache, absorb=absorb)
+    return out
+
+
+def _mla_inputs(method: str, n: int, g: torch.Generator, seed: int) -> dict:
+    width = int(method.rsplit("_d", 1)[1])
+    with torch.random.fork_rng():  # the layer's seeded weights leave the global stream alone
+        torch.manual_seed(seed)
+        layer = MultiHeadLatentAttention(
+            MLA_D_MODEL, MLA_HEADS, MLA_KV_RANK, width // 2, d_nope=width, d_v=width
+        ).eval()
+    cache = layer.new_cache()
+    cache.append(
+        torch.randn(1, n, MLA_KV_RANK, generator=g), torch.randn(1, n, width // 2, generator=g)
+    )
+    new = torch.randn(1, MLA_TOKENS, MLA_D_MODEL, generator=g)
+    return dict(layer=layer, cache=cache, latent0=cache.latent, k_rope0=cache.k_rope, new=new)
 
 
 def _linear_decode(x) -> torch.Tensor:
@@ -293,6 +335,12 @@ _CASES: dict[str, _Case] = {
         lambda x: gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], chunk_size=64),
         "selfattn.efficient.gated_delta_rule, chunked WY/UT form (chunk_size=64)",
     ),
+    # Chapter 11: MLA's decode step, up-projecting the cached latents or absorbed, by width.
+    **{
+        f"mla_{way}_d{w}": _mla_case(w, way == "absorbed")
+        for w in MLA_WIDTHS
+        for way in ("up", "absorbed")
+    },
 }
 #: The cases the harness knows, by name.
 METHODS = tuple(_CASES)
@@ -356,6 +404,8 @@ def make_inputs(method: str, n: int, *, seed: int = 0) -> dict:
         for name in ("q", "k", "v"):
             x[name].requires_grad_(True)
         x["grad_out"] = torch.randn(1, HEADS, n, D_HEAD, generator=g)
+    if method.startswith("mla_"):
+        return {**_mla_inputs(method, n, g, seed), "tokens": MLA_TOKENS}
     if method.startswith("gated_delta"):
         x["k"] = F.normalize(x["k"], dim=-1)
         x["g"] = torch.log(0.9 + 0.1 * torch.rand(1, HEADS, n, generator=g))
@@ -500,6 +550,9 @@ def _facts(method: str, n: int) -> dict:
     facts = {}
     if method in _DECODE_QUERIES + _LAYER_DECODE:
         facts["tokens"] = DECODE_TOKENS
+    if method.startswith("mla_"):  # chapter 11: the latent cache's bytes (float32)
+        width = int(method.rsplit("_d", 1)[1])
+        facts.update(tokens=MLA_TOKENS, cache_bytes=n * (MLA_KV_RANK + width // 2) * 4)
     if method in _LAYER_DECODE:
         facts["cache_bytes"] = kv_cache_bytes(
             1,
@@ -627,6 +680,7 @@ def _plan(quick: bool) -> list[tuple[str, int]]:
     for n in sweep:  # chapter 13 (the recurrent loop is left out at the largest n)
         plan += [("sdpa_causal", n), ("gated_delta_chunked", n), ("gated_delta_recurrent", n)]
     plan += [("sdpa_causal", big), ("gated_delta_chunked", big)]
+    plan += [(m, size["gqa_cache"]) for m in METHODS if m.startswith("mla_")]  # chapter 11
     return plan
 
 
@@ -707,6 +761,16 @@ def _delta_targets(t: _Targets, sweep: list[int], big: int) -> None:
         )
 
 
+def _mla_targets(t: _Targets, cache: int) -> None:
+    """Chapter 11: MLA's up-projecting decode step over its absorbed one, at each width
+    (the target at DeepSeek-V3's width 128, the others reported to show the growth)."""
+    for w in MLA_WIDTHS:
+        up, ab = t.case(f"mla_up_d{w}", cache), t.case(f"mla_absorbed_d{w}", cache)
+        if up and ab:
+            name = f"MLA decode: up-projecting time / absorbed time, head width {w}, cache {cache}"
+            t.ratio(name, up, ab, (">=", 2) if w == MLA_WIDTHS[-1] else None)
+
+
 class _Targets:
     """The targets table as it is built: one row per target, with its value, goal and verdict."""
 
@@ -759,6 +823,7 @@ def evaluate_targets(results: list[dict], *, quick: bool = False) -> list[dict]:
     _training_targets(t, size["train"][-1])
     _decoding_targets(t, size["cache"], size["gqa_cache"])
     _delta_targets(t, size["sweep"], size["big"])
+    _mla_targets(t, size["gqa_cache"])
     return t.rows
 
 
