@@ -247,10 +247,10 @@ def _causal_variants(q, k, v) -> dict[str, torch.Tensor]:
     fq, fk = _phi(q), _phi(k)
     a = fq @ fk.transpose(-2, -1)
     return {
-        "not causal any more: every query sums over all n keys; use prefix sums (cumsum)": (
+        "not causal any more: every query sums over all n keys, its future ones included": (
             linear_attention(q, k, v)
         ),
-        "the normaliser is missing: divide by phi(q_i) . z_i": (a.tril() @ v),
+        "the normaliser is missing: the weights of a query do not sum to 1": (a.tril() @ v),
     }
 
 
@@ -356,14 +356,14 @@ def _step_variants(s, z, q, k, v, gamma) -> dict[str, tuple]:
     late_s, late_z = gamma * (s + write), gamma * (z + fk)
     return {
         "right": (read(right_s, right_z), right_s, right_z),
-        "you decayed after writing token t: its own key and value must enter the state at "
-        "full weight (S = gamma S + phi(k_t) v_t^T)": (read(late_s, late_z), late_s, late_z),
-        "you read the output before absorbing token t: update S and z first, then read": (
+        "you decayed after writing token t: its own key and value entered the state below "
+        "full weight": (read(late_s, late_z), late_s, late_z),
+        "you read the output before absorbing token t: it misses its own key and value": (
             read(gamma * s, gamma * z),
             right_s,
             right_z,
         ),
-        "z must decay like S: z = gamma z + phi(k_t), or the weights no longer sum to 1": (
+        "z was not decayed as S was, so the weights no longer sum to 1": (
             read(right_s, z + fk),
             right_s,
             z + fk,

@@ -74,10 +74,9 @@ def _vit_tokens_variants() -> dict[str, int]:
     return {
         "right": g * g + 1,
         "that counts the patches alone: the class token is one more token": g * g,
-        f"that counts the patches along one side: there are ({size} / {p})\u00b2 patches, "
-        "plus the class token": g + 1,
-        f"that counts the patches along one side only; a {size} x {size} image has "
-        f"({size} / {p})\u00b2 patches": g,
+        "that counts the patches along one side, plus the class token: the image is a grid "
+        "of patches in two directions": g + 1,
+        "that counts the patches along one side only, and leaves out the class token": g,
         f"that divides the pixels by the patch's side, not by its area ({p} x {p} pixels)": (
             size * size // p + 1
         ),
