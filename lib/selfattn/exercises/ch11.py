@@ -1,0 +1,249 @@
+"""Checkers for chapter 11's exercises (latent attention, cache sizes, soft-capping).
+
+In the chapter's order (:data:`EXERCISES`, whose labels number them): ``absorb`` (build,
+:func:`check_absorbed_scores`), ``rope-latent`` (find the bug, :func:`check_mla_keys` against
+:func:`mla_keys_buggy`), ``predict-llama`` (predict, then run, :func:`check_llama_bytes`),
+``predict-mla`` (predict, then run, :func:`check_mla_bytes`) and ``softcap`` (build,
+:func:`check_softcap`). A wrong answer that is a mistake the checker recognises is named.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..cache_sizes import PUBLISHED, bytes_per_token
+from ..positional import apply_rope
+from ._core import NotAttempted, call_answer, checker, expect_close, expect_predicted
+
+__all__ = [
+    "EXERCISES",
+    "check_absorbed_scores",
+    "absorbed_mistakes",
+    "mla_keys_buggy",
+    "check_mla_keys",
+    "mla_keys_mistakes",
+    "check_llama_bytes",
+    "llama_mistakes",
+    "check_mla_bytes",
+    "mla_bytes_mistakes",
+    "check_softcap",
+    "softcap_mistakes",
+]
+
+#: The labels of chapter 11's exercises (``ex-ch11-<label>``), in the chapter's order.
+EXERCISES = ("absorb", "rope-latent", "predict-llama", "predict-mla", "softcap")
+
+
+# -- Build: absorb the key up-projection into the query ----------------------------------
+
+
+def _absorbed_variants(q, w_uk, latent) -> dict[str, torch.Tensor]:
+    variants = {}
+    if w_uk.shape[-1] == w_uk.shape[-2]:
+        variants[
+            "you multiplied by W_UK transposed: the key is k = W_UK c, so the query meets "
+            "W_UK's columns, q W_UK (a row vector times W_UK)"
+        ] = (q @ w_uk.transpose(-1, -2)) @ latent.T
+    variants["every head used the first head's W_UK: each head has its own up-projection"] = (
+        q @ w_uk[:1]
+    ) @ latent.T
+    variants[
+        "these scores are divided by sqrt(d): the exercise asks for the unscaled q . k "
+        "(the layer scales them afterwards)"
+    ] = (q @ w_uk) @ latent.T / q.shape[-1] ** 0.5
+    return variants
+
+
+def absorbed_mistakes() -> list[str]:
+    """The mistakes :func:`check_absorbed_scores` names."""
+    q, w = torch.randn(2, 1, 3), torch.randn(2, 3, 3)
+    return list(_absorbed_variants(q, w, torch.randn(4, 3)))
+
+
+@checker("absorb", "absorb the key up-projection")
+def check_absorbed_scores(answer) -> None:
+    """``answer(q_nope, w_uk, latent)``: ``q_nope`` ``(h, n, d_nope)``, the per-head key
+    up-projections ``w_uk`` ``(h, d_nope, kv_rank)`` (head ``i``'s key is ``W_UK[i] @ c``) and
+    the cached latents ``(t, kv_rank)``; it must return the unscaled scores ``(h, n, t)``,
+    ``q_i . (W_UK[i] c_j)``, computed as ``(q_i W_UK[i]) . c_j``."""
+    g = torch.Generator().manual_seed(11)
+    for h, n, d, r, t in ((2, 1, 4, 4, 9), (4, 3, 5, 7, 6), (1, 2, 3, 8, 1)):
+        q = torch.randn(h, n, d, generator=g, dtype=torch.float64)
+        w = torch.randn(h, d, r, generator=g, dtype=torch.float64)
+        c = torch.randn(t, r, generator=g, dtype=torch.float64)
+        keys = torch.einsum("hdr,tr->htd", w, c)  # up-projected keys, (h, t, d_nope)
+        expected = q @ keys.transpose(-1, -2)
+        got = call_answer(answer, q, w, c)
+        expect_close(
+            got,
+            expected,
+            case=f"h={h}, n={n}, d_nope={d}, kv_rank={r}, t={t}",
+            atol=1e-9,
+            rtol=1e-9,
+            mistakes=_absorbed_variants(q, w, c),
+        )
+
+
+# -- Find the bug: RoPE applied to the latent ---------------------------------------------
+
+
+def mla_keys_buggy(latent, k_rope, w_uk, positions):
+    """MLA's keys with a planted bug: ``latent`` ``(t, kv_rank)``, ``k_rope`` ``(t, rope_dim)``,
+    ``w_uk`` ``(h, d_nope, kv_rank)``, ``positions`` ``(t,)`` -> keys ``(h, t, d_nope +
+    rope_dim)``. (The latent is rotated before the up-projection.)"""
+    h = w_uk.shape[0]
+    c = apply_rope(latent, positions)  # rotate the cached latent by its position
+    content = torch.einsum("hdr,tr->htd", w_uk, c)
+    rotated = apply_rope(k_rope, positions).expand(h, -1, -1)
+    return torch.cat([content, rotated], dim=-1)
+
+
+def _mla_keys_variants(latent, k_rope, w_uk, positions) -> dict[str, torch.Tensor]:
+    h = w_uk.shape[0]
+    content = torch.einsum("hdr,tr->htd", w_uk, latent)
+    rotated = apply_rope(k_rope, positions).expand(h, -1, -1)
+    return {
+        "right": torch.cat([content, rotated], dim=-1),
+        "the decoupled key k^R is not rotated any more: without it the keys carry no "
+        "position at all": torch.cat([content, k_rope.expand(h, -1, -1)], dim=-1),
+        "the content part is rotated after the up-projection: a position-dependent rotation "
+        "between q and W_UK is exactly what stops W_UK from being absorbed into the query": (
+            torch.cat([apply_rope(content, positions), rotated], dim=-1)
+        ),
+    }
+
+
+def mla_keys_mistakes() -> list[str]:
+    """The mistakes :func:`check_mla_keys` names."""
+    lat, kr, w = torch.randn(3, 4), torch.randn(3, 2), torch.randn(2, 4, 4)
+    return [k for k in _mla_keys_variants(lat, kr, w, torch.arange(3)) if k != "right"]
+
+
+@checker("rope-latent", "RoPE and the latent")
+def check_mla_keys(answer) -> None:
+    """``answer(latent, k_rope, w_uk, positions)`` must return MLA's keys ``(h, t, d_nope +
+    rope_dim)``: the content part ``W_UK[i] c_j`` (no rotation) next to the rotated shared key
+    ``RoPE(k^R_j, p_j)``. While it computes what :func:`mla_keys_buggy` computes, the exercise
+    counts as not attempted."""
+    g = torch.Generator().manual_seed(12)
+    cases, planted = [], True
+    for h, d, r, rd, t in ((3, 4, 6, 4, 5), (2, 2, 4, 2, 3)):
+        lat = torch.randn(t, r, generator=g, dtype=torch.float64)
+        kr = torch.randn(t, rd, generator=g, dtype=torch.float64)
+        w = torch.randn(h, d, r, generator=g, dtype=torch.float64)
+        pos = torch.arange(3, 3 + t)
+        got = call_answer(answer, lat, kr, w, pos)
+        try:
+            same = torch.allclose(
+                torch.as_tensor(got, dtype=torch.float64), mla_keys_buggy(lat, kr, w, pos)
+            )
+        except (TypeError, ValueError, RuntimeError):
+            same = False
+        planted = planted and same
+        cases.append((lat, kr, w, pos, got))
+    if planted:
+        raise NotAttempted()
+    for lat, kr, w, pos, got in cases:
+        variants = _mla_keys_variants(lat, kr, w, pos)
+        right = variants.pop("right")
+        expect_close(
+            got,
+            right,
+            case=f"h={w.shape[0]}, t={lat.shape[0]}",
+            atol=1e-9,
+            rtol=1e-9,
+            mistakes=variants,
+        )
+
+
+# -- Predict, then run: cache bytes per token ---------------------------------------------
+
+
+def _llama_variants() -> dict[str, int]:
+    cfg = PUBLISHED["Llama 3 8B"]
+    one = bytes_per_token(cfg)  # 2 * 8 * 128 * 2
+    return {
+        "right": cfg.layers * one,
+        "that caches the keys only: the values are cached too, a factor 2": cfg.layers * one // 2,
+        "that uses the 32 query heads; Llama 3 8B caches only its 8 key/value heads (GQA)": (
+            cfg.layers * one * cfg.heads // cfg.kv_heads
+        ),
+        "that is one layer: every one of the 32 layers has its own cache": one,
+        "that counts 4 bytes a number (float32); the model's bf16 takes 2": cfg.layers * one * 2,
+    }
+
+
+def llama_mistakes() -> list[str]:
+    """The mistakes :func:`check_llama_bytes` names."""
+    return [k for k in _llama_variants() if k != "right"]
+
+
+@checker("predict-llama", "Llama 3 8B's cache per token")
+def check_llama_bytes(prediction) -> None:
+    """``prediction``: the bytes one token adds to Llama 3 8B's cache, over all 32 layers, in
+    bf16 (32 query heads, 8 key/value heads of width 128)."""
+    expect_predicted(prediction, _llama_variants(), case="Llama 3 8B, bf16")
+
+
+def _mla_bytes_variants() -> dict[str, int]:
+    cfg = PUBLISHED["DeepSeek-V3"]
+    one = bytes_per_token(cfg)  # (512 + 64) * 2
+    b = cfg.bytes_per_number
+    return {
+        "right": cfg.layers * one,
+        "that leaves out the rotated key k^R (64 numbers), which is cached beside the latent": (
+            cfg.layers * cfg.kv_rank * b
+        ),
+        "that caches the latent twice, once for the keys and once for the values; one latent "
+        "serves both": cfg.layers * 2 * one,
+        "that is one layer: each of the 61 layers caches its own latent": one,
+        "that is what 128 heads of keys (192 numbers) and values (128) would cache without "
+        "MLA": cfg.layers * cfg.heads * (cfg.d_head + cfg.rope_dim + cfg.d_head) * b,
+    }
+
+
+def mla_bytes_mistakes() -> list[str]:
+    """The mistakes :func:`check_mla_bytes` names."""
+    return [k for k in _mla_bytes_variants() if k != "right"]
+
+
+@checker("predict-mla", "DeepSeek-V3's cache per token")
+def check_mla_bytes(prediction) -> None:
+    """``prediction``: the bytes one token adds to DeepSeek-V3's cache, over its 61 layers, in
+    bf16 (``kv_lora_rank = 512``, ``qk_rope_head_dim = 64``)."""
+    expect_predicted(prediction, _mla_bytes_variants(), case="DeepSeek-V3, bf16")
+
+
+# -- Build: soft-capping ------------------------------------------------------------------
+
+
+def _softcap_variants(s: torch.Tensor, cap: float) -> dict[str, torch.Tensor]:
+    return {
+        "tanh is applied to the raw scores: divide by the cap first, cap * tanh(s / cap), "
+        "or small scores are squashed too": cap * torch.tanh(s),
+        "the result is not multiplied back by the cap: it lies in (-1, 1)": torch.tanh(s / cap),
+        "that is hard clipping: soft-capping is smooth, cap * tanh(s / cap), and keeps a "
+        "gradient beyond the cap": s.clamp(-cap, cap),
+    }
+
+
+def softcap_mistakes() -> list[str]:
+    """The mistakes :func:`check_softcap` names."""
+    return list(_softcap_variants(torch.zeros(1), 1.0))
+
+
+@checker("softcap", "soft-capping")
+def check_softcap(answer) -> None:
+    """``answer(scores, cap)`` must return Gemma 2's soft-capped scores
+    ``cap * tanh(scores / cap)``, of the same shape."""
+    g = torch.Generator().manual_seed(13)
+    for shape, cap, spread in (((4, 6), 50.0, 80.0), ((2, 3, 5), 30.0, 10.0), ((1, 1), 5.0, 9.0)):
+        s = torch.randn(*shape, generator=g, dtype=torch.float64) * spread
+        expect_close(
+            call_answer(answer, s, cap),
+            cap * torch.tanh(s / cap),
+            case=f"scores {shape}, cap {cap:g}",
+            atol=1e-9,
+            rtol=1e-9,
+            mistakes=_softcap_variants(s, cap),
+        )

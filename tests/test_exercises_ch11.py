@@ -1,0 +1,80 @@
+"""Chapter 11's checkers pass the right answers, name the likely mistakes, and see stubs."""
+
+import torch
+from selfattn.exercises.ch11 import (
+    absorbed_mistakes,
+    check_absorbed_scores,
+    check_llama_bytes,
+    check_mla_bytes,
+    check_mla_keys,
+    check_softcap,
+    llama_mistakes,
+    mla_bytes_mistakes,
+    mla_keys_buggy,
+    mla_keys_mistakes,
+    softcap_mistakes,
+)
+from selfattn.positional import apply_rope
+
+
+def stub(*args):
+    raise NotImplementedError
+
+
+def test_absorbed_scores():
+    transposed, first_head, scaled = absorbed_mistakes()
+    assert check_absorbed_scores(lambda q, w, c: (q @ w) @ c.T).passed
+    assert check_absorbed_scores(stub).status == "not attempted"
+    assert (
+        transposed
+        in check_absorbed_scores(lambda q, w, c: (q @ w.transpose(-1, -2)) @ c.T).message
+    )
+    assert first_head in check_absorbed_scores(lambda q, w, c: (q @ w[:1]) @ c.T).message
+    assert (
+        scaled in check_absorbed_scores(lambda q, w, c: (q @ w) @ c.T / q.shape[-1] ** 0.5).message
+    )
+    assert not check_absorbed_scores(lambda q, w, c: torch.zeros(1)).passed
+
+
+def keys(latent, k_rope, w_uk, positions, *, rotate_k=True, rotate_content=False):
+    content = torch.einsum("hdr,tr->htd", w_uk, latent)
+    if rotate_content:
+        content = apply_rope(content, positions)
+    kr = apply_rope(k_rope, positions) if rotate_k else k_rope
+    return torch.cat([content, kr.expand(w_uk.shape[0], -1, -1)], -1)
+
+
+def test_mla_keys():
+    unrotated, content = mla_keys_mistakes()
+    assert check_mla_keys(keys).passed
+    assert check_mla_keys(stub).status == "not attempted"
+    assert check_mla_keys(mla_keys_buggy).status == "not attempted"  # the planted bug
+    assert unrotated in check_mla_keys(lambda *a: keys(*a, rotate_k=False)).message
+    assert content in check_mla_keys(lambda *a: keys(*a, rotate_content=True)).message
+
+
+def test_predictions():
+    assert check_llama_bytes(131072).passed
+    assert check_llama_bytes(None).status == "not attempted"
+    keys_only, query_heads, one_layer, fp32 = llama_mistakes()
+    assert keys_only in check_llama_bytes(65536).message
+    assert query_heads in check_llama_bytes(524288).message
+    assert one_layer in check_llama_bytes(4096).message
+    assert fp32 in check_llama_bytes(262144).message
+    assert "131072" not in check_llama_bytes(5).message  # never gives the answer away
+    assert check_mla_bytes(70272).passed
+    assert check_mla_bytes(None).status == "not attempted"
+    no_rope, twice, one, mha = mla_bytes_mistakes()
+    assert no_rope in check_mla_bytes(62464).message
+    assert twice in check_mla_bytes(140544).message
+    assert one in check_mla_bytes(1152).message
+    assert mha in check_mla_bytes(61 * 128 * 320 * 2).message
+
+
+def test_softcap():
+    raw, unscaled, clip = softcap_mistakes()
+    assert check_softcap(lambda s, c: c * torch.tanh(s / c)).passed
+    assert check_softcap(stub).status == "not attempted"
+    assert raw in check_softcap(lambda s, c: c * torch.tanh(s)).message
+    assert unscaled in check_softcap(lambda s, c: torch.tanh(s / c)).message
+    assert clip in check_softcap(lambda s, c: s.clamp(-c, c)).message
