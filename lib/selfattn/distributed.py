@@ -765,10 +765,11 @@ class TensorParallelAttention(nn.Module):
         causal = check_causal(causal)
         y = self.qkv(x)  # on a rank after parallelize_heads: its heads' columns only
         local = y.shape[-1] * self.world_size // self.qkv.out_features  # 1 split, P whole
-        h = self.num_heads // self.world_size * local
-        h_kv = self.num_kv_heads // self.world_size * local
-        dh = self.d_head
-        q, k, v = y.split([h * dh, h_kv * dh, h_kv * dh], dim=-1)
+        h_r, h_kv_r = self.num_heads // self.world_size, self.num_kv_heads // self.world_size
+        h, h_kv, dh = h_r * local, h_kv_r * local, self.d_head
+        # Rank-major rows: (rank, [its queries | keys | values]); heads back in their order.
+        q, k, v = y.unflatten(-1, (local, -1)).split([h_r * dh, h_kv_r * dh, h_kv_r * dh], -1)
+        q, k, v = (t.flatten(-2) for t in (q, k, v))
         q, k, v = split_heads(q, h), split_heads(k, h_kv), split_heads(v, h_kv)
         if h != h_kv:
             k, v = k.repeat_interleave(h // h_kv, 1), v.repeat_interleave(h // h_kv, 1)
