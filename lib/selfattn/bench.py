@@ -1172,6 +1172,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         "--gpu", action="store_true", help="the GPU table (Triton vs SDPA flash, bf16)"
     )
     parser.add_argument(
+        "--flex", action="store_true", help="chapter 12: FlexAttention (selfattn.bench_flex)"
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads for every case (default 1)"
     )
     parser.add_argument("--repeats", type=int, default=5)
@@ -1197,6 +1200,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         "--child", nargs=3, metavar=("METHOD", "N", "THREADS"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
+    if args.flex:  # its own table and file: chapters/results/ch12_bench.json
+        from .bench_flex import main as flex_main
+
+        return flex_main([] if args.out is None else ["--out", str(args.out)])
     if args.child:
         method, n, threads = args.child
         print(json.dumps(_memory_child(method, int(n), int(threads))))
