@@ -4,11 +4,11 @@ import torch
 from selfattn.exercises.ch11 import (
     absorbed_mistakes,
     check_absorbed_scores,
-    check_llama_bytes,
+    check_gqa_bytes,
     check_mla_bytes,
     check_mla_keys,
     check_softcap,
-    llama_mistakes,
+    gqa_mistakes,
     mla_bytes_mistakes,
     mla_keys_buggy,
     mla_keys_mistakes,
@@ -54,21 +54,21 @@ def test_mla_keys():
 
 
 def test_predictions():
-    assert check_llama_bytes(131072).passed
-    assert check_llama_bytes(None).status == "not attempted"
-    keys_only, query_heads, one_layer, fp32 = llama_mistakes()
-    assert keys_only in check_llama_bytes(65536).message
-    assert query_heads in check_llama_bytes(524288).message
-    assert one_layer in check_llama_bytes(4096).message
-    assert fp32 in check_llama_bytes(262144).message
-    assert "131072" not in check_llama_bytes(5).message  # never gives the answer away
-    assert check_mla_bytes(70272).passed
+    assert check_gqa_bytes(327680).passed
+    assert check_gqa_bytes(None).status == "not attempted"
+    keys_only, query_heads, one_layer, fp32 = gqa_mistakes()
+    assert keys_only in check_gqa_bytes(163840).message
+    assert query_heads in check_gqa_bytes(2621440).message
+    assert one_layer in check_gqa_bytes(4096).message
+    assert fp32 in check_gqa_bytes(655360).message
+    assert "327680" not in check_gqa_bytes(5).message  # never gives the answer away
+    assert check_mla_bytes(31104).passed
     assert check_mla_bytes(None).status == "not attempted"
     no_rope, twice, one, mha = mla_bytes_mistakes()
-    assert no_rope in check_mla_bytes(62464).message
-    assert twice in check_mla_bytes(140544).message
+    assert no_rope in check_mla_bytes(27 * 512 * 2).message
+    assert twice in check_mla_bytes(2 * 31104).message
     assert one in check_mla_bytes(1152).message
-    assert mha in check_mla_bytes(61 * 128 * 320 * 2).message
+    assert mha in check_mla_bytes(27 * 16 * 320 * 2).message
 
 
 def test_softcap():

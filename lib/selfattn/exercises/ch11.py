@@ -2,7 +2,7 @@
 
 In the chapter's order (:data:`EXERCISES`, whose labels number them): ``absorb`` (build,
 :func:`check_absorbed_scores`), ``rope-latent`` (find the bug, :func:`check_mla_keys` against
-:func:`mla_keys_buggy`), ``predict-llama`` (predict, then run, :func:`check_llama_bytes`),
+:func:`mla_keys_buggy`), ``predict-gqa`` (predict, then run, :func:`check_gqa_bytes`),
 ``predict-mla`` (predict, then run, :func:`check_mla_bytes`) and ``softcap`` (build,
 :func:`check_softcap`). A wrong answer that is a mistake the checker recognises is named.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..cache_sizes import PUBLISHED, bytes_per_token
+from ..cache_sizes import AttentionConfig, bytes_per_token
 from ..positional import apply_rope
 from ._core import NotAttempted, call_answer, checker, expect_close, expect_predicted
 
@@ -22,8 +22,10 @@ __all__ = [
     "mla_keys_buggy",
     "check_mla_keys",
     "mla_keys_mistakes",
-    "check_llama_bytes",
-    "llama_mistakes",
+    "LLAMA3_70B",
+    "DEEPSEEK_V2_LITE",
+    "check_gqa_bytes",
+    "gqa_mistakes",
     "check_mla_bytes",
     "mla_bytes_mistakes",
     "check_softcap",
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 #: The labels of chapter 11's exercises (``ex-ch11-<label>``), in the chapter's order.
-EXERCISES = ("absorb", "rope-latent", "predict-llama", "predict-mla", "softcap")
+EXERCISES = ("absorb", "rope-latent", "predict-gqa", "predict-mla", "softcap")
 
 
 # -- Build: absorb the key up-projection into the query ----------------------------------
@@ -159,34 +161,52 @@ def check_mla_keys(answer) -> None:
 # -- Predict, then run: cache bytes per token ---------------------------------------------
 
 
-def _llama_variants() -> dict[str, int]:
-    cfg = PUBLISHED["Llama 3 8B"]
+#: Llama 3 70B's configuration (meta-llama/Meta-Llama-3-70B, config.json), for exercise
+#: ``predict-gqa``.
+LLAMA3_70B = AttentionConfig(
+    "Llama 3 70B", "meta-llama/Meta-Llama-3-70B", layers=80, heads=64, kv_heads=8, d_head=128
+)
+#: DeepSeek-V2-Lite's (deepseek-ai/DeepSeek-V2-Lite, config.json), for ``predict-mla``.
+DEEPSEEK_V2_LITE = AttentionConfig(
+    "DeepSeek-V2-Lite",
+    "deepseek-ai/DeepSeek-V2-Lite",
+    layers=27,
+    heads=16,
+    kv_heads=0,
+    d_head=128,
+    kv_rank=512,
+    rope_dim=64,
+)
+
+
+def _gqa_variants() -> dict[str, int]:
+    cfg = LLAMA3_70B
     one = bytes_per_token(cfg)  # 2 * 8 * 128 * 2
     return {
         "right": cfg.layers * one,
         "that caches the keys only: the values are cached too, a factor 2": cfg.layers * one // 2,
-        "that uses the 32 query heads; Llama 3 8B caches only its 8 key/value heads (GQA)": (
+        "that uses the 64 query heads; Llama 3 70B caches only its 8 key/value heads (GQA)": (
             cfg.layers * one * cfg.heads // cfg.kv_heads
         ),
-        "that is one layer: every one of the 32 layers has its own cache": one,
+        "that is one layer: every one of the 80 layers has its own cache": one,
         "that counts 4 bytes a number (float32); the model's bf16 takes 2": cfg.layers * one * 2,
     }
 
 
-def llama_mistakes() -> list[str]:
-    """The mistakes :func:`check_llama_bytes` names."""
-    return [k for k in _llama_variants() if k != "right"]
+def gqa_mistakes() -> list[str]:
+    """The mistakes :func:`check_gqa_bytes` names."""
+    return [k for k in _gqa_variants() if k != "right"]
 
 
-@checker("predict-llama", "Llama 3 8B's cache per token")
-def check_llama_bytes(prediction) -> None:
-    """``prediction``: the bytes one token adds to Llama 3 8B's cache, over all 32 layers, in
-    bf16 (32 query heads, 8 key/value heads of width 128)."""
-    expect_predicted(prediction, _llama_variants(), case="Llama 3 8B, bf16")
+@checker("predict-gqa", "Llama 3 70B's cache per token")
+def check_gqa_bytes(prediction) -> None:
+    """``prediction``: the bytes one token adds to Llama 3 70B's cache, over all 80 layers, in
+    bf16 (64 query heads, 8 key/value heads of width 128)."""
+    expect_predicted(prediction, _gqa_variants(), case="Llama 3 70B, bf16")
 
 
 def _mla_bytes_variants() -> dict[str, int]:
-    cfg = PUBLISHED["DeepSeek-V3"]
+    cfg = DEEPSEEK_V2_LITE
     one = bytes_per_token(cfg)  # (512 + 64) * 2
     b = cfg.bytes_per_number
     return {
@@ -196,8 +216,8 @@ def _mla_bytes_variants() -> dict[str, int]:
         ),
         "that caches the latent twice, once for the keys and once for the values; one latent "
         "serves both": cfg.layers * 2 * one,
-        "that is one layer: each of the 61 layers caches its own latent": one,
-        "that is what 128 heads of keys (192 numbers) and values (128) would cache without "
+        "that is one layer: each of the 27 layers caches its own latent": one,
+        "that is what 16 heads of keys (192 numbers) and values (128) would cache without "
         "MLA": cfg.layers * cfg.heads * (cfg.d_head + cfg.rope_dim + cfg.d_head) * b,
     }
 
@@ -207,11 +227,11 @@ def mla_bytes_mistakes() -> list[str]:
     return [k for k in _mla_bytes_variants() if k != "right"]
 
 
-@checker("predict-mla", "DeepSeek-V3's cache per token")
+@checker("predict-mla", "DeepSeek-V2-Lite's cache per token")
 def check_mla_bytes(prediction) -> None:
-    """``prediction``: the bytes one token adds to DeepSeek-V3's cache, over its 61 layers, in
-    bf16 (``kv_lora_rank = 512``, ``qk_rope_head_dim = 64``)."""
-    expect_predicted(prediction, _mla_bytes_variants(), case="DeepSeek-V3, bf16")
+    """``prediction``: the bytes one token adds to DeepSeek-V2-Lite's cache, over its 27
+    layers, in bf16 (``kv_lora_rank = 512``, ``qk_rope_head_dim = 64``)."""
+    expect_predicted(prediction, _mla_bytes_variants(), case="DeepSeek-V2-Lite, bf16")
 
 
 # -- Build: soft-capping ------------------------------------------------------------------
