@@ -19,6 +19,8 @@ chapter     diagrams
 7           :func:`flash_tiles`
 8           :func:`sparse_patterns`, :func:`receptive_field_growth`
 9           :func:`transformer_family`
+14          :func:`ring_attention_steps`, :func:`all_to_all_heads`, :func:`zigzag_layout`
+12          :func:`block_mask_tiles`
 ==========  ===========================================================================
 
 Invalid sizes raise ``ValueError`` naming the argument, what it got and what it expected.
@@ -38,6 +40,7 @@ from ._checks import require_base, require_int, require_real
 
 __all__ = [
     "PALETTE",
+    "all_to_all_heads",
     "cache_alignment",
     "dot_product_softmax",
     "five_steps",
@@ -46,12 +49,15 @@ __all__ = [
     "information_paths",
     "kv_cache",
     "latent_cache",
+    "block_mask_tiles",
     "mask_grids",
     "multi_head",
     "receptive_field_growth",
+    "ring_attention_steps",
     "rope_rotation",
     "sparse_patterns",
     "transformer_family",
+    "zigzag_layout",
 ]
 
 #: The one palette of every diagram (a light fill per role, dark lines and text).
@@ -1451,5 +1457,271 @@ def latent_cache(h: int = 4, d_head: int = 4, kv_rank: int = 8, rope_dim: int = 
         f"{counts[3]} numbers: "
         f"one latent c of kv_rank = {kv_rank} numbers and one rotated key of "
         f"rope_dim = {rope_dim}, from which every head's key and value are computed."
+    )
+    return _with_alt(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 12
+def block_mask_tiles(n: int = 16, block: int = 4, window: int = 8) -> Figure:
+    """Chapter 12: a causal sliding-window mask and the tiles FlexAttention's BlockMask keeps.
+
+    Left, the token mask (key ``j`` visible to query ``i`` when ``0 <= i - j < window``);
+    right, its ``block x block`` tiles: *full* (every pair visible, no mask applied),
+    *partial* (computed, then masked) and *skipped* (no visible pair: never computed).
+
+    Args:
+        n: positions, 2 to 32. block: tile size, 1 to ``n``. window: 1 to ``n``.
+
+    Returns:
+        The Figure; ``fig.alt`` gives the count of each kind of tile.
+    """
+    n = _checked_size(n, "n", 2, 32)
+    block = _checked_size(block, "block", 1, n)
+    window = _checked_size(window, "window", 1, n)
+    i, j = np.indices((n, n))
+    allowed = (i - j >= 0) & (i - j < window)
+    nb = math.ceil(n / block)
+    kinds = np.zeros((nb, nb), dtype=int)  # 0 skipped, 1 partial, 2 full
+    for a in range(nb):
+        for b in range(nb):
+            tile = allowed[a * block : (a + 1) * block, b * block : (b + 1) * block]
+            kinds[a, b] = 2 if tile.all() else (1 if tile.any() else 0)
+    counts = [int((kinds == k).sum()) for k in (2, 1, 0)]
+    fig = _Diagram(figsize=_FIGSIZE, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    _mask_image(left, allowed, f"mask (n {_TIMES} n) = {n} {_TIMES} {n}", show_inf=False)
+    colors = {2: PALETTE["allowed"], 1: "#a9c6e8", 0: PALETTE["masked"]}
+    names = {2: "full", 1: "partial", 0: "skip"}
+    right.set_xlim(-0.6, nb + 0.1)
+    right.set_ylim(nb + 0.1, -0.9)
+    right.set_aspect("equal")
+    right.set_axis_off()
+    for a in range(nb):
+        for b in range(nb):
+            k = int(kinds[a, b])
+            right.add_patch(
+                Rectangle((b, a), 1, 1, facecolor=colors[k], edgecolor="white", lw=1.5)
+            )
+            right.text(b + 0.5, a + 0.5, names[k], ha="center", va="center", fontsize=7)
+    right.text(
+        nb / 2,
+        -0.25,
+        f"tiles ({block} {_TIMES} {block}): {counts[0]} full, {counts[1]} partial, "
+        f"{counts[2]} skipped",
+        ha="center",
+        va="bottom",
+        fontsize=_FONT,
+    )
+    fig.suptitle(f"A causal window of {window} and its BlockMask", fontsize=_FONT)
+    alt = (
+        f"Left, a causal sliding-window mask of {window} positions on {n} x {n} scores, a blue "
+        f"band along the diagonal. Right, the same scores cut into {nb} x {nb} tiles of "
+        f"{block} x {block}: {counts[0]} full tiles (computed without a mask), {counts[1]} "
+        f"partial tiles (computed, then masked) and {counts[2]} tiles with no visible pair, "
+        "which the compiled kernel skips."
+    )
+    return _with_alt(fig, alt)
+
+
+# ----------------------------------------------------------------------------- chapter 14
+def _rank_xy(r: int, P: int, cx: float, cy: float, radius: float) -> tuple[float, float]:
+    angle = math.pi / 2 - 2 * math.pi * r / P  # rank 0 at the top, clockwise
+    return cx + radius * 1.6 * math.cos(angle), cy + radius * math.sin(angle)
+
+
+def ring_attention_steps(world_size: int = 4) -> Figure:
+    """Chapter 14: ring attention, P ranks on a ring passing key/value blocks.
+
+    Left: each rank keeps its queries ``Q_r`` and sends the key/value block it holds to the
+    next rank at every step. Right: the table of which block each rank holds at each step
+    (rank ``r`` holds block ``r - s`` at step ``s``): after ``P`` steps every query has met
+    every block.
+
+    Args:
+        world_size: ``P``, 2 to 8.
+
+    Returns:
+        The Figure; ``fig.alt`` names the ranks, the sends and the table.
+    """
+    P = _checked_size(world_size, "world_size", 2, 8)
+    fig, (ax,) = _figure()
+    cx, cy, rad = 3.3, 3.0, 2.0
+    for r in range(P):
+        x, y = _rank_xy(r, P, cx, cy, rad)
+        nx, ny = _rank_xy((r + 1) % P, P, cx, cy, rad)
+        _arrow(ax, (x, y), (nx, ny), rad=-0.25, lw=1.1, color=PALETTE["highlight"])
+    for r in range(P):
+        x, y = _rank_xy(r, P, cx, cy, rad)
+        _box(ax, x - 0.65, y - 0.35, 1.3, 0.7, f"rank {r}\nQ{r} + K,V", color=PALETTE["q"])
+    ax.text(cx, cy, f"P = {P}\nsend K,V\nto rank + 1", ha="center", va="center", fontsize=_FONT)
+    # the table: rows = steps, columns = ranks, entry = whose block
+    x0, y0, cell = 7.6, 5.0, min(0.7, 4.2 / P)
+    ax.text(
+        x0 + P * cell / 2, y0 + 0.45, "block held (rank r, step s)", ha="center", fontsize=_FONT
+    )
+    for r in range(P):
+        ax.text(x0 + (r + 0.5) * cell, y0 + 0.1, f"r{r}", ha="center", fontsize=7)
+    for s in range(P):
+        y = y0 - (s + 1) * cell
+        ax.text(x0 - 0.1, y + cell / 2, f"s{s}", ha="right", va="center", fontsize=7)
+        for r in range(P):
+            src = (r - s) % P
+            ax.add_patch(
+                Rectangle(
+                    (x0 + r * cell, y), cell, cell, facecolor=_HEAD_COLORS[src], edgecolor="white"
+                )
+            )
+            ax.text(
+                x0 + (r + 0.5) * cell,
+                y + cell / 2,
+                f"KV{src}",
+                ha="center",
+                va="center",
+                fontsize=6,
+            )
+    ax.text(
+        x0 + P * cell / 2,
+        y0 - (P + 1) * cell,
+        "every query meets every block",
+        ha="center",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"Ring attention over P = {P} ranks drawn on a ring: each rank r keeps its queries "
+        f"Q_r and, at every step, sends the key/value block it holds to rank r + 1 (arrows "
+        f"around the ring). A table of {P} steps by {P} ranks shows that at step s rank r "
+        f"holds the block of rank r - s (mod {P}), so after {P} steps every query has met "
+        f"every block."
+    )
+    return _with_alt(fig, alt)
+
+
+def all_to_all_heads(world_size: int = 4, heads: int = 8) -> Figure:
+    """Chapter 14: Ulysses' all-to-all, from sequence shards to head shards.
+
+    Left: rank ``r`` holds positions shard ``r`` of all ``h`` heads. Right: after the
+    all-to-all it holds all positions of ``h / P`` heads. Every rank sends ``P - 1`` of its
+    ``P`` pieces away.
+
+    Args:
+        world_size: ``P``, 2 to 8. heads: ``h``, a multiple of ``P``, at most 16.
+
+    Returns:
+        The Figure; ``fig.alt`` gives the pieces each rank sends and keeps.
+    """
+    P = _checked_size(world_size, "world_size", 2, 8)
+    h = _checked_size(heads, "heads", P, 16)
+    if h % P:
+        raise ValueError(f"heads must be a multiple of world_size={P}, got {h}")
+    fig, (ax,) = _figure()
+    cell = min(0.3, 2.6 / h)
+    top = 5.2
+    row_h = min(1.1, 4.6 / P)
+    for side, x0 in (("before", 0.9), ("after", 8.3)):
+        title = (
+            "before: rank r has positions r, all heads"
+            if side == "before"
+            else "after: rank r has all positions, heads of r"
+        )
+        ax.text(x0 + 2.4, top + 0.45, title, ha="center", fontsize=_FONT)
+        for r in range(P):
+            y = top - (r + 1) * row_h
+            ax.text(
+                x0 - 0.1, y + row_h / 2 - 0.1, f"rank {r}", ha="right", va="center", fontsize=7
+            )
+            for j in range(P):  # piece j: positions j or heads j
+                for i in range(h // P):
+                    head = (j * (h // P) + i) if side == "before" else (r * (h // P) + i)
+                    pos = r if side == "before" else j
+                    ax.add_patch(
+                        Rectangle(
+                            (x0 + (j * (h // P) + i) * cell, y),
+                            cell,
+                            row_h * 0.6,
+                            facecolor=_HEAD_COLORS[head // (h // P) % len(_HEAD_COLORS)],
+                            edgecolor="white",
+                            hatch="//" if pos % 2 else None,
+                        )
+                    )
+    _arrow(ax, (0.9 + h * cell + 0.3, 3.0), (7.2, 3.0), lw=1.3)
+    ax.text((0.9 + h * cell + 7.2) / 2 + 0.15, 3.25, "all-to-all", ha="center", fontsize=_FONT)
+    ax.text(
+        7.0,
+        0.1,
+        f"P = {P}, h = {h}: colour = head group, hatching = position shard; "
+        f"each rank keeps 1 of {P} pieces and sends {P - 1}",
+        ha="center",
+        fontsize=_FONT,
+    )
+    alt = (
+        f"Ulysses' all-to-all for P = {P} ranks and h = {h} heads. Before it, rank r holds "
+        f"position shard r of all {h} heads, cut into {P} pieces of {h // P} heads; after "
+        f"it, rank r holds all {P} position shards of its {h // P} heads. Each rank keeps 1 "
+        f"of its {P} pieces and sends {P - 1}, one to each other rank."
+    )
+    return _with_alt(fig, alt)
+
+
+def zigzag_layout(world_size: int = 4) -> Figure:
+    """Chapter 14: who computes which causal blocks, contiguous against zigzag shards.
+
+    The causal score matrix cut into ``2 P`` chunks each way; a block is coloured by the rank
+    that owns its queries. Contiguous: rank ``r`` owns chunks ``2r, 2r + 1`` and computes
+    ``4r + 3`` chunk blocks; zigzag: chunks ``r`` and ``2P - 1 - r``, ``2P + 1`` each.
+
+    Args:
+        world_size: ``P``, 2 to 8.
+
+    Returns:
+        The Figure; ``fig.alt`` gives each rank's number of blocks in both layouts.
+    """
+    P = _checked_size(world_size, "world_size", 2, 8)
+    c = 2 * P
+    fig = _Diagram(figsize=_FIGSIZE, layout="constrained")
+    counts = {}
+    for ax, layout in zip(fig.subplots(1, 2), ("contiguous", "zigzag")):
+        owner = {}
+        for r in range(P):
+            chunks = [2 * r, 2 * r + 1] if layout == "contiguous" else [r, c - 1 - r]
+            for a in chunks:
+                owner[a] = r
+        work = [0] * P
+        ax.set_xlim(-0.3, c + 0.2)
+        ax.set_ylim(c + 0.2, -1.2)
+        ax.set_aspect("equal")
+        ax.set_axis_off()
+        for a in range(c):
+            for b in range(c):
+                on = b <= a
+                if on:
+                    work[owner[a]] += 1
+                ax.add_patch(
+                    Rectangle(
+                        (b, a),
+                        1,
+                        1,
+                        edgecolor="white",
+                        lw=0.5,
+                        facecolor=_HEAD_COLORS[owner[a]] if on else PALETTE["masked"],
+                    )
+                )
+            ax.text(-0.1, a + 0.5, f"r{owner[a]}", ha="right", va="center", fontsize=6)
+        counts[layout] = work
+        ax.text(
+            c / 2,
+            -0.3,
+            f"{layout}: blocks per rank {work}",
+            ha="center",
+            va="bottom",
+            fontsize=_FONT,
+        )
+    fig.suptitle(f"causal attention, P = {P}, the sequence in {c} chunks", fontsize=_FONT)
+    alt = (
+        f"Two causal score matrices cut into {c} by {c} chunk blocks for P = {P} ranks, each "
+        f"block coloured by the rank that owns its queries and grey above the diagonal. "
+        f"Contiguous shards: the ranks compute {counts['contiguous']} blocks, the last "
+        f"rank {max(counts['contiguous'])} against the first rank's "
+        f"{min(counts['contiguous'])}. Zigzag shards (rank r holds chunks r and "
+        f"{c - 1} - r): every rank computes {counts['zigzag'][0]} blocks."
     )
     return _with_alt(fig, alt)
