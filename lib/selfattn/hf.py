@@ -73,7 +73,9 @@ class CopiedRotary(RotaryEmbedding):
             k_positions = torch.arange(n_k, device=k.device)
         if q_positions is None:
             q_positions = torch.arange(n_k - n_q, n_k, device=q.device)
-        kwargs = dict(layout=self.layout, rotary_dim=self.rotary_dim, frequencies=self.frequencies())
+        kwargs = dict(
+            layout=self.layout, rotary_dim=self.rotary_dim, frequencies=self.frequencies()
+        )
         q, k = apply_rope(q, q_positions, **kwargs), apply_rope(k, k_positions, **kwargs)
         if self.attention_scaling != 1.0:
             q, k = q * self.attention_scaling, k * self.attention_scaling
