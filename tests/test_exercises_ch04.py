@@ -38,7 +38,8 @@ def test_padding_mask():
     assert check_padding_mask(right).passed
     assert "flipped" in check_padding_mask(flipped).message
     result = check_padding_mask(off_by_one)
-    assert not result and "use < length, not <= length" in result.message, result.message
+    assert not result and "the first pad, is marked as a real" in result.message, result.message
+    assert "<" not in result.message  # the mistake is named, not the change (issue 45)
     assert not check_padding_mask(lambda lengths, max_len: right(lengths, max_len).int())
     assert check_padding_mask(stub).status == "not attempted"
 

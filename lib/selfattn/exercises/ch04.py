@@ -86,8 +86,8 @@ def check_padding_mask(answer) -> None:
         expected = padding_mask(lengths, max_len)[:, 0]
         positions, lens = torch.arange(max_len)[None, :], torch.tensor(lengths)[:, None]
         mistakes = {
-            "one position too many per sequence: position `length` is the first pad, "
-            "use < length, not <= length": positions <= lens,
+            "one position too many per sequence: position `length`, the first pad, is "
+            "marked as a real token": positions <= lens,
         }
         got = call_answer(answer, list(lengths), max_len)
         _expect_bool_mask(
@@ -105,10 +105,11 @@ def check_sliding_window(answer) -> None:
     for n, window in ((6, 3), (5, 1), (4, 4), (3, 10), (1, 1), (8, 2)):
         i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
         mistakes = {
-            "each query sees window + 1 keys; with itself included, the window covers "
-            "i - window + 1 .. i (use i - j < window)": (j <= i) & (i - j <= window),
-            "the band is not causal: it also lets a query see the next window - 1 keys "
-            "(require j <= i as well)": (i - j).abs() < window,
+            "each query sees window + 1 keys, itself included": (j <= i) & (i - j <= window),
+            "the band is not causal: it also lets a query see the next window - 1 keys": (
+                i - j
+            ).abs()
+            < window,
         }
         _expect_bool_mask(
             call_answer(answer, n, window),
@@ -167,16 +168,13 @@ def check_mask_convention_bug(answer) -> None:
         )
         s = _scores(q, k)
         mistakes = {
-            "still masks where the mask is True: in this book (and SDPA) True means "
-            "'may attend'; fill where it is False (~mask)": buggy_masked_attention(q, k, v, mask),
+            "still masks where the mask is True, at the keys each query may attend to "
+            "(this book's and SDPA's convention)": buggy_masked_attention(q, k, v, mask),
             "you mask the weights after the softmax: the forbidden keys took part in "
-            "the normalisation, so each row no longer sums to 1; fill the scores with "
-            "-inf before it": (torch.softmax(s, dim=-1) * mask) @ v,
-            "torch.softmax of a row that is all -inf is NaN; keep selfattn.softmax, "
-            "which gives such a row zero weights": torch.softmax(
-                s.masked_fill(~mask, float("-inf")), dim=-1
-            )
+            "the normalisation, so each row no longer sums to 1": (torch.softmax(s, dim=-1) * mask)
             @ v,
+            "the query that may attend to no key comes out NaN (torch.softmax of a row "
+            "that is all -inf)": torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v,
         }
         expect_close(got, expected, case=name, atol=1e-9, rtol=1e-7, mistakes=mistakes)
 
@@ -212,12 +210,12 @@ def check_decoding_bug(answer) -> None:
         )
         ones = torch.ones(n, m, dtype=torch.bool)
         mistakes = {
-            "the triangle is still aligned top-left (is_causal=True's alignment): new query "
-            "i is position i + m - n, so it must see keys 0 .. i + m - n": (
+            "the triangle is still aligned top-left (is_causal=True's alignment): the new "
+            "queries, the last n positions, do not see the keys just before them": (
                 buggy_decoding_attention(q_new, k, v)
             ),
-            "the offset has the wrong sign: tril(diagonal=m - n) shifts the triangle right "
-            "so that the last query sees every key": scaled_dot_product_attention(
+            "the offset has the wrong sign: the triangle moved the other way, and each new "
+            "query sees even fewer keys": scaled_dot_product_attention(
                 q_new, k, v, ones.tril(n - m)
             ),
             "no mask: the earlier new queries now see the newer positions": (
