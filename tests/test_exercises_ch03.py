@@ -253,7 +253,10 @@ def test_temperature_rejects(name):
 
 @pytest.mark.parametrize(
     "name, diagnosis",
-    [("multiplies by T", "multiplies the scores"), ("forgets sqrt(d_k)", "keep the 1/sqrt(d_k)")],
+    [
+        ("multiplies by T", "multiplies the scores"),
+        ("forgets sqrt(d_k)", "the 1/sqrt(d_k) is gone"),
+    ],
 )
 def test_temperature_names_the_mistake(name, diagnosis):
     msg = check_temperature(TEMPERATURE_WRONG[name]).message
@@ -283,3 +286,13 @@ def test_a_crash_is_reported_not_raised(check):
 
     result = check(crashes)
     assert result.status == "failed" and "RuntimeError: boom" in result.message
+
+
+def test_messages_name_the_mistake_not_the_fix():
+    """Issue 45: 3.2's message handed over the code (x.amax(dim=-1, keepdim=True))."""
+    msg = check_stable_softmax(SOFTMAX_WRONG["global max instead of row max"]).message
+    assert "amax" not in msg and "dim=-1" not in msg, msg
+    msg = check_five_steps(FIVE_STEPS_WRONG["softmax over queries (axis 0)"]).message
+    assert "use axis=1" not in msg, msg
+    msg = check_scale_bug(buggy_attention_layer).message
+    assert "d_k ** -0.5" not in msg, msg

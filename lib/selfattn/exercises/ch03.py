@@ -81,7 +81,7 @@ def check_five_steps(answer) -> None:
                 X, W_q, W_k, W_v, scale=1.0
             ),
             "your softmax runs over axis 0, the queries: each key's weights sum to 1, "
-            "not each query's (use axis=1, the keys)": _steps_np(X, W_q, W_k, W_v, axis=0),
+            "not each query's": _steps_np(X, W_q, W_k, W_v, axis=0),
         }
         expect_close(got, expected, case=name, atol=1e-6, rtol=1e-6, mistakes=mistakes)
 
@@ -134,11 +134,10 @@ def check_stable_softmax(answer) -> None:
         mistakes = {
             # First: on rows far apart the global maximum gives 0/0 = NaN, as the naive
             # formula does, and this is the more specific diagnosis there.
-            "you subtract one maximum for the whole tensor; subtract each row's own "
-            "maximum (x.amax(dim=-1, keepdim=True)), or a row far below it underflows "
-            "to 0/0": _softmax_global_max(x),
-            "your softmax runs over the first dimension; the weights must sum to 1 over "
-            "the last one (dim=-1, the keys)": _softmax_first_dim(x),
+            "you subtract one maximum for the whole tensor: a row far below it "
+            "underflows to 0/0": _softmax_global_max(x),
+            "your softmax runs over the first dimension: each row's weights do not sum "
+            "to 1": _softmax_first_dim(x),
         }
         expect_close(got, softmax(x), case=name, atol=1e-9, rtol=1e-7, mistakes=mistakes)
 
@@ -189,18 +188,14 @@ def check_scale_bug(answer) -> None:
             f"case {name}: return a torch.Tensor, got {type(got).__name__}",
         )
         mistakes = {
-            f"the scores are still multiplied by sqrt(d_k) = {math.sqrt(d_k):.3g}: "
-            "d_k ** 0.5 where d_k ** -0.5 was meant. The scale must shrink the scores, "
-            "whose spread grows like sqrt(d_k), not stretch them (the weights saturate)": (
-                buggy_attention_layer(*args)
-            ),
+            f"the scores are still multiplied by sqrt(d_k) = {math.sqrt(d_k):.3g}: the "
+            "scale stretches scores whose spread already grows like sqrt(d_k), and the "
+            "weights saturate": (buggy_attention_layer(*args)),
             "divided by d_k instead of sqrt(d_k): the scores come out too small and "
             "the weights too flat": _layer(*args, scale=1 / d_k),
             "not divided at all: the scale is missing": _layer(*args, scale=1.0),
-            "divided by sqrt(d_model), the width of x; the scale is sqrt(d_k), the length "
-            "of a query (w_q.shape[-1] or q.shape[-1])": _layer(
-                *args, scale=1 / math.sqrt(d_model)
-            ),
+            "divided by sqrt(d_model), the width of x, not a width of the queries and "
+            "keys": _layer(*args, scale=1 / math.sqrt(d_model)),
         }
         expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6, mistakes=mistakes)
 
@@ -270,9 +265,13 @@ def check_temperature(answer) -> None:
         expected = scaled_dot_product_attention(q_, k_, v_, scale=1.0 / (t * root))
         got = call_answer(answer, q_.clone(), k_.clone(), v_.clone(), t)
         mistakes = {
-            "the temperature multiplies the scores; it divides them (a high temperature "
-            "flattens the weights)": scaled_dot_product_attention(q_, k_, v_, scale=t / root),
-            "the scores are divided by the temperature only; keep the 1/sqrt(d_k) as "
-            "well": scaled_dot_product_attention(q_, k_, v_, scale=1.0 / t),
+            "the temperature multiplies the scores: a high temperature then sharpens the "
+            "weights instead of flattening them": scaled_dot_product_attention(
+                q_, k_, v_, scale=t / root
+            ),
+            "the scores are divided by the temperature only: the 1/sqrt(d_k) is gone, so "
+            "temperature 1 is no longer this chapter's attention": scaled_dot_product_attention(
+                q_, k_, v_, scale=1.0 / t
+            ),
         }
         expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6, mistakes=mistakes)
