@@ -122,6 +122,24 @@ def _configs():
                 **small,
             )
         ),
+        "qwen3_next": lambda: T.Qwen3NextForCausalLM(
+            T.Qwen3NextConfig(
+                num_hidden_layers=4,  # DeltaNet, DeltaNet, DeltaNet, gated attention
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+                linear_num_key_heads=2,
+                linear_num_value_heads=4,
+                linear_key_head_dim=8,
+                linear_value_head_dim=8,
+                mlp_only_layers=[0, 1, 2, 3],
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=16,
+                shared_expert_intermediate_size=16,
+                **small,
+            )
+        ),
         "diffllama": lambda: T.DiffLlamaForCausalLM(
             T.DiffLlamaConfig(
                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **small
@@ -200,7 +218,7 @@ def exact_float64(hf):
             continue  # torch's computes in the input's dtype
         if name.endswith("RMSNorm") and hasattr(module, "weight"):
             eps = getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6))
-            offset = 1.0 if "Gemma" in name else 0.0
+            offset = 1.0 if ("Gemma" in name or "Qwen3Next" in name) else 0.0
 
             def forward(self, x, eps=eps, offset=offset):
                 x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)

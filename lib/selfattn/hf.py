@@ -414,6 +414,82 @@ def _diffllama(hf_model):
     return _lm(hf_model, blocks, _rms(hf_model.model.norm))
 
 
+def _qwen3_next(hf_model):
+    from .delta_net import GatedDeltaNet
+    from .models.llm import DecoderBlock, RecurrentMixer
+
+    config = hf_model.config
+    d_head = _head_dim(config)
+    rope = _rotary(hf_model, d_head)
+    act = _act(config.hidden_act)
+    blocks = []
+    for i, layer in enumerate(hf_model.model.layers):
+        if not hasattr(layer.mlp, "gate_proj"):
+            raise ValueError(
+                "the book converts Qwen3-Next with dense MLP layers (mlp_only_layers = every "
+                f"layer, or num_experts = 0); layer {i} is a mixture of experts"
+            )
+        if config.layer_types[i] == "linear_attention":
+            src = layer.linear_attn
+            net = GatedDeltaNet(
+                config.hidden_size,
+                config.linear_num_key_heads,
+                head_k_dim=config.linear_key_head_dim,
+                head_v_dim=config.linear_value_head_dim,
+                num_v_heads=config.linear_num_value_heads,
+                conv_kernel=config.linear_conv_kernel_dim,
+                eps=config.rms_norm_eps,
+            )
+            net.load_state_dict(src.state_dict())
+            mixer = RecurrentMixer(net)
+        else:
+            src = layer.self_attn
+            h = config.num_attention_heads
+            mixer = MultiHeadAttention(
+                config.hidden_size,
+                h,
+                num_kv_heads=config.num_key_value_heads,
+                d_head=d_head,
+                bias=src.q_proj.bias is not None,
+                rope=rope,
+                qk_norm=True,
+                norm_eps=config.rms_norm_eps,
+                gate=True,
+            )
+            # q_proj holds [query | gate] per head: (h, 2 d_head, d) rows
+            q_rows = src.q_proj.weight.view(h, 2, d_head, -1)
+            with torch.no_grad():
+                mixer.qkv.weight.copy_(
+                    torch.cat(
+                        [
+                            q_rows[:, 0].reshape(h * d_head, -1),
+                            src.k_proj.weight,
+                            src.v_proj.weight,
+                        ]
+                    )
+                )
+                mixer.gate.weight.copy_(q_rows[:, 1].reshape(h * d_head, -1))
+                if src.q_proj.bias is not None:
+                    q_bias = src.q_proj.bias.view(h, 2, d_head)
+                    mixer.qkv.bias.copy_(
+                        torch.cat([q_bias[:, 0].reshape(-1), src.k_proj.bias, src.v_proj.bias])
+                    )
+                    mixer.gate.bias.copy_(q_bias[:, 1].reshape(-1))
+                # Qwen3-Next's norms scale by 1 + weight
+                mixer.q_norm.weight.copy_(1.0 + src.q_norm.weight)
+                mixer.k_norm.weight.copy_(1.0 + src.k_norm.weight)
+            _copy(mixer.out, src.o_proj)
+        blocks.append(
+            DecoderBlock(
+                mixer,
+                _mlp(config, layer.mlp, act),
+                _rms(layer.input_layernorm, unit_offset=True),
+                _rms(layer.post_attention_layernorm, unit_offset=True),
+            )
+        )
+    return _lm(hf_model, blocks, _rms(hf_model.model.norm, unit_offset=True))
+
+
 def _gpt2(hf_model):
     from .models.transformer import MiniGPT
 
@@ -522,6 +598,7 @@ FAMILIES = {
     "gpt_oss": _gpt_oss,
     "deepseek_v3": _deepseek_v3,
     "diffllama": _diffllama,
+    "qwen3_next": _qwen3_next,
 }
 
 

@@ -38,7 +38,15 @@ from .._checks import (
 from ..multihead import KVCache
 from ..train import _mode
 
-__all__ = ["GatedMLP", "TopKMoE", "DecoderBlock", "DecoderLM", "ACTIVATIONS"]
+__all__ = [
+    "GatedMLP",
+    "TopKMoE",
+    "RecurrentMixer",
+    "RecurrentCache",
+    "DecoderBlock",
+    "DecoderLM",
+    "ACTIVATIONS",
+]
 
 #: The activations of the gated MLPs: SwiGLU's SiLU, GeGLU's GELU (exact or tanh), and
 #: gpt-oss's clamped variant (see :class:`TopKMoE`).
@@ -146,6 +154,62 @@ class TopKMoE(nn.Module):
         out = torch.einsum("...ef,efd->...ed", glu, self.down_w) + self.down_b  # (..., E, d)
         chosen = out.gather(-2, experts.unsqueeze(-1).expand(*experts.shape, out.shape[-1]))
         return (weights.unsqueeze(-1) * chosen).sum(-2)
+
+
+class RecurrentCache:
+    """The state a :class:`RecurrentMixer` carries between decoding calls.
+
+    ``state`` is the layer's own state object (``None`` before the first call); ``len(cache)``
+    is the number of positions absorbed, so that a model reads its cache length the same way
+    for attention and for recurrent layers.
+    """
+
+    def __init__(self) -> None:
+        self.state = None
+        self.steps = 0
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def reset(self) -> None:
+        self.state, self.steps = None, 0
+
+
+class RecurrentMixer(nn.Module):
+    """A recurrent layer (``layer(x, state=..., return_state=True)``, such as
+    :class:`~selfattn.delta_net.GatedDeltaNet`) as a token mixer of a :class:`DecoderBlock`.
+
+    ``forward(x, mask=None, cache=None)``: the layer is causal by construction, so ``"causal"``
+    needs nothing; a bool mask ``(B, 1, n, m)`` (a padding mask folded into the causal one, as
+    :class:`DecoderLM` builds it) zeroes the inputs of padded positions, as ``transformers``'
+    Qwen3-Next does. ``cache``: a :class:`RecurrentCache`, whose state is carried on.
+    """
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.layer = layer
+
+    def new_cache(self) -> RecurrentCache:
+        return RecurrentCache()
+
+    def forward(self, x: torch.Tensor, *, mask=None, cache: RecurrentCache | None = None):
+        if isinstance(mask, torch.Tensor):
+            if mask.dtype != torch.bool or mask.dim() != 4:
+                raise ValueError(
+                    "a recurrent mixer takes 'causal', None or the bool (B, 1, n, m) mask "
+                    f"of DecoderLM, got {mask.dtype} of shape {tuple(mask.shape)}"
+                )
+            n = x.shape[1]
+            real = torch.diagonal(mask[:, 0, :, mask.shape[-1] - n :], dim1=-2, dim2=-1)
+            if x.shape[0] > 1 and n > 1:  # transformers' rule (apply_mask_to_padding_states)
+                x = x * real[..., None].to(x.dtype)
+        if cache is None:
+            return self.layer(x)
+        if not isinstance(cache, RecurrentCache):
+            raise TypeError(f"cache must be a RecurrentCache, got {type(cache).__name__}")
+        y, cache.state = self.layer(x, state=cache.state, return_state=True)
+        cache.steps += x.shape[1]
+        return y
 
 
 class DecoderBlock(nn.Module):
