@@ -27,7 +27,12 @@ TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 #: Where ``transformers`` itself computes a step in float32 in a float64 model, which the
 #: float64 comparison cannot undo without rewriting the layer: DiffLlama's lambda
 #: (``torch.sum(..., dtype=torch.float32)``).
-FLOAT64_TOL = {"diffllama": 1e-7}
+FLOAT64_TOL = {"diffllama": 1e-7, "qwen3_next": 1e-4}
+#: Qwen3-Next's Gated DeltaNet keeps its state in float32 whatever the model's dtype, in
+#: transformers and in the book's layer (selfattn.delta_net); a prefill of a few tokens and
+#: the whole sequence (chunked), or one token at a time, round differently, and four layers of
+#: random weights carry that to the logits (about 5e-5 on logits of size 5).
+RECURRENT_TOL = {"qwen3_next": 1e-4}
 
 
 def _configs():
@@ -311,7 +316,8 @@ def test_padding_mask(family):
         else:
             got = ours(ids, attention_mask=attention)
     diff = (got - want)[real].abs().max().item()
-    assert diff < TOL[torch.float32], f"{family}: padded logits differ by {diff:.3g}"
+    tol = RECURRENT_TOL.get(family, TOL[torch.float32])
+    assert diff < tol, f"{family}: padded logits differ by {diff:.3g}"
 
 
 @pytest.mark.parametrize("family", CAUSAL)
@@ -343,7 +349,8 @@ def test_cached_and_uncached_decoding_agree(family):
     seq_u, logits_u = ours.generate(ids, 7, use_cache=False, return_logits=True)
     assert torch.equal(seq_c, seq_u)
     diff = (logits_c - logits_u).abs().max().item()
-    assert diff < TOL[torch.float32], f"{family}: cached and uncached differ by {diff:.3g}"
+    tol = RECURRENT_TOL.get(family, TOL[torch.float32])
+    assert diff < tol, f"{family}: cached and uncached differ by {diff:.3g}"
 
 
 def test_unknown_family_is_refused_naming_the_supported_ones():
