@@ -124,6 +124,12 @@ CASES = [
     ),
     (D.latent_cache, {}, ["32 numbers", "16 numbers", "8 numbers", "10 numbers"]),
     (D.latent_cache, {"h": 8, "d_head": 8, "kv_rank": 16, "rope_dim": 4}, ["128 numbers"]),
+    (D.ring_attention_steps, {}, ["P = 4"]),
+    (D.ring_attention_steps, {"world_size": 2}, ["P = 2"]),
+    (D.all_to_all_heads, {}, ["sends 3"]),
+    (D.all_to_all_heads, {"world_size": 2, "heads": 6}, ["sends 1"]),
+    (D.zigzag_layout, {}, ["[3, 7, 11, 15]"]),
+    (D.zigzag_layout, {"world_size": 2}, ["[3, 7]"]),
 ]
 
 

@@ -1526,7 +1526,7 @@ def block_mask_tiles(n: int = 16, block: int = 4, window: int = 8) -> Figure:
 # ----------------------------------------------------------------------------- chapter 14
 def _rank_xy(r: int, P: int, cx: float, cy: float, radius: float) -> tuple[float, float]:
     angle = math.pi / 2 - 2 * math.pi * r / P  # rank 0 at the top, clockwise
-    return cx + radius * 1.6 * math.cos(angle), cy + radius * math.sin(angle)
+    return cx + radius * 1.35 * math.cos(angle), cy + radius * math.sin(angle)
 
 
 def ring_attention_steps(world_size: int = 4) -> Figure:
@@ -1545,11 +1545,20 @@ def ring_attention_steps(world_size: int = 4) -> Figure:
     """
     P = _checked_size(world_size, "world_size", 2, 8)
     fig, (ax,) = _figure()
-    cx, cy, rad = 3.3, 3.0, 2.0
+    cx, cy, rad = 3.5, 3.0, 2.1
     for r in range(P):
         x, y = _rank_xy(r, P, cx, cy, rad)
         nx, ny = _rank_xy((r + 1) % P, P, cx, cy, rad)
-        _arrow(ax, (x, y), (nx, ny), rad=-0.25, lw=1.1, color=PALETTE["highlight"])
+        dx, dy = nx - x, ny - y
+        f = min(0.35, 0.9 / math.hypot(dx, dy))  # start and end clear of the boxes
+        _arrow(
+            ax,
+            (x + f * dx, y + f * dy),
+            (nx - f * dx, ny - f * dy),
+            rad=-0.2,
+            lw=1.3,
+            color=PALETTE["highlight"],
+        )
     for r in range(P):
         x, y = _rank_xy(r, P, cx, cy, rad)
         _box(ax, x - 0.65, y - 0.35, 1.3, 0.7, f"rank {r}\nQ{r} + K,V", color=PALETTE["q"])
