@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -412,67 +411,6 @@ def check_kernel_args(
             "'torch' to train, or call it under torch.no_grad()"
         )
     return kernel
-
-
-@dataclass(frozen=True)
-class AttentionArgs:
-    """The arguments of :func:`~selfattn.attention.scaled_dot_product_attention`, checked.
-
-    ``q``, ``k``, ``v`` are float32 for half inputs on the reference kernel (``dtype`` keeps
-    the inputs' dtype for the result). ``mask`` is ``None`` or a checked tensor: the string
-    ``"causal"`` becomes the bottom-right causal mask, except where a kernel applies it
-    itself (``causal`` is then set and ``mask`` is ``None``).
-    """
-
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    mask: torch.Tensor | None
-    causal: bool
-    scale: float
-    kernel: str
-    return_weights: bool
-    dropout: float
-    dtype: torch.dtype
-
-
-def resolve_attention_args(
-    q, k, v, mask, scale, return_weights, kernel, dropout, kernels
-) -> AttentionArgs:
-    """Every check of scaled dot-product attention's arguments, and their resolved values."""
-    batch = check_qkv(q, k, v)
-    return_weights = require_bool(return_weights, "return_weights")
-    dropout = check_dropout(dropout)
-    n, m = q.shape[-2], k.shape[-2]
-    scale = check_scale(scale, q.shape[-1])
-    mask, causal = check_mask_arg(mask)
-    check_kernel_args(
-        kernel,
-        kernels,
-        mask=mask,
-        causal=causal,
-        return_weights=return_weights,
-        dropout=dropout,
-        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
-        device=q.device,
-    )
-    record = kernels[kernel]
-    # torch's own causal path needs no mask stored (its CPU kernel gives NaN for a scale <= 0)
-    kernel_is_causal = record.causal == "always" or (
-        record.causal == "square" and n == m and scale > 0
-    )
-    if causal and not kernel_is_causal:
-        from .masks import causal_mask  # masks imports this module
-
-        mask, causal = causal_mask(n, m, alignment="bottom_right", device=q.device), False
-    if mask is not None:
-        check_mask(mask, batch + (n, m), q.device)
-    dtype = q.dtype
-    if record.upcast_half and is_half(q):
-        # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch
-        # SDPA and the flash kernels accumulate), and the result comes back in their dtype.
-        q, k, v = q.float(), k.float(), v.float()
-    return AttentionArgs(q, k, v, mask, causal, scale, kernel, return_weights, dropout, dtype)
 
 
 def check_layer_inputs(x, context, d_model: int, weight: torch.Tensor):

@@ -18,14 +18,19 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import (
-    AttentionArgs,
     check_choice,
+    check_dropout,
+    check_kernel_args,
+    check_mask,
+    check_mask_arg,
+    check_qkv,
+    check_scale,
     is_half,
+    require_bool,
     require_dim_arg,
     require_float,
-    resolve_attention_args,
 )
-from .masks import apply_mask
+from .masks import apply_mask, causal_mask
 
 __all__ = ["softmax", "scaled_dot_product_attention", "KERNELS", "Kernel", "register_kernel"]
 
@@ -173,6 +178,65 @@ _SDPA_ARGS = r"""
 """
 
 
+@dataclass(frozen=True)
+class AttentionArgs:
+    """The arguments of :func:`~selfattn.attention.scaled_dot_product_attention`, checked.
+
+    ``q``, ``k``, ``v`` are float32 for half inputs on the reference kernel (``dtype`` keeps
+    the inputs' dtype for the result). ``mask`` is ``None`` or a checked tensor: the string
+    ``"causal"`` becomes the bottom-right causal mask, except where a kernel applies it
+    itself (``causal`` is then set and ``mask`` is ``None``).
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor | None
+    causal: bool
+    scale: float
+    kernel: str
+    return_weights: bool
+    dropout: float
+    dtype: torch.dtype
+
+
+def resolve_attention_args(
+    q, k, v, mask, scale, return_weights, kernel, dropout, kernels
+) -> AttentionArgs:
+    """Every check of scaled dot-product attention's arguments, and their resolved values."""
+    batch = check_qkv(q, k, v)
+    return_weights = require_bool(return_weights, "return_weights")
+    dropout = check_dropout(dropout)
+    n, m = q.shape[-2], k.shape[-2]
+    scale = check_scale(scale, q.shape[-1])
+    mask, causal = check_mask_arg(mask)
+    check_kernel_args(
+        kernel,
+        kernels,
+        mask=mask,
+        causal=causal,
+        return_weights=return_weights,
+        dropout=dropout,
+        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+        device=q.device,
+    )
+    record = kernels[kernel]
+    # torch's own causal path needs no mask stored (its CPU kernel gives NaN for a scale <= 0)
+    kernel_is_causal = record.causal == "always" or (
+        record.causal == "square" and n == m and scale > 0
+    )
+    if causal and not kernel_is_causal:
+        mask, causal = causal_mask(n, m, alignment="bottom_right", device=q.device), False
+    if mask is not None:
+        check_mask(mask, batch + (n, m), q.device)
+    dtype = q.dtype
+    if record.upcast_half and is_half(q):
+        # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch
+        # SDPA and the flash kernels accumulate), and the result comes back in their dtype.
+        q, k, v = q.float(), k.float(), v.float()
+    return AttentionArgs(q, k, v, mask, causal, scale, kernel, return_weights, dropout, dtype)
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -198,13 +262,6 @@ def scaled_dot_product_attention(
 
 
 scaled_dot_product_attention.__doc__ += _SDPA_ARGS
-
-
-def _flash_kernel(a: AttentionArgs) -> torch.Tensor:
-    """``kernel="flash"``: the same attention, computed tile by tile."""
-    from .efficient.flash import flash_attention  # the reference needs nothing from it
-
-    return flash_attention(a.q, a.k, a.v, causal=a.causal, alignment="bottom_right", scale=a.scale)
 
 
 def _fused_kernel(a: AttentionArgs) -> torch.Tensor:
@@ -238,8 +295,4 @@ def _torch_kernel(q, k, v, mask, scale: float, dropout: float) -> torch.Tensor:
 
 
 register_kernel("reference", Kernel(None, return_weights=True, upcast_half=True))
-register_kernel(
-    "flash",
-    Kernel(_flash_kernel, masks=False, dropout=False, score_bias=False, causal="always"),
-)
 register_kernel("torch", Kernel(_fused_kernel, causal="square"))

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from .._checks import require_float, require_int
+from ..attention import Kernel, register_kernel
 from ._tiled import Recompute, TiledArgs, check_tiled, flatten_batch, needs_grad, work_dtype
 
 __all__ = ["flash_attention", "flash_attention_reference", "online_softmax_steps"]
@@ -320,3 +321,16 @@ def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block_k: in
             )
         )
     return steps
+
+
+def _flash_kernel(a) -> Tensor:
+    """``kernel="flash"`` of :func:`selfattn.attention.scaled_dot_product_attention`: the same
+    attention computed tile by tile, on the arguments that function has already checked."""
+    return flash_attention(a.q, a.k, a.v, causal=a.causal, alignment="bottom_right", scale=a.scale)
+
+
+# The kernel registers itself (the core's registry never imports the kernels above it).
+register_kernel(
+    "flash",
+    Kernel(_flash_kernel, masks=False, dropout=False, score_bias=False, causal="always"),
+)
