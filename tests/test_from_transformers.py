@@ -423,3 +423,30 @@ def test_import_selfattn_does_not_import_transformers():
         "import selfattn.hf; assert 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_selfattn_exports_the_bridge_lazily():
+    assert selfattn.from_transformers is from_transformers
+    assert "from_transformers" in selfattn.__all__
+
+
+def test_hf_extra_floor_is_the_tested_pin():
+    """pyproject.toml's extra ``hf`` declares ``transformers>=`` the version requirements.txt
+    pins, which is the one these tests run (so the floor is tested, as the other floors)."""
+    import re
+
+    tomllib = pytest.importorskip("tomllib")
+    from book import ROOT
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["hf"]
+    (floor,) = [re.fullmatch(r"transformers>=([0-9.]+)", d)[1] for d in extra]
+    pins = re.findall(r"^transformers==([0-9.]+)$", (ROOT / "requirements.txt").read_text(), re.M)
+    assert pins, "requirements.txt must pin transformers"
+
+    def release(version):
+        return tuple(int(x) for x in version.split(".")) + (0,) * 3
+
+    assert release(floor)[:3] == release(pins[0])[:3], (floor, pins[0])
+    assert transformers.__version__ == pins[0]

@@ -26,7 +26,7 @@ COMES_WITH = {"ipython": "ipywidgets"}
 # Imported only behind a guard (try/except ImportError or the optional extra); google.colab
 # only by the setup cell, on Colab (which ships it); matplotlib_inline only where the book is
 # recorded in a Jupyter kernel (whose ipykernel brings it), to save figures as SVG too.
-OPTIONAL = {"triton", "myst_nb", "google", "matplotlib_inline"}
+OPTIONAL = {"triton", "myst_nb", "google", "matplotlib_inline", "transformers"}
 
 
 def declared() -> set[str]:

@@ -14,6 +14,9 @@ Every chapter imports it; every public name is tested. Modules, one concept each
 * ``viz``: the shared plots; ``diagrams``: schematic figures (chapters 1-8);
   ``runtime``: ``setup()``; ``results``: glued figures
 * ``train``: the training loop; ``exercises``: the checkers
+* ``norms``: RMSNorm (chapter 11); ``hf``: ``from_transformers``, the bridge to the models
+  of Hugging Face ``transformers`` (imported on first use; ``transformers`` is not needed to
+  import ``selfattn``)
 """
 
 from . import (
@@ -54,6 +57,8 @@ __version__ = "0.1.0"
 #: Names that live in :mod:`selfattn.models.attention_decoder` (chapter 5's decoding model),
 #: imported on first use (PEP 562), so that ``import selfattn`` does not load the models.
 _FROM_MODELS = ("attention_stack", "generate")
+#: The transformers bridge (:mod:`selfattn.hf`), also imported on first use.
+_FROM_HF = ("from_transformers",)
 
 __all__ = [
     *_attention_all,
@@ -80,6 +85,7 @@ __all__ = [
     "setup",
     "train_loop",
     *_FROM_MODELS,
+    *_FROM_HF,
 ]
 
 
@@ -88,4 +94,8 @@ def __getattr__(name: str):
         from .models import attention_decoder
 
         return getattr(attention_decoder, name)
+    if name in _FROM_HF:  # the transformers bridge (selfattn.hf), on first use
+        from .hf import from_transformers
+
+        return from_transformers
     raise AttributeError(f"module 'selfattn' has no attribute {name!r}")
