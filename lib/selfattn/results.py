@@ -88,6 +88,7 @@ STUDIES = {
     "ch08_performer": ("ch08_performer.py", {}),
     "ch08_sinks": ("ch08_sinks.py", {}),
     "ch09_experiments": ("ch09_experiments.py", {}),
+    "ch12_packing": ("ch12_packing.py", {}),
 }
 
 
