@@ -42,6 +42,7 @@ __all__ = [
     "PALETTE",
     "all_to_all_heads",
     "cache_alignment",
+    "delta_rule_overwrite",
     "dot_product_softmax",
     "five_steps",
     "flash_tiles",
@@ -1732,5 +1733,57 @@ def zigzag_layout(world_size: int = 4) -> Figure:
         f"rank {max(counts['contiguous'])} against the first rank's "
         f"{min(counts['contiguous'])}. Zigzag shards (rank r holds chunks r and "
         f"{c - 1} - r): every rank computes {counts['zigzag'][0]} blocks."
+    )
+    return _with_alt(fig, alt)
+
+
+def delta_rule_overwrite() -> Figure:
+    """Chapter 13: linear attention adds a write to its state; the delta rule first reads what
+    the state holds for the key and writes only the difference.
+
+    Returns:
+        The Figure; ``fig.alt`` describes the two rows.
+    """
+    fig, (ax,) = _figure(1, (7.0, 3.2), xlim=(0, 14), ylim=(0, 6.4))
+    rows = [
+        (
+            4.4,
+            "linear attention: add",
+            [("S", PALETTE["out"]), ("+ k v\u1d40", PALETTE["v"])],
+            "S + k v\u1d40",
+        ),
+        (
+            1.2,
+            "delta rule: overwrite",
+            [
+                ("S", PALETTE["out"]),
+                ("read S\u1d40k", PALETTE["k"]),
+                ("v \u2212 S\u1d40k", PALETTE["scores"]),
+                ("+ \u03b2 k (\u00b7)\u1d40", PALETTE["v"]),
+            ],
+            "S + \u03b2 k (v \u2212 S\u1d40k)\u1d40",
+        ),
+    ]
+    for y, title, steps, result in rows:
+        ax.text(0.1, y + 1.25, title, fontsize=_FONT + 0.5, fontweight="bold")
+        x = 0.1
+        for text, color in steps:
+            _box(ax, x, y, 2.1, 0.9, text, color)
+            _arrow(ax, (x + 2.1, y + 0.45), (x + 2.6, y + 0.45))
+            x += 2.6
+        _box(ax, x, y, 3.0, 0.9, result, PALETTE["out"])
+    ax.text(
+        7.0,
+        0.25,
+        "a key written twice: the sum keeps both values; the delta rule keeps the newest",
+        ha="center",
+        fontsize=_FONT,
+        color=PALETTE["muted"],
+    )
+    alt = (
+        "Two rows of boxes. Top, linear attention: the state S plus k v transposed, so every "
+        "write is added. Bottom, the delta rule: read what S holds for the key (S transposed "
+        "times k), take the difference from v, and add beta k times that difference: the "
+        "old value under the key is replaced by the new one."
     )
     return _with_alt(fig, alt)
