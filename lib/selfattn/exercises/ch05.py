@@ -21,6 +21,7 @@ from ..efficient.decoding import partial_attention
 from ..masks import causal_mask
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from ._core import (
+    AnswerRaised,
     Mismatch,
     call_answer,
     checker,
@@ -148,10 +149,8 @@ def check_gqa_fixed(answer) -> None:
         group = h // h_kv
         mistakes = {
             f"the bug is still there: repeat tiles the {h_kv} key/value heads, so query "
-            f"head i reads head i % {h_kv}; the {group} query heads of a group are "
-            "consecutive and share one key/value head (repeat_interleave)": _gqa(
-                q, k, v, tiled=True
-            ),
+            f"head i reads head i % {h_kv}, so the {group} consecutive query heads of a "
+            "group read different key/value heads": _gqa(q, k, v, tiled=True),
         }
         expect_close(
             got,
@@ -317,28 +316,26 @@ def check_merge_states(answer) -> None:
             )
             expect_true(
                 finite,
-                f"case {name}: your result has inf or NaN: exp(lse) overflowed. Never "
-                "form exp(lse_i) itself: use torch.logaddexp(lse_a, lse_b), or subtract "
-                "the larger lse before exponentiating",
+                f"case {name}: your result has inf or NaN: exp(lse) overflowed (the "
+                "log-sum-exps here are above 300)",
             )
         if not _matches(got_out, out):
             w_a, w_b = (torch.exp(t - lse).unsqueeze(-1) for t in (lse_a, lse_b))
             named = (
                 (
                     (out_a + out_b) / 2,
-                    "you averaged the outputs; each part weighs by its share of the "
-                    "softmax mass, exp(lse_i - lse)",
+                    "you averaged the outputs, as if both parts held the same share of "
+                    "the softmax mass",
                 ),
                 (
                     out_a + out_b,
-                    "you forgot to rescale by exp(lse_i - lse): each part's output is "
-                    "normalised over its own keys only",
+                    "you added the outputs without rescaling them, although each part's "
+                    "output is normalised over its own keys only",
                 ),
                 (
                     torch.exp(lse_a).unsqueeze(-1) * out_a
                     + torch.exp(lse_b).unsqueeze(-1) * out_b,
-                    "you weighted by exp(lse_i) but did not divide by the total "
-                    "exp(lse): the weights must be exp(lse_i - lse)",
+                    "you weighted by exp(lse_i), and the weights do not sum to 1",
                 ),
                 (w_b * out_a + w_a * out_b, "you swapped the weights of the two parts"),
             )
@@ -350,12 +347,11 @@ def check_merge_states(answer) -> None:
             named_lse = (
                 (
                     lse_a + lse_b,
-                    "the lse of the union is log(exp(lse_a) + exp(lse_b)), not lse_a + lse_b",
+                    "you added the two log-sum-exps, which multiplies the two sums",
                 ),
                 (
                     torch.maximum(lse_a, lse_b),
-                    "you kept the larger lse; the union's lse is "
-                    "log(exp(lse_a) + exp(lse_b)) (torch.logaddexp)",
+                    "you kept the larger lse, which leaves out the other part's mass",
                 ),
             )
             for candidate, message in named_lse:
@@ -454,7 +450,7 @@ def check_cached_attention_fixed(answer) -> None:
             else:
                 mistakes = {
                     f"the cache {name} you return puts the new positions before the "
-                    "cached ones; keep it oldest first": wrong_order
+                    "cached ones": wrong_order
                 }
             expect_close(
                 got_t,
@@ -522,12 +518,12 @@ def check_heads_fixed(answer) -> None:
             expected = layer(x)
             mistakes = {
                 "the bug is still there: (B, h, n, d_head) reshaped straight to (B, n, d) "
-                "cuts the heads' outputs into rows that mix positions; move the head axis "
-                "back next to d_head first, (B, n, h, d_head), then flatten the last two "
-                "(merge_heads)": _heads_attention(x, layer, merge="reshape"),
-                "the merge is right now, but the scale changed: each head's scores are "
-                f"dot products of d_head = {d // h} numbers, so divide by sqrt(d_head), "
-                f"not sqrt(d_model) = sqrt({d})": _heads_attention(x, layer, scale=d**-0.5),
+                "cuts the heads' outputs into rows that mix positions": _heads_attention(
+                    x, layer, merge="reshape"
+                ),
+                "the merge is right now, but the scale changed: the scores are scaled by "
+                f"sqrt(d_model) = sqrt({d}), while each head's scores are dot products of "
+                f"d_head = {d // h} numbers": _heads_attention(x, layer, scale=d**-0.5),
             }
             got = call_answer(answer, x.clone(), layer)
             expect_close(
@@ -581,17 +577,48 @@ def _wrong_decode(model, prompt, steps: int, how: str) -> torch.Tensor | None:
 
 
 def _counting_copy(model):
-    """A copy of ``model`` that appends to ``fed`` the positions each forward pass reads."""
-    fed: list[int] = []
+    """A copy of ``model`` that appends to ``fed`` the positions each forward pass reads, and
+    to ``fed.cached`` how many positions its caches already held then."""
+    fed = _Fed()
+    cached: list[int] = []
+    fed.cached = cached
 
     class Counting(type(model)):
         def forward(self, ids, **kwargs):
+            caches = kwargs.get("caches")
+            held = max((_held(c) for c in caches or ()), default=0)
             fed.append(ids.shape[1])
+            cached.append(held)
             return super().forward(ids, **kwargs)
 
     counting = copy.deepcopy(model)
     counting.__class__ = Counting
     return counting, fed
+
+
+def _held(cache) -> int:
+    """Positions a layer's cache holds (a ``KVCache``, or a dict of them by role)."""
+    if isinstance(cache, dict):
+        return max((_held(c) for c in cache.values()), default=0)
+    try:
+        return len(cache)
+    except TypeError:
+        return 0
+
+
+class _Fed(list):
+    """The positions each forward pass read (``cached``: what its caches held before)."""
+
+    cached: list[int]
+
+
+def _fed_again(fed: _Fed) -> tuple[int, int] | None:
+    """``(positions fed, positions the caches held)`` of the first call that fed more than
+    one position into caches already holding some: the whole sequence fed again."""
+    for n, held in zip(fed, fed.cached):
+        if held > 0 and n > 1:
+            return n, held
+    return None
 
 
 @checker("decode-loop", "a decoding loop with a KV cache")
@@ -606,22 +633,33 @@ def check_decode_loop(answer) -> None:
         prompt = torch.randint(0, 11, (B, p), generator=_gen(seed + 7))
         expected = model.generate(prompt, steps, greedy=True, use_cache=False)
         counting, fed = _counting_copy(model)
-        got = call_answer(answer, counting, prompt.clone(), steps)
         case = f"batch {B}, prompt of {p} tokens, {steps} steps"
+        whole = (
+            "the whole sequence went into the model again although its caches already "
+            "held all of it but the newest token"
+        )
+        try:
+            got = call_answer(answer, counting, prompt.clone(), steps)
+        except AnswerRaised as err:
+            again = _fed_again(fed)
+            if again is None:
+                raise
+            # The model's own error (too many positions) hides the mistake: name it.
+            raise Mismatch(
+                f"case {case}: {whole}: a call fed {again[0]} positions into caches holding "
+                f"{again[1]}, so positions were cached twice, until the model refused "
+                f"({type(err.error).__name__})"
+            ) from None
         try:
             got = torch.as_tensor(got)
         except Exception:
             raise Mismatch(f"case {case}: return a tensor of ids (B, p + steps)") from None
         mistakes = {
-            "you did not prefill: the whole prompt must go into the cache first, not only "
-            "its last token": _wrong_decode(model, prompt, steps, "no_prefill"),
-            "you made a new cache at every step, so each new token sees only itself: "
-            "make the caches once, before the loop": _wrong_decode(
-                model, prompt, steps, "fresh_cache"
+            "you did not prefill: only the prompt's last token went into the empty cache": (
+                _wrong_decode(model, prompt, steps, "no_prefill")
             ),
-            "you fed the whole sequence again although the cache already holds it: after "
-            "the prompt, feed only the newest token": _wrong_decode(
-                model, prompt, steps, "whole_sequence"
+            "you made a new cache at every step, so each new token sees only itself": (
+                _wrong_decode(model, prompt, steps, "fresh_cache")
             ),
         }
         if tuple(got.shape) == (B, p) or tuple(got.shape) == (B, steps):
@@ -633,6 +671,12 @@ def check_decode_loop(answer) -> None:
             tuple(got.shape) == (B, p + steps),
             f"case {case}: expected ids of shape {(B, p + steps)}, got {tuple(got.shape)}",
         )
+        again = _fed_again(fed)
+        if again is not None:
+            raise Mismatch(
+                f"case {case}: {whole}: a call fed {again[0]} positions into caches holding "
+                f"{again[1]}, so those positions were cached twice"
+            )
         if not torch.equal(got.long(), expected):
             for diagnosis, wrong in mistakes.items():
                 if wrong is not None and torch.equal(got.long(), wrong):
