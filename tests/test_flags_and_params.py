@@ -273,7 +273,31 @@ FLAG_CALLS = {
     ("selfattn.viz", "plot_attention", "annotate"): lambda f: viz.plot_attention(
         torch.rand(3, 3), annotate=f
     ),
+    # chapter 11's layers
+    ("selfattn.latent", "MultiHeadLatentAttention.__init__", "bias"): lambda f: _latent(bias=f),
+    ("selfattn.latent", "MultiHeadLatentAttention.forward", "absorb"): lambda f: _latent()(
+        torch.randn(1, 3, 8), absorb=f
+    ),
+    ("selfattn.differential", "DifferentialAttention.__init__", "bias"): lambda f: _differential(
+        bias=f
+    ),
+    ("selfattn.differential", "DifferentialAttention.forward", "return_weights"): lambda f: (
+        _differential()(torch.randn(1, 3, 8), return_weights=f)
+    ),
 }
+
+
+def _latent(**kw):
+    from selfattn.latent import MultiHeadLatentAttention
+
+    return MultiHeadLatentAttention(8, 2, 4, 2, **kw)
+
+
+def _differential(**kw):
+    from selfattn.differential import DifferentialAttention
+
+    return DifferentialAttention(8, 2, **kw)
+
 
 #: Flags this file does not call: owned by modules outside this review (the recorder).
 NOT_CALLED = {
@@ -409,6 +433,27 @@ def _rw(value):
 
 #: (module, qualified name, parameter) -> (range, a call passing the value).
 FLOAT_CALLS = {
+    # chapter 11's layers
+    ("selfattn.latent", "MultiHeadLatentAttention.__init__", "scale"): (
+        "positive",
+        lambda x: _latent(scale=x),
+    ),
+    ("selfattn.latent", "MultiHeadLatentAttention.__init__", "rope_base"): (
+        "base",
+        lambda x: _latent(rope_base=x),
+    ),
+    ("selfattn.latent", "MultiHeadLatentAttention.__init__", "norm_eps"): (
+        "positive",
+        lambda x: _latent(norm_eps=x),
+    ),
+    ("selfattn.differential", "DifferentialAttention.__init__", "norm_eps"): (
+        "positive",
+        lambda x: _differential(norm_eps=x),
+    ),
+    ("selfattn.differential", "DifferentialAttention.__init__", "lambda_std"): (
+        "nonnegative",
+        lambda x: _differential(lambda_std=x),
+    ),
     ("selfattn.attention", "scaled_dot_product_attention", "dropout"): (
         "probability",
         lambda x: selfattn.scaled_dot_product_attention(Q, K, V, dropout=x),

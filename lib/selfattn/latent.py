@@ -65,6 +65,7 @@ from ._checks import (
     check_layer_inputs,
     check_mask,
     check_mask_arg,
+    require_base,
     require_bool,
     require_even,
     require_int,
@@ -224,6 +225,7 @@ class MultiHeadLatentAttention(nn.Module):
         bias = require_bool(bias, "bias")
         norm_eps = require_number(norm_eps, "norm_eps", positive=True)
         self.kernel = check_choice(kernel, "kernel", LATENT_KERNELS)
+        rope_base = require_base(rope_base, "rope_base")
         check_choice(rope_layout, "rope_layout", ROPE_LAYOUTS)
         h = self.num_heads
         if self.q_rank is None:
