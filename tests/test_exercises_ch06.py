@@ -44,7 +44,7 @@ def test_sinusoidal():
     )
     assert failed_with(
         ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, exponent=lambda i, d: i / d)),
-        "the exponent runs over the pairs",
+        "the exponent steps once per column",
     )
     assert failed_with(
         ch06.check_sinusoidal(lambda n, d: _sinusoidal(n, d, halves=True)),
@@ -225,7 +225,9 @@ def test_rope_names_the_mistakes():
     assert failed_with(ch06.check_rope(low(positions=True)), "positions went through")
     assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p, sign=-1.0)), "clockwise")
     assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p, halves=True)), "rotate-half")
-    assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p, slow=True)), "frequency index")
+    assert failed_with(
+        ch06.check_rope(lambda x, p: _rope(x, p, slow=True)), "once per dimension, not once per"
+    )
     assert failed_with(ch06.check_rope(lambda x, p: _rope(x, p).float()), "x's dtype")
     assert failed_with(ch06.check_rope(lambda x, p: x), "largest difference")
     assert not ch06.check_rope(lambda x, p: "rope")
@@ -255,7 +257,7 @@ def test_shifted_score():
     "answer, text",
     [
         (80, "without interpolation"),
-        (320.0, "divides"),
+        (320.0, "multiplied the positions"),
         (25, "query alone"),
         (7, "is not right"),
         (80 % (2 * math.pi), "without interpolation"),  # a mistake is named reduced too
@@ -284,3 +286,26 @@ def test_interpolated_angle():
     assert ch06.check_interpolated_angle(20 - 4 * math.pi).passed
     assert not ch06.check_interpolated_angle(20 % (2 * math.pi) + 0.01).passed
     assert ch06.check_interpolated_angle(None).status == "not attempted"
+
+
+def test_order_check_names_the_causal_mask():
+    """Issue 45: "without an encoding, order cannot matter" contradicted section 6.1's causal
+    mask caveat: with a causal mask and no encoding, permuting the tokens changes more than
+    the order of the outputs. The check's stem and feedback say "and without a causal mask"."""
+    from selfattn import quizzes, scaled_dot_product_attention
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    plain = scaled_dot_product_attention(x, x, x)
+    assert torch.allclose(scaled_dot_product_attention(x[perm], x[perm], x[perm]), plain[perm])
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    masked = scaled_dot_product_attention(x, x, x, causal)
+    permuted = scaled_dot_product_attention(x[perm], x[perm], x[perm], causal)
+    assert not torch.allclose(permuted, masked[perm])  # order matters through the mask
+    item = quizzes.check(6, "order")["questions"][0]
+    assert "causal mask" in item["question"]["en"] and "因果掩码" in item["question"]["zh"]
+    for answer in item["answers"]:
+        text = answer["feedback"]["en"]
+        if "order cannot matter" in text:
+            assert "without a causal mask" in text

@@ -123,10 +123,10 @@ def check_sinusoidal(answer):
             case=case,
             mistakes={
                 PLANTED_SINUSOIDAL: _pe(n, d, swap=True),
-                "omega_i = 10000^(-i/d): the exponent runs over the pairs, 2i/d, so the "
-                "slowest pair turns at 10000^(-(d-2)/d), not 10000^(-1/2)": _pe(n, d, exponent=1),
+                "omega_i = 10000^(-i/d): the exponent steps once per column, so the slowest "
+                "pair turns at 10000^(-1/2), far faster than the paper's": _pe(n, d, exponent=1),
                 "all sines first, then all cosines: that is the rotate-half arrangement, a "
-                "permutation of the paper's columns (interleave them)": _pe(n, d, halves=True),
+                "permutation of the paper's columns": _pe(n, d, halves=True),
             },
         )
 
@@ -191,12 +191,10 @@ def check_alibi_slopes(answer):
             rtol=1e-5,
             mistakes={
                 "you used the power-of-two formula 2^(-8(i+1)/h) for every h: right for "
-                "1, 2, 4, 8, ... heads, but for other counts the paper takes the slopes of the "
-                "largest power of two p < h and fills up with every other slope of 2p heads": (
-                    _pow2_slopes(h)
+                "1, 2, 4, 8, ... heads, not for the other counts": (_pow2_slopes(h)),
+                "your first slope is 2^0 = 1, one step above the paper's first": _pow2_slopes(
+                    h, start_at_one=True
                 ),
-                "your first slope is 2^0 = 1: the sequence starts at 2^(-8/h), one step "
-                "down (use i + 1 in the exponent)": _pow2_slopes(h, start_at_one=True),
             },
         )
 
@@ -287,9 +285,9 @@ def check_rope(answer):
             "you rotate clockwise, by -p theta_i: that is R_-p, not the paper's R_p": (
                 apply_rope(x64, -pos)
             ),
-            "you paired dimension i with i + d/2 (the rotate-half layout); this RoPE pairs "
-            "adjacent dimensions (2i, 2i+1)": apply_rope(x64, pos, layout="half"),
-            "theta_i = 10000^(-i/d): the frequency index must be 2i/d, one step per pair": (
+            "you paired dimension i with i + d/2 (the rotate-half layout), which is not this "
+            "RoPE's pairing": apply_rope(x64, pos, layout="half"),
+            "theta_i = 10000^(-i/d): the frequencies step once per dimension, not once per pair": (
                 apply_rope(x64, pos, frequencies=10000.0 ** (-torch.arange(d // 2) / d))
             ),
         }
@@ -350,15 +348,12 @@ def check_interpolated_angle(answer):
     case = "pair 0, query at 100, key at 20, factor 4"
     expected = (100 - 20) / 4
     mistakes = {
-        "that is the angle without interpolation: position interpolation divides every "
-        "position by the factor s = 4": 80.0,
-        "you multiplied by the factor: interpolation *divides* the positions by s, so "
-        "that 4L positions fit in the L seen in training": 320.0,
+        "that is the angle without interpolation, as if the factor s = 4 did nothing": 80.0,
+        "you multiplied the positions by the factor s = 4": 320.0,
         "that is the angle of the query alone: the score depends on the difference of the "
         "two angles, not on the query's alone": 100 / 4,
         "the sign is the other way round: that is the key's angle minus the query's, the "
-        "angle of R_(n-m) in the score; the question asks for the query's angle minus the "
-        "key's": -expected,
+        "angle of R_(n-m) in the score": -expected,
     }
     got = _number(answer, case)
     # the same turn as the answer, or as a named mistake, is judged as that value
