@@ -9,7 +9,7 @@ on random tiny configs). Each family is a converter in :data:`FAMILIES`, keyed b
 =============  ==================================  =====================================
 model_type     ``transformers`` class              the book's model
 =============  ==================================  =====================================
-gpt2           ``GPT2LMHeadModel``                 :class:`~selfattn.models.transformer.MiniGPT`
+gpt2           ``GPT2LMHeadModel``                 :class:`GreedyMiniGPT` (a MiniGPT)
 bert           ``BertForMaskedLM``                 :class:`~selfattn.models.bert.BertMLM`
 vit            ``ViTForImageClassification``       :class:`~selfattn.models.transformer.MiniViT`
 llama          ``LlamaForCausalLM``                :class:`~selfattn.models.llm.DecoderLM`
@@ -34,11 +34,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .models.transformer import MiniGPT
 from .multihead import MultiHeadAttention
 from .norms import RMSNorm
 from .positional import RotaryEmbedding, apply_rope
 
-__all__ = ["from_transformers", "FAMILIES", "load_pretrained", "CopiedRotary"]
+__all__ = ["from_transformers", "FAMILIES", "load_pretrained", "CopiedRotary", "GreedyMiniGPT"]
 
 
 class CopiedRotary(RotaryEmbedding):
@@ -80,6 +81,16 @@ class CopiedRotary(RotaryEmbedding):
         if self.attention_scaling != 1.0:
             q, k = q * self.attention_scaling, k * self.attention_scaling
         return q, k
+
+
+class GreedyMiniGPT(MiniGPT):
+    """Chapter 9's :class:`~selfattn.models.transformer.MiniGPT` as ``from_transformers``
+    returns GPT-2: ``generate`` decodes greedily unless ``greedy=False`` is passed (as every
+    converted causal LM does; chapter 9's model samples by default)."""
+
+    def generate(self, ids, max_new_tokens, **kwargs):
+        kwargs.setdefault("greedy", True)
+        return super().generate(ids, max_new_tokens, **kwargs)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -491,12 +502,10 @@ def _qwen3_next(hf_model):
 
 
 def _gpt2(hf_model):
-    from .models.transformer import MiniGPT
-
     config = hf_model.config
     if config.n_inner not in (None, 4 * config.n_embd):
         raise ValueError(f"MiniGPT's MLP is 4 d wide; this GPT-2 has n_inner={config.n_inner}")
-    model = MiniGPT(
+    model = GreedyMiniGPT(
         config.vocab_size,
         d_model=config.n_embd,
         num_heads=config.n_head,
