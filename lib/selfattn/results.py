@@ -89,6 +89,7 @@ STUDIES = {
     "ch08_sinks": ("ch08_sinks.py", {}),
     "ch09_experiments": ("ch09_experiments.py", {}),
     "ch12_packing": ("ch12_packing.py", {}),
+    "ch13_recall": ("ch13_recall.py", {}),
 }
 
 
