@@ -1169,33 +1169,33 @@ def timeline_worker(
     d: int = 64,
     h: int = 2,
     causal: bool = True,
-    layout: str = "contiguous",
-    repeats: int = 1,
+    layouts: Sequence[str] = LAYOUTS,
+    repeats: int = 3,
 ) -> dict:
-    """Time one ring attention forward on every rank; returns every rank's events.
+    """Time ring attention's forward on every rank, in each layout; every rank's events.
 
-    Returns ``{"events": [[(kind, label, nbytes, t0, t1), ...] per rank], "work": [...]}``
-    with times relative to the start of the call (rank 0's clock for each rank's own call).
+    For each layout: a warm-up call, then ``repeats`` timed calls (after a barrier each); the
+    fastest is kept. Returns ``{layout: {"events": [...] per rank, "work": [...] per rank,
+    "total": [...] per rank}}``; an event is ``(kind, label, nbytes, t0, t1)`` with times in
+    seconds from the start of that rank's call, and ``work`` counts score entries.
     """
     q, k, v = _inputs(0, 1, h, n, d, torch.float32)
-    mine = [shard(t, world_size, layout)[rank] for t in (q, k, v)]
-    ring_attention(*mine, causal=causal, layout=layout)  # warm up
-    logs = []
-    for _ in range(repeats):
-        _dist().barrier()
-        with comm_log() as log:
-            t0 = time.perf_counter()
-            ring_attention(*mine, causal=causal, layout=layout)
-            t1 = time.perf_counter()
-        logs.append((log, t0, t1))
-    log, t0, t1 = min(logs, key=lambda x: x[2] - x[1])
-    events = [(e[0], e[1], e[2], e[3] - t0, e[4] - t0) for e in log.events]
-    gathered = [None] * world_size
-    _dist().all_gather_object(
-        gathered, {"events": events, "work": log.work["forward"], "total": t1 - t0}
-    )
-    return {
-        "events": [g["events"] for g in gathered],
-        "work": [g["work"] for g in gathered],
-        "total": [g["total"] for g in gathered],
-    }
+    result = {}
+    for layout in layouts:
+        mine = [shard(t, world_size, layout)[rank] for t in (q, k, v)]
+        ring_attention(*mine, causal=causal, layout=layout)  # warm up
+        runs = []
+        for _ in range(repeats):
+            _dist().barrier()
+            with comm_log() as log:
+                t0 = time.perf_counter()
+                ring_attention(*mine, causal=causal, layout=layout)
+                t1 = time.perf_counter()
+            runs.append((log, t0, t1))
+        log, t0, t1 = min(runs, key=lambda x: x[2] - x[1])
+        events = [(e[0], e[1], e[2], e[3] - t0, e[4] - t0) for e in log.events]
+        gathered = [None] * world_size
+        mine_summary = {"events": events, "work": log.work["forward"], "total": t1 - t0}
+        _dist().all_gather_object(gathered, mine_summary)
+        result[layout] = {key: [g[key] for g in gathered] for key in ("events", "work", "total")}
+    return result
