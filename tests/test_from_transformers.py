@@ -450,3 +450,18 @@ def test_hf_extra_floor_is_the_tested_pin():
 
     assert release(floor)[:3] == release(pins[0])[:3], (floor, pins[0])
     assert transformers.__version__ == pins[0]
+
+
+def test_load_pretrained_offline_prints_one_line(monkeypatch, capsys, tmp_path):
+    """The "try it on Colab" helper: offline (or without transformers) one line, and None."""
+    from selfattn.hf import load_pretrained
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache: nothing to load offline
+    assert load_pretrained("gpt2") is None
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "skipped" in out
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    assert load_pretrained("gpt2") is None
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "not installed" in out
