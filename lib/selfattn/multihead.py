@@ -382,11 +382,6 @@ class MultiHeadAttention(nn.Module):
             that rotates every head's queries and new keys by their positions before the
             scores; with a cache, the new positions start at ``len(cache)`` (the cached keys
             were rotated when they were added). Self-attention only.
-
-    The options of today's LLMs (chapter 11; each off by default, and with all of them off
-    the layer is the one above, output for output):
-
-    Args:
         d_head: per-head width when it is not ``d_model // num_heads`` (Qwen3, Gemma); the
             query width is then ``d_q = num_heads * d_head``: ``qkv`` maps ``d_model`` to
             ``d_q + 2 * num_kv_heads * d_head`` and ``out`` maps ``d_q`` to ``d_model``
@@ -412,6 +407,9 @@ class MultiHeadAttention(nn.Module):
             causal mask, so with a cache too); combined with any ``mask`` passed (a padding
             mask). Self-attention only; not with ``kernel="flash"``.
 
+    ``d_head`` to ``window`` are the options of today's LLMs (chapter 11): each is off by
+    default, and with all of them off the layer is chapter 5's, output for output.
+
     Attributes:
         qkv: ``nn.Linear(d_model, 3 * d_model)``; weight rows ``[0:d]`` make queries,
             ``[d:2d]`` keys, ``[2d:3d]`` values (the layout of
@@ -420,7 +418,8 @@ class MultiHeadAttention(nn.Module):
         out: ``nn.Linear(d_model, d_model)`` (``nn.Linear(d_q, d_model)`` with ``d_head``),
             the output projection ``W_O``.
         rope: the rotary module, or ``None``.
-        q_norm, k_norm: the QK-norm :class:`~selfattn.norms.RMSNorm` modules, or ``None``.
+        q_norm: the QK-norm :class:`~selfattn.norms.RMSNorm` of the queries, or ``None``.
+        k_norm: that of the keys, or ``None``.
         sink_logits: ``(h,)`` learned sink logits, or ``None``.
         gate: the output gate's ``nn.Linear(d_model, d_q)``, or ``None``.
 

@@ -1,6 +1,6 @@
 """A decoder-only language model of today's shape, assembled from the book's layers (chapter 11).
 
-:class:`DecoderLM` is what Llama, Qwen3, Gemma 2, DeepSeek-V3, gpt-oss and Qwen3-Next share:
+:class:`DecoderLM` is what Llama, Qwen3, Gemma 2, DeepSeek-V3, gpt-oss and Qwen3-Next share::
 
     x = embed(ids) [* embed_scale]
     for each block:  x = x + post_mix_norm(mixer(mix_norm(x)))     # attention or another mixer
@@ -100,8 +100,9 @@ class TopKMoE(nn.Module):
         alpha, limit: gpt-oss's ``swiglu_alpha`` and ``swiglu_limit``.
 
     Attributes:
-        gate_w, up_w: ``(E, d, hidden)``; down_w: ``(E, hidden, d)``;
-        gate_b, up_b: ``(E, hidden)``; down_b: ``(E, d)``.
+        gate_w: ``(E, d, hidden)``, the experts' gate projections (``up_w`` likewise).
+        down_w: ``(E, hidden, d)``.
+        gate_b: ``(E, hidden)`` (``up_b`` likewise); ``down_b``: ``(E, d)``.
 
     Every expert runs on every token (the model is tiny; the unused outputs get weight 0).
     ``forward(x (..., d))`` returns ``(..., d)``.
