@@ -371,6 +371,17 @@ def test_unknown_family_is_refused_naming_the_supported_ones():
         assert family in str(err.value)
     with pytest.raises(TypeError, match="transformers model"):
         from_transformers(torch.nn.Linear(2, 2))
+    bare = T.BertModel(
+        T.BertConfig(
+            vocab_size=V,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            intermediate_size=64,
+        )
+    )
+    with pytest.raises(ValueError, match="BertForMaskedLM"):
+        from_transformers(bare)
 
 
 def test_deepseek_moe_layers_are_refused():

@@ -611,6 +611,14 @@ FAMILIES = {
 }
 
 
+#: The head each family's model must have, and the class that has it.
+_HEADS = {
+    "gpt2": ("lm_head", "GPT2LMHeadModel"),
+    "bert": ("cls", "BertForMaskedLM"),
+    "vit": ("classifier", "ViTForImageClassification"),
+}
+
+
 def from_transformers(hf_model) -> nn.Module:
     """The book's model holding the weights of a ``transformers`` model, with the same output.
 
@@ -640,6 +648,12 @@ def from_transformers(hf_model) -> nn.Module:
         raise ValueError(
             f"from_transformers does not convert model_type={model_type!r}; it converts "
             + ", ".join(sorted(FAMILIES))
+        )
+    head, expected = _HEADS.get(model_type, ("lm_head", "its ...ForCausalLM class"))
+    if not hasattr(hf_model, head):
+        raise ValueError(
+            f"from_transformers converts a {model_type} model as {expected} (with its "
+            f"{head}), got {type(hf_model).__name__}"
         )
     param = next(hf_model.parameters())
     model = FAMILIES[model_type](hf_model)
