@@ -116,7 +116,7 @@ def merge_mistakes() -> list[str]:
 def check_merge(answer) -> None:
     """``answer(out_a, lse_a, out_b, lse_b)`` must return ``(out, lse)``: attention over the
     keys of both parts, from each part's attention output (normalised over its own keys) and
-    row log-sum-exp. Compared with attention over all the keys at once (float64, 1e-9). While
+    row log-sum-exp. Compared with attention over all the keys at once, in float64. While
     the answer still computes what the planted bug (:func:`merge_buggy`) computes, the
     exercise counts as not attempted."""
     g = torch.Generator().manual_seed(14)
