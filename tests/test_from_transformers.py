@@ -253,22 +253,43 @@ def largest_difference(family, ours, hf, x):
         return (ours(x) - hf(x).logits).abs().max().item()
 
 
-def first_differing_layer(family, ours, hf, ids, tol):
-    """Name the first block whose output differs from ``transformers``' by more than ``tol``."""
-    if family in ("gpt2", "bert", "vit"):
-        return "(per-layer comparison for the decoder families only)"
+def first_differing_layer(family, ours, hf, x, tol):
+    """Name the first block whose output differs from ``transformers``' by more than ``tol``
+    (``transformers``' ``hidden_states``: the embeddings, then each layer's output, the last
+    one with or without the final norm)."""
     with torch.no_grad():
-        hidden = hf(ids, output_hidden_states=True).hidden_states  # embeddings, then layers
-        x = ours.embed(ids)
-        if ours.embed_scale is not None:
-            x = x * torch.tensor(ours.embed_scale, dtype=x.dtype)
-        for i, block in enumerate(ours.blocks):
-            x = block(x, mask="causal")
-            if i + 1 < len(hidden) - 1:
-                diff = (x - hidden[i + 1]).abs().max().item()
+        if family == "vit":
+            hidden = hf(pixel_values=x, output_hidden_states=True).hidden_states
+            h, blocks = ours.embed(x), ours.encoder.blocks
+            run = lambda block, h: block(h)  # noqa: E731
+        else:
+            hidden = hf(x, output_hidden_states=True).hidden_states
+            if family == "gpt2":
+                h, blocks = ours.embed(x), ours.decoder.blocks
+                run = lambda block, h: block(h, mask="causal")  # noqa: E731
+            elif family == "bert":
+                positions = torch.arange(x.shape[1])
+                h = ours.ln(ours.tok(x) + ours.segment(torch.zeros_like(x)) + ours.pos(positions))
+                blocks = ours.blocks
+                run = lambda block, h: block(h)  # noqa: E731
+            else:
+                h, blocks = ours.embed(x), ours.blocks
+                if ours.embed_scale is not None:
+                    h = h * torch.tensor(ours.embed_scale, dtype=h.dtype)
+                run = lambda block, h: block(h, mask="causal")  # noqa: E731
+        final = {"gpt2": getattr(getattr(ours, "decoder", None), "ln_f", None)}.get(family)
+        final = getattr(getattr(ours, "encoder", None), "ln_f", None) if family == "vit" else final
+        final = getattr(ours, "final_norm", None) if final is None else final
+        for i, block in enumerate(blocks):
+            h = run(block, h)
+            if i + 1 < len(hidden):
+                diff = (h - hidden[i + 1]).abs().max().item()
+                if i + 2 == len(hidden) and final is not None:  # maybe after the final norm
+                    diff = min(diff, (final(h) - hidden[i + 1]).abs().max().item())
                 if diff > tol:
-                    return f"block {i} ({type(block.mixer).__name__}): {diff:.3g}"
-    return "no single block (the final norm or head)"
+                    name = type(getattr(block, "mixer", getattr(block, "attn", block))).__name__
+                    return f"block {i} ({name}): {diff:.3g}"
+    return "no single block (the final norm or the head)"
 
 
 def inputs(family, n, dtype, seed=2):
@@ -476,3 +497,18 @@ def test_load_pretrained_offline_prints_one_line(monkeypatch, capsys, tmp_path):
     assert load_pretrained("gpt2") is None
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "not installed" in out
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3_next"])
+def test_a_wrong_weight_is_found_in_its_layer(family):
+    """The failure message's diagnosis: a weight changed in block 1 is reported there."""
+    hf, ours = build(family)
+    if family == "gpt2":
+        norm = ours.decoder.blocks[1].ln2
+    else:
+        norm = ours.blocks[1].mlp_norm
+    with torch.no_grad():
+        norm.weight.add_(0.5)
+    x = inputs(family, 5, torch.float32)
+    assert largest_difference(family, ours, hf, x) > 1e-3
+    assert first_differing_layer(family, ours, hf, x, 1e-4).startswith("block 1 ")
