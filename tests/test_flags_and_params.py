@@ -299,6 +299,47 @@ def _differential(**kw):
     return DifferentialAttention(8, 2, **kw)
 
 
+def _distributed():
+    from selfattn import distributed
+
+    return distributed
+
+
+Q4, K4, V4 = (t[..., :4, :] for t in (Q, K, V))  # n = 4: shards for P = 2
+FLAG_CALLS.update(
+    {
+        ("selfattn.distributed", "ring_attention", "causal"): lambda f: (
+            _distributed().ring_attention(Q4, K4, V4, causal=f)
+        ),
+        ("selfattn.distributed", "ulysses_attention", "causal"): lambda f: (
+            _distributed().ulysses_attention(Q4, K4, V4, causal=f)
+        ),
+        ("selfattn.distributed", "ring_work", "causal"): lambda f: _distributed().ring_work(
+            2, causal=f
+        ),
+        ("selfattn.distributed", "simulate_ring", "causal"): lambda f: (
+            _distributed().simulate_ring(Q4, K4, V4, 2, causal=f)
+        ),
+        ("selfattn.distributed", "simulate_ring", "trace"): lambda f: _distributed().simulate_ring(
+            Q4, K4, V4, 2, trace=f
+        ),
+        ("selfattn.distributed", "TensorParallelAttention.forward", "causal"): lambda f: (
+            _distributed().TensorParallelAttention(MultiHeadAttention(8, 2), 2)(
+                torch.randn(1, 3, 8), causal=f
+            )
+        ),
+        ("selfattn.distributed", "launch", "all_ranks"): lambda f: _distributed().launch(
+            _distributed().hello_worker, 2, all_ranks=f
+        ),
+        ("selfattn.distributed", "check_worker", "refusals"): lambda f: (
+            _distributed().check_worker(0, 2, [], refusals=f)
+        ),
+        ("selfattn.distributed", "timeline_worker", "causal"): lambda f: (
+            _distributed().timeline_worker(0, 2, 8, causal=f)
+        ),
+    }
+)
+
 #: Flags this file does not call: owned by modules outside this review (the recorder).
 NOT_CALLED = {
     ("selfattn.results", "record", "display"),
@@ -720,6 +761,27 @@ FLOAT_CALLS = {
 }
 
 #: Float parameters this file does not call: a measured value, not a setting.
+FLOAT_CALLS.update(
+    {
+        ("selfattn.distributed", "ring_attention", "scale"): (
+            "finite",
+            lambda x: _distributed().ring_attention(Q4, K4, V4, scale=x),
+        ),
+        ("selfattn.distributed", "ulysses_attention", "scale"): (
+            "finite",
+            lambda x: _distributed().ulysses_attention(Q4, K4, V4, scale=x),
+        ),
+        ("selfattn.distributed", "simulate_ring", "scale"): (
+            "finite",
+            lambda x: _distributed().simulate_ring(Q4, K4, V4, 2, scale=x),
+        ),
+        ("selfattn.distributed", "launch", "timeout"): (
+            "positive",
+            lambda x: _distributed().launch(_distributed().hello_worker, 2, timeout=x),
+        ),
+    }
+)
+
 FLOAT_NOT_CALLED = {("selfattn.bench", "goal_met", "value")}
 
 

@@ -54,6 +54,7 @@ from ._checks import (
     check_qkv,
     check_scale,
     describe,
+    require_bool,
     require_int,
     require_number,
 )
@@ -564,6 +565,7 @@ def simulate_ring(
     """
     _check_shards(q, k, v)
     causal, layout = check_causal(causal), _check_layout(layout)
+    trace = require_bool(trace, "trace")
     scale = check_scale(scale, q.shape[-1])
     P = require_int(world_size, "world_size", 1)
     work = work_dtype(q.dtype)
@@ -913,6 +915,7 @@ def launch(
         raise TypeError(f"fn must be a function, got {describe(fn)}")
     world_size = require_int(world_size, "world_size", 1)
     timeout = require_number(timeout, "timeout", positive=True)
+    all_ranks = require_bool(all_ranks, "all_ranks")
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -1016,6 +1019,7 @@ def check_worker(
     ``refusals``, a last row ``{"strategy": "refusals", "messages": ...}`` holds
     :func:`refusals_worker`'s messages.
     """
+    refusals = require_bool(refusals, "refusals")
     rows = []
     for case in cases:
         case = dict(case)
@@ -1179,6 +1183,7 @@ def timeline_worker(
     "total": [...] per rank}}``; an event is ``(kind, label, nbytes, t0, t1)`` with times in
     seconds from the start of that rank's call, and ``work`` counts score entries.
     """
+    causal = check_causal(causal)
     q, k, v = _inputs(0, 1, h, n, d, torch.float32)
     result = {}
     for layout in layouts:
