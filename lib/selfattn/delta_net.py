@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import require_float, require_int, require_number
+from ._checks import require_bool, require_float, require_int, require_number
 from .efficient.delta_rule import gated_delta_rule
 
 __all__ = ["GatedDeltaNet", "GatedDeltaNetState", "GatedRMSNorm", "l2norm"]
@@ -180,6 +180,7 @@ class GatedDeltaNet(nn.Module):
         :class:`GatedDeltaNetState` after the last token. ``state`` continues a sequence
         (decoding: feed one token, or a few, at a time)."""
         require_float(x, "x")
+        return_state = require_bool(return_state, "return_state")
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x must have shape (B, n, d_model={self.d_model}), got {tuple(x.shape)}"

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import require_float, require_int
+from ._checks import require_bool, require_float, require_int
 
 __all__ = [
     "SparseCache",
@@ -167,6 +167,7 @@ class NativeSparseAttention(_Heads):
         branches (for figures)."""
         _check_x(x, self.d_model)
         _check_cache(cache)
+        return_parts = require_bool(return_parts, "return_parts")
         q, k, v, pos_q, pos_k = self._project(x, cache)
         scale, b = self.d_head**-0.5, self.block_size
         causal = pos_k[None, :] <= pos_q[:, None]  # (n, T)
@@ -297,6 +298,7 @@ class DeepSeekSparseAttention(_Heads):
         ``return_mask`` also the ``(B, n, T)`` selection."""
         _check_x(x, self.d_model)
         _check_cache(cache)
+        return_mask = require_bool(return_mask, "return_mask")
         with torch.no_grad():
             mask = self.selection(x, cache)
         q, k, v, _, _ = self._project(x, cache)

@@ -40,6 +40,7 @@ import torch
 from .._checks import (
     check_scale,
     describe,
+    require_bool,
     require_float,
     require_int,
     require_same_device,
@@ -131,6 +132,7 @@ def gated_delta_rule(
             devices.
     """
     scale, chunk_size = _check(q, k, v, g, beta, scale, chunk_size, initial_state)
+    output_final_state = require_bool(output_final_state, "output_final_state")
     dtype, work = q.dtype, work_dtype(q.dtype)
     q, k, v, g, beta = (t.to(work) for t in (q, k, v, g, beta))
     q = q * scale
