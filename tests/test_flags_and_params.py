@@ -306,6 +306,40 @@ def _distributed():
 
 
 Q4, K4, V4 = (t[..., :4, :] for t in (Q, K, V))  # n = 4: shards for P = 2
+
+
+def _kernel_record(**flag):
+    from selfattn.attention import Kernel
+
+    return Kernel(None, **flag)
+
+
+def _flex():
+    from selfattn import flex
+
+    return flex
+
+
+FLAG_CALLS.update(
+    {
+        ("selfattn.attention", "Kernel.__init__", name): (
+            lambda f, name=name: _kernel_record(**{name: f})
+        )
+        for name in ("masks", "return_weights", "dropout", "score_bias", "upcast_half")
+    }
+)
+FLAG_CALLS.update(
+    {
+        ("selfattn.flex", "document", "causal"): lambda f: _flex().document(
+            torch.zeros(3, dtype=torch.long), causal=f
+        ),
+        ("selfattn.flex", "sliding_window", "causal"): lambda f: _flex().sliding_window(
+            2, causal=f
+        ),
+        ("selfattn.flex", "flex_available", "compiled"): lambda f: _flex().flex_available(f),
+        ("selfattn.flex", "flex", "compiled"): lambda f: _flex().flex(Q, K, V, compiled=f),
+    }
+)
 FLAG_CALLS.update(
     {
         ("selfattn.distributed", "ring_attention", "causal"): lambda f: (

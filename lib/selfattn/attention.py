@@ -61,6 +61,10 @@ class Kernel:
     causal: str = "never"
     upcast_half: bool = False
 
+    def __post_init__(self) -> None:
+        for flag in ("masks", "return_weights", "dropout", "score_bias", "upcast_half"):
+            require_bool(getattr(self, flag), flag)
+
 
 class _Registry(dict):
     """Kernel name -> :class:`Kernel`; shown as the tuple of its names in messages."""
