@@ -53,11 +53,18 @@ def messages(doc: str):
     return [m for m in i18n.read(i18n.catalog(doc)) if m.id]
 
 
+TEXT_IN_MATH = re.compile(r"\\text\{[^{}]*\}")
+
+
 def placeholders(text: str) -> Counter:
-    """Roles, math, inline code and link targets: what a translation must keep verbatim."""
+    """Roles, math, inline code and link targets: what a translation must keep verbatim.
+
+    The words of a formula's ``\\text{...}`` are prose and may be translated
+    (``\\text{bytes}`` reads ``\\text{字节数}`` on a Chinese page): they count as one slot.
+    """
     found = ROLE.findall(text)
     rest = ROLE.sub(" ", text)
-    found += MATH.findall(rest)
+    found += [TEXT_IN_MATH.sub(r"\\text{…}", math) for math in MATH.findall(rest)]
     rest = MATH.sub(" ", rest)
     found += CODE.findall(rest)
     found += LINK.findall(rest)
@@ -93,6 +100,9 @@ def test_placeholders_are_found():
     assert placeholders(text) == Counter(
         ["{glue:text}`ch03_x:.2f`", "{cite:p}`a`", "$q \\cdot k$", "`torch.exp`"]
     )
+    # translated words in a formula's \text{...} keep it the same formula; other symbols do not
+    assert placeholders("$2 \\times \\text{bytes}$") == placeholders("$2 \\times \\text{字节数}$")
+    assert placeholders("$1 / (1 + M)$") != placeholders("$1 / (1 + \\text{M})$")
 
 
 RAW_CELLS: set[str] = set()  # the glossary table's own cells, kept as they are
@@ -172,6 +182,13 @@ ONE_TERM = [
     ("tile", r"\btile[sd]?\b", "分块", []),
     ("chunk", r"\bchunk(?:s|ed)?\b", "分段", []),
     ("token", r"\btokens?\b", "词元", ["令牌"]),
+    # issue 51: the exercise kind "build" (the English word also builds sites), recorded runs,
+    # learned weights (the English verb "learned" is no adjective), the shifted-copy task
+    ("build (an exercise)", None, "动手实现", ["动手写"]),
+    ("recorded", r"\brecorded\b", "记录", ["录制"]),
+    ("learned (trainable)", None, "可学习的", ["学出来的"]),
+    ("shifted copy", r"\bshifted[- ]cop(?:y|ies)\b", "平移复制", ["移位复制"]),
+    ("rotary position embedding", r"\brotary position", "旋转位置编码", []),
 ]
 
 
@@ -193,6 +210,16 @@ def test_one_term_for_each_concept_of_issue_31():
     assert not wrong, f"{len(wrong)} messages: " + "; ".join(wrong[:6])
 
 
+def test_the_task_symbol_key_is_not_the_attention_key():
+    """Chapter 1's task token ``key`` is introduced once as 目标符号 `key`, so that 键 means
+    only the attention's key (issue 51)."""
+    doc = next(d for d in DOCS if d.startswith("chapters/01_"))
+    task = [m for m in messages(doc) if "`key d_1 ... d_n ?`" in m.id]
+    assert task and "目标符号 `key`" in task[0].string, "the task token is not 目标符号 `key`"
+    intro = sum(m.string.count("目标符号 `key`") for m in messages(doc) if m.string)
+    assert intro == 1, f"目标符号 `key` introduced {intro} times, not once"
+
+
 def test_token_is_glossed_at_its_first_use():
     first = next(
         m.string for doc in DOCS for m in messages(doc) if m.string and "词元" in m.string
@@ -209,9 +236,6 @@ def test_mask_and_unmask_keep_every_slot():
         i18n.unmask("在 ⟦0⟧ 时", slots)  # a slot lost
     with pytest.raises(ValueError):
         i18n.unmask("⟦0⟧ ⟦0⟧ ⟦1⟧ ⟦2⟧", slots)  # a slot repeated
-
-
-TEXT_IN_MATH = re.compile(r"\\text\{[^{}]*\}")
 
 
 @pytest.mark.parametrize("doc", DOCS)
