@@ -115,6 +115,19 @@ TORCH_USED: dict[str, str] = {
         f"{DOCS}/2.5/generated/torch.nn.functional.scaled_dot_product_attention.html; code "
         "that supports older torch gates it on torch >= 2.5 (e.g. ncnn's pnnx tests)"
     ),
+    "torch.nn.attention.flex_attention": (
+        f"{DOCS}/2.5/nn.attention.flex_attention.html: FlexAttention (flex_attention with "
+        "score_mod=, block_mask= and scale=, create_block_mask with BLOCK_SIZE= and device=, "
+        "create_mask) is new in torch 2.5 (a prototype there; selfattn.flex imports it lazily)"
+    ),
+    "torch.nn.attention.flex_attention.flex_attention": (
+        f"{DOCS}/2.5/nn.attention.flex_attention.html#torch.nn.attention.flex_attention."
+        "flex_attention"
+    ),
+    "torch.nn.attention.flex_attention.create_block_mask": (
+        f"{DOCS}/2.5/nn.attention.flex_attention.html#torch.nn.attention.flex_attention."
+        "create_block_mask"
+    ),
 }
 
 #: Namespaces torch 2.0 did not have: every symbol under one is new and must be covered by an

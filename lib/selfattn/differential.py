@@ -42,6 +42,7 @@ from ._checks import (
 from .attention import softmax
 from .masks import apply_mask, causal_mask
 from .multihead import KVCache, heads_mask, merge_heads, split_heads
+from .norms import rms_norm
 from .positional import RotaryEmbedding
 
 __all__ = ["DifferentialAttention", "lambda_init"]
@@ -199,7 +200,7 @@ class DifferentialAttention(nn.Module):
         lam = self.lambda_full().to(weights.dtype)
         diff = weights[:, : h // 2] - lam * weights[:, h // 2 :]  # (B, h / 2, n, m)
         heads = torch.matmul(diff, v[:, : h // 2])  # (B, h / 2, n, 2 d_head)
-        heads = nn.functional.rms_norm(heads, (2 * self.d_head,), eps=self.norm_eps)
+        heads = rms_norm(heads, eps=self.norm_eps)
         heads = ((1 - self.lambda_init) * heads).to(x.dtype)
         diff = diff.to(x.dtype)
         y = self.o_proj(merge_heads(heads))  # (B, n, h * d_head) -> (B, n, d_model)

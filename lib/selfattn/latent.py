@@ -74,6 +74,7 @@ from ._checks import (
 from .attention import scaled_dot_product_attention
 from .masks import causal_mask
 from .multihead import heads_mask, merge_heads
+from .norms import RMSNorm
 from .positional import ROPE_LAYOUTS, RotaryEmbedding
 
 __all__ = ["MultiHeadLatentAttention", "LatentCache", "mla_cache_bytes_per_token"]
@@ -232,10 +233,10 @@ class MultiHeadLatentAttention(nn.Module):
             self.q_proj = nn.Linear(d_model, h * self.d_qk, bias=bias)
         else:
             self.q_a = nn.Linear(d_model, self.q_rank, bias=bias)
-            self.q_norm = nn.RMSNorm(self.q_rank, eps=norm_eps)
+            self.q_norm = RMSNorm(self.q_rank, eps=norm_eps)
             self.q_b = nn.Linear(self.q_rank, h * self.d_qk, bias=False)
         self.kv_a = nn.Linear(d_model, self.kv_rank + self.rope_dim, bias=bias)
-        self.kv_norm = nn.RMSNorm(self.kv_rank, eps=norm_eps)
+        self.kv_norm = RMSNorm(self.kv_rank, eps=norm_eps)
         self.kv_b = nn.Linear(self.kv_rank, h * (self.d_nope + self.d_v), bias=False)
         self.out = nn.Linear(h * self.d_v, d_model, bias=bias)
         self.rope = RotaryEmbedding(self.rope_dim, base=rope_base, layout=rope_layout)
