@@ -140,6 +140,37 @@ def test_glossary_is_parsed():
     assert pairs["query"] == "查询" and pairs["key"] == "键"
 
 
+def test_glossary_english_column_stays_english():
+    """The glossary's English column reads English on the Chinese page: each English cell's
+    message is "translated" as itself (a parenthesised note may be Chinese). A cell whose
+    text is also another table's cell shares that message (Sphinx's gettext gives a
+    document's messages no context), so it must have text of its own: the glossary's
+    "KV cache" row did not, and showed 键值缓存 (issue 51)."""
+    glossary()
+    path = chapter(10)
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    text = next(
+        "".join(c["source"]) for c in cells if "| English | 中文 |" in "".join(c["source"])
+    )
+    english = [row.strip() for row in re.findall(r"^\|([^|]+)\|[^|]+\|[^|]*\|$", text, re.M)]
+    english = [e for e in english if e not in ("English", "---")]
+    doc = next(d for d in DOCS if d.startswith("chapters/10_"))
+    shown = {m.id: m.string for m in messages(doc) if m.string and not m.fuzzy}
+    # A parenthesis (a note) may be translated; the term itself stays English.
+    term = {e: re.split(r"\s*[(（]", e)[0] for e in english}
+    wrong = [
+        f"{e!r} shows {shown[e]!r}"
+        for e in english
+        if e in shown and not shown[e].startswith(term[e])
+    ]
+    if wrong == ["'KV cache' shows '键值缓存'"]:
+        pytest.xfail(
+            "issue 51: the glossary row 'KV cache' needs its own text, e.g. "
+            "'KV cache (key-value cache)' (chapter 10's English, the coordinator's)"
+        )
+    assert not wrong, f"{len(wrong)} English glossary cells shown in Chinese: {wrong[:5]}"
+
+
 def test_one_chinese_term_for_each_glossary_term():
     pairs = glossary()
     cells = {cell for e, z in pairs for cell in (e, z)} | RAW_CELLS
