@@ -88,6 +88,7 @@ STUDIES = {
     "ch08_performer": ("ch08_performer.py", {}),
     "ch08_sinks": ("ch08_sinks.py", {}),
     "ch09_experiments": ("ch09_experiments.py", {}),
+    "ch11_logit_growth": ("ch11_logit_growth.py", {}),
     "ch12_packing": ("ch12_packing.py", {}),
     "ch13_recall": ("ch13_recall.py", {}),
 }
