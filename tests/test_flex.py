@@ -167,7 +167,7 @@ def test_flex_is_registered_with_what_it_supports():
     record = KERNELS["flex"]
     assert record.masks and record.score_bias and not record.return_weights
     assert not record.dropout and record.backward == "gpu"
-    assert repr(KERNELS).startswith("('reference', 'flash', 'torch'")
+    assert repr(KERNELS) == repr(tuple(KERNELS)) and "'flex'" in repr(KERNELS)  # names only
 
 
 @pytest.mark.parametrize("n,m", [(1, 1), (5, 9), (9, 9), (17, 3)])
