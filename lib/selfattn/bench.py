@@ -1200,10 +1200,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         "--child", nargs=3, metavar=("METHOD", "N", "THREADS"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
-    if args.flex:  # its own table and file: chapters/results/ch12_bench.json
-        from .bench_flex import main as flex_main
-
-        return flex_main([] if args.out is None else ["--out", str(args.out)])
+    if args.flex:  # its own table and file, chapters/results/ch12_bench.json; a process of its
+        # own, since selfattn.bench_flex imports this module (its timer)
+        out = [] if args.out is None else ["--out", str(args.out)]
+        subprocess.run([sys.executable, "-m", "selfattn.bench_flex", *out], check=True)
+        return None
     if args.child:
         method, n, threads = args.child
         print(json.dumps(_memory_child(method, int(n), int(threads))))
