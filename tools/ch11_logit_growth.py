@@ -15,6 +15,7 @@ minutes of CPU:
 from __future__ import annotations
 
 import math
+from concurrent.futures import ProcessPoolExecutor
 
 import torch
 from _precompute import RESULTS, parser, write_json
@@ -118,25 +119,30 @@ def run(variant: str, lr: float, seed: int, *, steps: int | None = None) -> dict
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    out = parser(__doc__, OUT).parse_args(argv).out
+def seed_runs(seed: int) -> list[dict]:
+    """Every learning rate and variant of one seed (one worker process)."""
     torch.set_num_threads(1)
     runs = []
-    for seed in SEEDS:
-        for lr in LRS:
-            for variant in VARIANTS:
-                r = run(variant, lr, seed)
-                print(
-                    variant,
-                    lr,
-                    seed,
-                    round(r["loss"][-1], 3),
-                    round(max(r["max_logit"]), 1),
-                    flush=True,
-                )
-                runs.append(r)
+    for lr in LRS:
+        for variant in VARIANTS:
+            r = run(variant, lr, seed)
+            last, top = r["loss"][-1], max(r["max_logit"])
+            print(
+                f"seed {seed} lr {lr:g} {variant}: loss {last:.3f}, max logit {top:.1f}",
+                flush=True,
+            )
+            runs.append(r)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__doc__, OUT)
+    p.add_argument("--workers", type=int, default=len(SEEDS), help="processes, one per seed")
+    args = p.parse_args(argv)
+    with ProcessPoolExecutor(args.workers) as pool:
+        runs = [r for runs in pool.map(seed_runs, SEEDS) for r in runs]
     write_json(
-        out,
+        args.out,
         {
             "config": CONFIG,
             "lrs": list(LRS),
@@ -145,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
             "runs": runs,
         },
     )
-    print("wrote", out)
+    print("wrote", args.out)
 
 
 if __name__ == "__main__":
