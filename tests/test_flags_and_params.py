@@ -374,6 +374,56 @@ FLAG_CALLS.update(
     }
 )
 
+
+def _llm():
+    from selfattn.models import llm
+
+    return llm
+
+
+def _norms():
+    from selfattn import norms
+
+    return norms
+
+
+def _decoder_lm(**kw):
+    from selfattn.norms import RMSNorm
+
+    return _llm().DecoderLM(
+        torch.nn.Embedding(10, 8), [], RMSNorm(8), torch.nn.Linear(8, 10), **kw
+    )
+
+
+FLAG_CALLS.update(
+    {
+        ("selfattn.models.llm", "DecoderLM.generate", "return_logits"): lambda f: (
+            _decoder_lm().generate(IDS, 1, return_logits=f)
+        ),
+        ("selfattn.models.llm", "DecoderLM.generate", "use_cache"): lambda f: (
+            _decoder_lm().generate(IDS, 1, use_cache=f)
+        ),
+        ("selfattn.models.llm", "GatedMLP.__init__", "bias"): lambda f: _llm().GatedMLP(
+            8, 16, bias=f
+        ),
+        ("selfattn.multihead", "MultiHeadAttention.__init__", "gate"): lambda f: (
+            MultiHeadAttention(8, 2, gate=f)
+        ),
+        ("selfattn.multihead", "MultiHeadAttention.__init__", "qk_norm"): lambda f: (
+            MultiHeadAttention(8, 2, qk_norm=f)
+        ),
+        ("selfattn.multihead", "MultiHeadAttention.__init__", "sinks"): lambda f: (
+            MultiHeadAttention(8, 2, sinks=f)
+        ),
+        ("selfattn.norms", "RMSNorm.__init__", "unit_offset"): lambda f: _norms().RMSNorm(
+            8, unit_offset=f
+        ),
+        ("selfattn.norms", "rms_norm", "unit_offset"): lambda f: _norms().rms_norm(
+            torch.randn(2, 8), torch.ones(8), unit_offset=f
+        ),
+    }
+)
+
 #: Flags this file does not call: owned by modules outside this review (the recorder).
 NOT_CALLED = {
     ("selfattn.results", "record", "display"),
@@ -817,6 +867,86 @@ FLOAT_CALLS.update(
 )
 
 FLOAT_NOT_CALLED = {("selfattn.bench", "goal_met", "value")}
+
+
+def _hf():
+    from selfattn import hf
+
+    return hf
+
+
+def _bert():
+    from selfattn.models import bert
+
+    return bert
+
+
+def _packing():
+    from selfattn import packing
+
+    return packing
+
+
+FLOAT_CALLS.update(
+    {
+        ("selfattn.flex", "flex", "scale"): ("finite", lambda x: _flex().flex(Q, K, V, scale=x)),
+        ("selfattn.flex", "softcap", "cap"): ("positive", lambda x: _flex().softcap(x)),
+        ("selfattn.hf", "CopiedRotary.__init__", "attention_scaling"): (
+            "positive",
+            lambda x: _hf().CopiedRotary(4, torch.ones(2), x),
+        ),
+        ("selfattn.models.bert", "BertMLM.__init__", "eps"): (
+            "positive",
+            lambda x: _bert().BertMLM(10, d_model=8, num_heads=2, num_layers=1, hidden=16, eps=x),
+        ),
+        ("selfattn.models.bert", "PostNormBlock.__init__", "eps"): (
+            "positive",
+            lambda x: _bert().PostNormBlock(8, 2, 16, eps=x),
+        ),
+        ("selfattn.models.llm", "DecoderLM.__init__", "embed_scale"): (
+            "positive",
+            lambda x: _decoder_lm(embed_scale=x),
+        ),
+        ("selfattn.models.llm", "DecoderLM.__init__", "final_softcap"): (
+            "positive",
+            lambda x: _decoder_lm(final_softcap=x),
+        ),
+        ("selfattn.models.llm", "TopKMoE.__init__", "alpha"): (
+            "positive",
+            lambda x: _llm().TopKMoE(8, 16, 4, 2, act="gpt_oss", alpha=x),
+        ),
+        ("selfattn.models.llm", "TopKMoE.__init__", "limit"): (
+            "positive",
+            lambda x: _llm().TopKMoE(8, 16, 4, 2, act="gpt_oss", limit=x),
+        ),
+        ("selfattn.multihead", "MultiHeadAttention.__init__", "norm_eps"): (
+            "positive",
+            lambda x: MultiHeadAttention(8, 2, qk_norm=True, norm_eps=x),
+        ),
+        ("selfattn.multihead", "MultiHeadAttention.__init__", "scale"): (
+            "positive",
+            lambda x: MultiHeadAttention(8, 2, scale=x),
+        ),
+        ("selfattn.multihead", "MultiHeadAttention.__init__", "softcap"): (
+            "positive",
+            lambda x: MultiHeadAttention(8, 2, softcap=x),
+        ),
+        ("selfattn.norms", "RMSNorm.__init__", "eps"): (
+            "positive",
+            lambda x: _norms().RMSNorm(8, eps=x),
+        ),
+        ("selfattn.norms", "rms_norm", "eps"): (
+            "positive",
+            lambda x: _norms().rms_norm(torch.randn(2, 8), eps=x),
+        ),
+        ("selfattn.packing", "train_lm", "lr"): (
+            "positive",
+            lambda x: _packing().train_lm(
+                "packed", [torch.arange(1, 4)], [torch.arange(1, 4)], 10, steps=1, lr=x
+            ),
+        ),
+    }
+)
 
 
 def _paged_scale(x):

@@ -34,6 +34,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._checks import require_number
 from .models.transformer import MiniGPT
 from .multihead import MultiHeadAttention
 from .norms import RMSNorm
@@ -63,7 +64,9 @@ class CopiedRotary(RotaryEmbedding):
         if self.rotary_dim != rotary_dim:
             raise ValueError(f"inv_freq of {inv_freq.numel()} pairs does not fit d_head={d_head}")
         self.register_buffer("inv_freq", inv_freq.detach().clone(), persistent=False)
-        self.attention_scaling = float(attention_scaling)
+        self.attention_scaling = require_number(
+            attention_scaling, "attention_scaling", positive=True
+        )
 
     def frequencies(self) -> torch.Tensor:
         return self.inv_freq.double()

@@ -472,7 +472,7 @@ class MultiHeadAttention(nn.Module):
         self.window = None if window is None else require_int(window, "window", 1)
         self.qkv = nn.Linear(d_model, self.d_q + 2 * self.d_kv, bias=bias)
         self.out = nn.Linear(self.d_q, d_model, bias=bias)
-        norm_eps = require_number(norm_eps, "norm_eps", nonnegative=True)
+        norm_eps = require_number(norm_eps, "norm_eps", positive=True)
         if require_bool(qk_norm, "qk_norm"):
             self.q_norm = RMSNorm(d_head, eps=norm_eps)
             self.k_norm = RMSNorm(d_head, eps=norm_eps)

@@ -43,6 +43,8 @@ def rms_norm(
     Returns:
         A tensor of ``x``'s shape and dtype.
     """
+    eps = require_number(eps, "eps", positive=True)
+    unit_offset = require_bool(unit_offset, "unit_offset")
     dtype = x.dtype
     h = x.float() if is_half(x) else x
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
@@ -70,7 +72,7 @@ class RMSNorm(nn.Module):
     def __init__(self, d: int, *, eps: float = 1e-6, unit_offset: bool = False):
         super().__init__()
         self.d = require_int(d, "d", 1)
-        self.eps = require_number(eps, "eps", nonnegative=True)
+        self.eps = require_number(eps, "eps", positive=True)
         self.unit_offset = require_bool(unit_offset, "unit_offset")
         self.weight = nn.Parameter(torch.zeros(d) if unit_offset else torch.ones(d))
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_choice, require_int
+from ._checks import check_choice, require_int, require_number
 from .flex import pack_documents
 from .models.transformer import TransformerBlock
 
@@ -195,6 +195,7 @@ def train_lm(
         second and the mean fraction of padded positions.
     """
     check_choice(layout, "layout", LAYOUTS)
+    lr = require_number(lr, "lr", positive=True)
     make = padded_batch if layout == "padded" else packed_batch
     torch.manual_seed(seed)
     model = PackedLM(vocab_size, max_len=max(len(d) for d in docs + eval_docs))

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import require_int, require_token_batch
+from .._checks import require_int, require_number, require_token_batch
 from ..multihead import MultiHeadAttention
 from .transformer import MLP
 
@@ -35,6 +35,7 @@ class PostNormBlock(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, hidden: int, *, eps: float = 1e-12):
         super().__init__()
+        eps = require_number(eps, "eps", positive=True)
         self.attn = MultiHeadAttention(d_model, num_heads)
         self.ln1 = nn.LayerNorm(d_model, eps=eps)
         self.mlp = MLP(d_model, hidden)
@@ -70,6 +71,7 @@ class BertMLM(nn.Module):
         eps: float = 1e-12,
     ):
         super().__init__()
+        eps = require_number(eps, "eps", positive=True)
         v, d = require_int(vocab_size, "vocab_size", 1), require_int(d_model, "d_model", 1)
         self.tok = nn.Embedding(v, d)
         self.pos = nn.Embedding(require_int(max_len, "max_len", 1), d)

@@ -124,7 +124,7 @@ class TopKMoE(nn.Module):
         e = require_int(num_experts, "num_experts", 1)
         self.top_k = require_int(top_k, "top_k", 1, e)
         self.act = check_choice(act, "act", ("silu", "gpt_oss"))
-        self.alpha = require_number(alpha, "alpha")
+        self.alpha = require_number(alpha, "alpha", positive=True)
         self.limit = require_number(limit, "limit", positive=True)
         self.num_experts = e
         self.router = nn.Linear(d, e)
@@ -279,7 +279,9 @@ class DecoderLM(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
         self.head = head
-        self.embed_scale = require_number(embed_scale, "embed_scale", allow_none=True)
+        self.embed_scale = require_number(
+            embed_scale, "embed_scale", positive=True, allow_none=True
+        )
         self.final_softcap = require_number(
             final_softcap, "final_softcap", positive=True, allow_none=True
         )
