@@ -130,6 +130,9 @@ CASES = [
     (D.all_to_all_heads, {"world_size": 2, "heads": 6}, ["sends 1"]),
     (D.zigzag_layout, {}, ["[3, 7, 11, 15]"]),
     (D.zigzag_layout, {"world_size": 2}, ["[3, 7]"]),
+    (D.block_mask_tiles, {}, ["3 full", "6 partial", "causal"]),
+    (D.block_mask_tiles, {"n": 8, "block": 2, "window": 3}, ["0 full", "7 partial"]),
+    (D.delta_rule_overwrite, {}, ["linear attention", "delta rule"]),
 ]
 
 
@@ -196,6 +199,9 @@ def test_every_public_diagram_is_tested():
         (D.transformer_family, {"image_size": 40, "patch": 3}, "image_size"),
         (D.transformer_family, {"image_size": 80, "patch": 10}, "image_size"),
         (D.transformer_family, {"batch": 1}, "batch"),
+        (D.block_mask_tiles, {"n": 1}, "n"),
+        (D.block_mask_tiles, {"n": 8, "block": 9}, "block"),
+        (D.block_mask_tiles, {"n": 8, "window": 0}, "window"),
     ],
 )
 def test_invalid_sizes_raise_naming_the_argument(func, kwargs, name):
