@@ -420,7 +420,8 @@ def flex(
         block_mask: a prebuilt :func:`block_mask` (build it once, reuse it every call).
         scale: multiplies the scores; defaults to ``1 / sqrt(d_k)``.
         compiled: run the compiled kernel, which skips the empty tiles (the first call of each
-            shape compiles, seconds on a CPU); eager (the default) computes the full scores.
+            shape and mask function compiles: tens of seconds on a CPU); eager (the default)
+            computes the full scores.
 
     Returns:
         ``(B, h, n, d_v)``; a query that may attend to no key gets zeros.
@@ -441,8 +442,19 @@ def flex(
 
 
 def _block_mask_for(mask_mod: MaskMod, q: torch.Tensor, k: torch.Tensor):
-    """The ``BlockMask`` of ``mask_mod`` for these queries and keys (batch and heads shared)."""
-    return block_mask(mask_mod, q.shape[-2], k.shape[-2], device=q.device)
+    """The ``BlockMask`` of ``mask_mod`` for these queries and keys, on their device.
+
+    Built with the real batch and head sizes: a mask that depends on ``b`` or ``h`` (padding,
+    batched documents) evaluated at ``b = h = 0`` and broadcast would make the compiled kernel,
+    which trusts the tiles, silently wrong for the other rows."""
+    return block_mask(
+        mask_mod,
+        q.shape[-2],
+        k.shape[-2],
+        batch=q.shape[0],
+        heads=q.shape[1],
+        device=q.device,
+    )
 
 
 def _sdpa_flex(a) -> torch.Tensor:
@@ -478,7 +490,13 @@ def _sdpa_flex(a) -> torch.Tensor:
 
     bm = None
     if mask_mod is not None:
-        bm = block_mask(mask_mod, n, m, batch=qf.shape[0] if a.mask is not None else None)
+        bm = block_mask(
+            mask_mod,
+            n,
+            m,
+            batch=qf.shape[0] if a.mask is not None else None,
+            device=qf.device,  # torch refuses a BlockMask on another device than q, k, v
+        )
     fa = _require_flex()
     with _quiet():
         out = fa.flex_attention(qf, kf, vf, score_mod=score_mod, block_mask=bm, scale=a.scale)
