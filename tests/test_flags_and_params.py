@@ -424,6 +424,37 @@ FLAG_CALLS.update(
     }
 )
 
+
+def _chapter13(module):
+    return importlib.import_module(f"selfattn.{module}")
+
+
+G4 = torch.rand(1, 2, 5).log()  # the gated delta rule's log-decay and write strength
+B4 = torch.rand(1, 2, 5)
+
+FLAG_CALLS.update(
+    {
+        ("selfattn.delta_net", "GatedDeltaNet.forward", "return_state"): lambda f: _chapter13(
+            "delta_net"
+        ).GatedDeltaNet(8, 2)(torch.randn(1, 3, 8), return_state=f),
+        ("selfattn.efficient.delta_rule", "gated_delta_rule", "output_final_state"): lambda f: (
+            _chapter13("efficient.delta_rule").gated_delta_rule(
+                Q, K, V, G4, B4, output_final_state=f
+            )
+        ),
+        ("selfattn.learned_sparse", "DeepSeekSparseAttention.forward", "return_mask"): lambda f: (
+            _chapter13("learned_sparse").DeepSeekSparseAttention(8, 2)(
+                torch.randn(1, 3, 8), return_mask=f
+            )
+        ),
+        ("selfattn.learned_sparse", "NativeSparseAttention.forward", "return_parts"): lambda f: (
+            _chapter13("learned_sparse").NativeSparseAttention(8, 2)(
+                torch.randn(1, 3, 8), return_parts=f
+            )
+        ),
+    }
+)
+
 #: Flags this file does not call: owned by modules outside this review (the recorder).
 NOT_CALLED = {
     ("selfattn.results", "record", "display"),
@@ -938,6 +969,20 @@ FLOAT_CALLS.update(
         ("selfattn.norms", "rms_norm", "eps"): (
             "positive",
             lambda x: _norms().rms_norm(torch.randn(2, 8), eps=x),
+        ),
+        ("selfattn.delta_net", "GatedDeltaNet.__init__", "eps"): (
+            "positive",
+            lambda x: _chapter13("delta_net").GatedDeltaNet(8, 2, eps=x),
+        ),
+        ("selfattn.efficient.delta_rule", "gated_delta_rule", "scale"): (
+            "finite",
+            lambda x: _chapter13("efficient.delta_rule").gated_delta_rule(
+                Q, K, V, G4, B4, scale=x
+            ),
+        ),
+        ("selfattn.models.recall_stack", "train_recall", "lr"): (
+            "positive",
+            lambda x: _chapter13("models.recall_stack").train_recall("softmax", 2, steps=1, lr=x),
         ),
         ("selfattn.packing", "train_lm", "lr"): (
             "positive",
