@@ -17,9 +17,9 @@ import torch
 from selfattn import distributed as D
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-# Float32 to 1e-6, float64 to 1e-12, in units of the reference's largest entry (at least 1):
+# Float32 to 1e-5, float64 to 1e-12, in units of the reference's largest entry (at least 1):
 # both against torch's SDPA on the whole sequence.
-TOL = {"float32": 1e-6, "float64": 1e-12}
+TOL = {"float32": 1e-5, "float64": 1e-12}
 
 
 def _cases(P: int) -> list[dict]:

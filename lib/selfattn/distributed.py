@@ -6,9 +6,9 @@ process ("rank"). Three ways to still compute exact attention:
 * **ring attention** (context parallelism, :func:`ring_attention`): each rank keeps its
   queries and passes its key/value block around a ring; after ``P`` steps every query has
   met every key. The partial results are merged with chapter 7's online-softmax identity,
-  :func:`selfattn.efficient.decoding.merge_attention_states` (written with log-sum-exps:
-  ``exp(L_a - L) = sigmoid(L_a - L_b)``, the stable form of ring-flash-attention and of
-  PyTorch's ``context_parallel``). Its backward passes the key/value blocks round again,
+  :func:`selfattn.efficient.decoding.merge_attention_states` (written with log-sum-exps: its
+  weights ``exp(L_a - L)`` never exceed 1; ring-flash-attention and PyTorch's
+  ``context_parallel`` write them as ``sigmoid(L_a - L_b)``). Its backward passes the key/value blocks round again,
   with their gradients travelling beside them (FlashAttention-2's backward per block).
 * **DeepSpeed-Ulysses** (:func:`ulysses_attention`): one all-to-all turns "all heads, my
   positions" into "my heads, all positions"; each rank runs ordinary attention for its

@@ -213,7 +213,8 @@ def _zigzag_work_variants() -> dict[str, int]:
         "right": right,
         "that counts every block of the two query chunks, masked or not (2 x 2P)": 4 * P,
         "that leaves out the two diagonal blocks, which are computed with a mask": right - 2,
-        "that is the average over ranks with contiguous shards, not zigzag's count": (
+        "that is the average over ranks with contiguous shards, each rank's diagonal block "
+        "counted whole as the ring computes it, not zigzag's count": (
             sum(4 * w for w in ring_work(P, "contiguous")) // P
         ),
     }
