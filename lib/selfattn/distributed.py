@@ -8,8 +8,9 @@ process ("rank"). Three ways to still compute exact attention:
   met every key. The partial results are merged with chapter 7's online-softmax identity,
   :func:`selfattn.efficient.decoding.merge_attention_states` (written with log-sum-exps: its
   weights ``exp(L_a - L)`` never exceed 1; ring-flash-attention and PyTorch's
-  ``context_parallel`` write them as ``sigmoid(L_a - L_b)``). Its backward passes the key/value blocks round again,
-  with their gradients travelling beside them (FlashAttention-2's backward per block).
+  ``context_parallel`` write them as ``sigmoid(L_a - L_b)``). Its backward passes the
+  key/value blocks round again, with their gradients travelling beside them
+  (FlashAttention-2's backward per block).
 * **DeepSpeed-Ulysses** (:func:`ulysses_attention`): one all-to-all turns "all heads, my
   positions" into "my heads, all positions"; each rank runs ordinary attention for its
   ``h / P`` heads; a second all-to-all turns it back.
