@@ -974,6 +974,14 @@ FLOAT_CALLS.update(
             "positive",
             lambda x: _chapter13("delta_net").GatedDeltaNet(8, 2, eps=x),
         ),
+        ("selfattn.delta_net", "GatedRMSNorm.__init__", "eps"): (
+            "positive",
+            lambda x: _chapter13("delta_net").GatedRMSNorm(8, eps=x),
+        ),
+        ("selfattn.delta_net", "l2norm", "eps"): (
+            "positive",
+            lambda x: _chapter13("delta_net").l2norm(torch.randn(2, 8), eps=x),
+        ),
         ("selfattn.efficient.delta_rule", "gated_delta_rule", "scale"): (
             "finite",
             lambda x: _chapter13("efficient.delta_rule").gated_delta_rule(

@@ -37,6 +37,7 @@ __all__ = ["GatedDeltaNet", "GatedDeltaNetState", "GatedRMSNorm", "l2norm"]
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x / sqrt(sum x^2 + eps)`` over the last dim (the form of flash-linear-attention)."""
+    eps = require_number(eps, "eps", positive=True)
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
@@ -46,7 +47,7 @@ class GatedRMSNorm(nn.Module):
     def __init__(self, size: int, eps: float = 1e-6):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
+        self.eps = require_number(eps, "eps", positive=True)
 
     def forward(self, h: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         dtype = h.dtype
