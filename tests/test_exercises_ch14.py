@@ -87,10 +87,11 @@ def test_zigzag():
     assert check_zigzag_chunks(lambda r, P: [r, 2 * P - 1 - r]).passed
     assert check_zigzag_chunks(stub).status == "not attempted"
     assert check_zigzag_chunks(lambda r, P: None).status == "not attempted"
-    contiguous, off_by_one, striped = zigzag_mistakes()
+    contiguous, off_by_one, striped, reversed_ = zigzag_mistakes()
     assert contiguous in check_zigzag_chunks(lambda r, P: [2 * r, 2 * r + 1]).message
     assert off_by_one in check_zigzag_chunks(lambda r, P: [r, 2 * P - r]).message
     assert striped in check_zigzag_chunks(lambda r, P: [r, r + P]).message
+    assert reversed_ in check_zigzag_chunks(lambda r, P: [2 * P - 1 - r, r]).message
     assert "mirror image" in check_zigzag_chunks(lambda r, P: [r, r]).message
     assert "return a list" in check_zigzag_chunks(lambda r, P: "ab").message
 

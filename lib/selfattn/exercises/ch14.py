@@ -159,8 +159,15 @@ def _zigzag_variants(rank: int, P: int) -> dict[str, list[int]]:
             rank,
             2 * P - rank,
         ],
-        "that is a striped layout (chunks r and r + P): the last rank still holds the last "
-        "chunk and the first rank the first two halves' starts": [rank, rank + P],
+        "that is a striped layout (chunks r and r + P): rank 0 holds the start of each half "
+        "and the last rank the end of each half, so the last rank still does the most work": [
+            rank,
+            rank + P,
+        ],
+        "the right chunks in decreasing order; return them in increasing order": [
+            2 * P - 1 - rank,
+            rank,
+        ],
     }
 
 
