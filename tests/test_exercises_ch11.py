@@ -34,23 +34,44 @@ def test_absorbed_scores():
         scaled in check_absorbed_scores(lambda q, w, c: (q @ w) @ c.T / q.shape[-1] ** 0.5).message
     )
     assert not check_absorbed_scores(lambda q, w, c: torch.zeros(1)).passed
+    up_projecting = check_absorbed_scores(
+        lambda q, w, c: q @ torch.einsum("hdr,tr->htd", w, c).transpose(-1, -2)
+    )
+    assert not up_projecting.passed and "up-projected all t latents" in up_projecting.message
 
 
-def keys(latent, k_rope, w_uk, positions, *, rotate_k=True, rotate_content=False):
+def keys(latent, k_rope, w_uk, positions, *, rotate_k=True, rotate_latent=False):
+    if rotate_latent:
+        latent = apply_rope(latent, positions)
     content = torch.einsum("hdr,tr->htd", w_uk, latent)
-    if rotate_content:
-        content = apply_rope(content, positions)
     kr = apply_rope(k_rope, positions) if rotate_k else k_rope
     return torch.cat([content, kr.expand(w_uk.shape[0], -1, -1)], -1)
 
 
 def test_mla_keys():
-    unrotated, content = mla_keys_mistakes()
+    unrotated, latent_rotated = mla_keys_mistakes()
     assert check_mla_keys(keys).passed
     assert check_mla_keys(stub).status == "not attempted"
     assert check_mla_keys(mla_keys_buggy).status == "not attempted"  # the planted bug
     assert unrotated in check_mla_keys(lambda *a: keys(*a, rotate_k=False)).message
-    assert content in check_mla_keys(lambda *a: keys(*a, rotate_content=True)).message
+    assert latent_rotated in check_mla_keys(lambda *a: keys(*a, rotate_latent=True)).message
+
+
+def test_planted_bug_breaks_absorption():
+    """The planted bug's stated consequence: no folded query reproduces its scores, while the
+    right keys' scores are reproduced by the query folded once, (W_UK^T q) . c."""
+    g = torch.Generator().manual_seed(0)
+    h, d, r, rd, t = 1, 4, 3, 2, 40
+    lat = torch.randn(t, r, generator=g, dtype=torch.float64)
+    kr = torch.randn(t, rd, generator=g, dtype=torch.float64)
+    w = torch.randn(h, d, r, generator=g, dtype=torch.float64)
+    q = torch.randn(d, generator=g, dtype=torch.float64)
+    pos = torch.arange(t)
+    for fn, absorbable in ((keys, True), (mla_keys_buggy, False)):
+        scores = fn(lat, kr, w, pos)[0, :, :d] @ q  # the content scores
+        best = torch.linalg.lstsq(lat, scores[:, None]).solution
+        residual = (lat @ best)[:, 0] - scores
+        assert (residual.abs().max() < 1e-9) == absorbable
 
 
 def test_predictions():

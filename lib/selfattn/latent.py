@@ -88,8 +88,8 @@ def mla_cache_bytes_per_token(kv_rank: int, rope_dim: int, bytes_per_element: in
     """Bytes one token adds to one MLA layer's cache: ``(kv_rank + rope_dim) * bytes``.
 
     DeepSeek-V3 (``kv_lora_rank=512``, ``qk_rope_head_dim=64``, bf16): 1152 bytes per token and
-    layer, against ``2 * 128 * 128 * 2 = 65536`` for its 128 heads of width 128 in plain
-    multi-head attention.
+    layer, against ``128 * (192 + 128) * 2 = 81920`` for its 128 heads (keys of width 192,
+    values of width 128) in plain multi-head attention.
     """
     kv_rank = require_int(kv_rank, "kv_rank", 1)
     rope_dim = require_int(rope_dim, "rope_dim", 0)

@@ -13,7 +13,14 @@ import torch
 
 from ..cache_sizes import AttentionConfig, bytes_per_token
 from ..positional import apply_rope
-from ._core import NotAttempted, call_answer, checker, expect_close, expect_predicted
+from ._core import (
+    NotAttempted,
+    call_answer,
+    checker,
+    expect_close,
+    expect_predicted,
+    expect_true,
+)
 
 __all__ = [
     "EXERCISES",
@@ -84,18 +91,43 @@ def check_absorbed_scores(answer) -> None:
             rtol=1e-9,
             mistakes=_absorbed_variants(q, w, c),
         )
+    _expect_no_up_projection(answer)
 
 
-# -- Find the bug: RoPE applied to the latent ---------------------------------------------
+def _expect_no_up_projection(answer) -> None:
+    """Count the answer's operations on a case with far more latents than queries: folding
+    ``W_UK`` into the queries costs ``2 h n d_nope r + 2 h n r t``, up-projecting the latents
+    ``2 h t d_nope r`` more."""
+    from torch.utils.flop_counter import FlopCounterMode  # lazily: not needed to import
+
+    g = torch.Generator().manual_seed(13)
+    h, n, d, r, t = 2, 1, 16, 8, 512
+    q = torch.randn(h, n, d, generator=g, dtype=torch.float64)
+    w = torch.randn(h, d, r, generator=g, dtype=torch.float64)
+    c = torch.randn(t, r, generator=g, dtype=torch.float64)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        call_answer(answer, q, w, c)
+    folded = 2 * h * n * d * r + 2 * h * n * r * t
+    expect_true(
+        counter.get_total_flops() <= 4 * folded,
+        f"you up-projected all t latents (h={h}, n={n}, d_nope={d}, kv_rank={r}, t={t}): "
+        f"{counter.get_total_flops()} operations where folding W_UK into the n queries "
+        f"takes {folded}; fold W_UK into the queries instead",
+    )
+
+
+# -- Find the bug: RoPE between the query and W_UK ----------------------------------------
 
 
 def mla_keys_buggy(latent, k_rope, w_uk, positions):
     """MLA's keys with a planted bug: ``latent`` ``(t, kv_rank)``, ``k_rope`` ``(t, rope_dim)``,
     ``w_uk`` ``(h, d_nope, kv_rank)``, ``positions`` ``(t,)`` -> keys ``(h, t, d_nope +
-    rope_dim)``. (The latent is rotated before the up-projection.)"""
+    rope_dim)``. (The content part is rotated after the up-projection, which puts a
+    position-dependent rotation between the query and ``W_UK`` and stops the absorption.)"""
     h = w_uk.shape[0]
-    c = apply_rope(latent, positions)  # rotate the cached latent by its position
-    content = torch.einsum("hdr,tr->htd", w_uk, c)
+    content = torch.einsum("hdr,tr->htd", w_uk, latent)
+    content = apply_rope(content, positions)
     rotated = apply_rope(k_rope, positions).expand(h, -1, -1)
     return torch.cat([content, rotated], dim=-1)
 
@@ -108,9 +140,13 @@ def _mla_keys_variants(latent, k_rope, w_uk, positions) -> dict[str, torch.Tenso
         "right": torch.cat([content, rotated], dim=-1),
         "the decoupled key k^R is not rotated any more: without it the keys carry no "
         "position at all": torch.cat([content, k_rope.expand(h, -1, -1)], dim=-1),
-        "the content part is rotated after the up-projection: a position-dependent rotation "
-        "between q and W_UK is exactly what stops W_UK from being absorbed into the query": (
-            torch.cat([apply_rope(content, positions), rotated], dim=-1)
+        "the latent is rotated before the up-projection: W_UK can still be folded into the "
+        "query, but the content score then depends on the key's absolute position, not on "
+        "the distance, and the same latent gives the values, which would be rotated too": (
+            torch.cat(
+                [torch.einsum("hdr,tr->htd", w_uk, apply_rope(latent, positions)), rotated],
+                dim=-1,
+            )
         ),
     }
 
