@@ -1,5 +1,6 @@
 """Chapter 12's checkers pass the right answers, name the likely mistakes, and see stubs."""
 
+import pytest
 import torch
 from selfattn.exercises.ch12 import (
     ALIBI_HEADS,
@@ -62,6 +63,20 @@ def test_alibi_bug():
     assert dropped in check_alibi_mod(lambda s, b, h, q, kv: -slopes[h] * (q - kv).abs()).message
     assert not check_alibi_mod(lambda s, b, h, q, kv: s).passed
     assert batch_index.startswith("the slope")
+
+
+def test_alibi_answer_that_flex_refuses_is_refused():
+    from selfattn import flex as fx
+
+    if not fx.flex_available()[0]:
+        pytest.skip("FlexAttention unavailable")
+    slopes = alibi_slopes(ALIBI_HEADS)
+
+    def grids_only(s, b, h, q, kv):  # right on grids, refused by FlexAttention's vmap
+        return s - slopes.view(1, -1, 1, 1) * (q - kv).abs()
+
+    result = check_alibi_mod(grids_only)
+    assert not result.passed and "FlexAttention" in result.message
 
 
 def test_predictions():

@@ -6,7 +6,8 @@ In the chapter's order (:data:`EXERCISES`, whose labels number them): ``chunked`
 (predict, then run, :func:`check_tiles_prediction`) and ``predict-padding`` (predict, then
 run, :func:`check_padding_prediction`). The checkers call the reader's ``mask_mod`` and
 ``score_mod`` on broadcast index grids, as FlexAttention's ``create_mask`` does, so they need
-no FlexAttention themselves. A wrong answer that is a mistake the checker recognises is named.
+no FlexAttention themselves; where it is available, the ALiBi checker also runs the answer
+through eager FlexAttention, which calls a ``score_mod`` on single indices. A wrong answer that is a mistake the checker recognises is named.
 """
 
 from __future__ import annotations
@@ -217,6 +218,34 @@ def check_alibi_mod(answer) -> None:
         if isinstance(got, torch.Tensor) and got.dim() == 4:
             got = got.expand_as(right)
         expect_close(got, right, case=case, atol=1e-6, rtol=1e-6, mistakes=variants)
+    _alibi_through_flex(answer)
+
+
+def _alibi_through_flex(answer) -> None:
+    """FlexAttention calls a ``score_mod`` on scalar indices (under ``vmap``), not on grids:
+    where it is available, run the answer through it (eager) and compare with dense attention
+    given ALiBi's bias, so that an answer that works only on grids (``slopes.view(1, -1, 1, 1)``)
+    is refused as FlexAttention would refuse it."""
+    from .. import flex as fx  # lazy: the checkers need no FlexAttention to import
+
+    if not fx.flex_available()[0]:
+        return
+    n, d = 6, 8
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(2, ALIBI_HEADS, n, d, generator=g) for _ in range(3))
+    try:
+        with torch.no_grad():
+            got = fx.flex(q, k, v, score_mod=answer)
+    except Exception as err:  # noqa: BLE001 - whatever FlexAttention raised, the reader sees
+        raise Mismatch(
+            "FlexAttention could not run this score_mod: it calls it on single indices, not "
+            "on grids, so use only elementwise operations on b, h, q_idx and kv_idx "
+            f"({type(err).__name__}: {str(err)[:80]})"
+        ) from None
+    idx = torch.arange(n)
+    bias = -_SLOPES[:, None, None] * (idx[:, None] - idx[None, :]).abs()
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d) + bias, dim=-1)
+    expect_close(got, weights @ v, case="through FlexAttention", atol=1e-5, rtol=1e-5)
 
 
 # -- Predict, then run: the tiles of a BlockMask ----------------------------------------------
