@@ -187,7 +187,7 @@ def train_lm(
     """Train a :class:`PackedLM` on ``docs`` in ``layout`` (``"padded"`` or ``"packed"``).
 
     Each step takes the next ``batch_docs`` documents (the same ones in both layouts), so the
-    two runs see the same tokens in the same order.
+    two runs see the same sentences in the same batches (packing orders a batch longest first).
 
     Returns:
         ``{"layout", "losses", "eval_loss", "seconds", "tokens_per_s", "wasted"}``: the
