@@ -47,6 +47,14 @@ def test_merge():
 
     def by_hand(oa, la, ob, lb):
         lse = torch.logaddexp(la, lb)
+        ref = torch.where(torch.isfinite(lse), lse, 0.0)
+        return (
+            torch.exp(la - ref)[..., None] * oa + torch.exp(lb - ref)[..., None] * ob,
+            lse,
+        )
+
+    def no_guard(oa, la, ob, lb):  # NaN on rows that saw no key
+        lse = torch.logaddexp(la, lb)
         return (
             torch.exp(la - lse)[..., None] * oa + torch.exp(lb - lse)[..., None] * ob,
             lse,
@@ -54,6 +62,7 @@ def test_merge():
 
     assert check_merge(right).passed
     assert check_merge(by_hand).passed
+    assert "exp(-inf - (-inf)) is NaN" in check_merge(no_guard).message
     assert check_merge(merge_buggy).status == "not attempted"
     assert check_merge(stub).status == "not attempted"
     averaged, one_side, unnormalised, swapped = merge_mistakes()

@@ -145,6 +145,20 @@ def check_merge(answer) -> None:
         case = f"{q.shape[0]} queries, {k.shape[0]} keys"
         expect_close(got[0], right, case=case, atol=1e-9, rtol=1e-9, mistakes=mistakes)
         expect_close(got[1], torch.logaddexp(la, lb), case=f"{case} (lse)", atol=1e-9, rtol=1e-9)
+    # Rows that saw no key yet, the ring's empty state: both log-sum-exps are -inf and both
+    # outputs zero; the merge must give zeros and -inf, never NaN.
+    empty = torch.full((2,), float("-inf"), dtype=torch.float64)
+    zeros = torch.zeros(2, 3, dtype=torch.float64)
+    got = call_answer(answer, zeros, empty, zeros, empty)
+    case = "2 rows that saw no key (both log-sum-exps -inf)"
+    if not (isinstance(got, (tuple, list)) and len(got) == 2 and torch.is_tensor(got[0])):
+        raise Mismatch(f"case {case}: return a tuple (out, lse) of tensors")
+    if torch.isnan(got[0]).any():
+        raise Mismatch(
+            f"case {case}: both parts saw no key, and exp(-inf - (-inf)) is NaN; shift by a "
+            "finite reference: torch.where(torch.isfinite(lse), lse, 0.0)"
+        )
+    expect_close(got[0], zeros, case=case, atol=1e-12, rtol=0)
 
 
 # -- Build: the zigzag layout -------------------------------------------------------------
