@@ -39,7 +39,10 @@ def plot_cache_growth(chosen: str = "DeepSeek-V3", max_context: int = 131072, ax
         raise ValueError(f"max_context must be an int >= 2, got {max_context!r}")
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
-    ctx = np.linspace(0, max_context, 65).astype(int)
+    # 65 even steps, plus every window's length, so that the kink where a windowed model's
+    # local layers stop growing is drawn at any zoom
+    windows = [cfg.window for cfg in PUBLISHED.values() if cfg.window and cfg.window < max_context]
+    ctx = np.unique(np.r_[np.linspace(0, max_context, 65).astype(int), windows])
     for name, cfg in PUBLISHED.items():
         gib = [cache_bytes(cfg, int(c)) / 2**30 for c in ctx]
         if name == chosen:
