@@ -164,8 +164,7 @@ def check_chunked(answer) -> None:
         beta = torch.rand(n, generator=g_, dtype=torch.float64)
         right = _reference(q, k, v, g, beta)
         mistakes = {
-            "inside a chunk the decays are still treated as 1 (it matches the g = 0 "
-            "answer)": (
+            "inside a chunk the decays are still treated as 1 (it matches the g = 0 answer)": (
                 chunked_buggy(q, k, v, g, beta, c)
             )
         }
