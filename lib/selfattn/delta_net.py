@@ -8,7 +8,8 @@ One layer (Yang, Kautz and Hatamizadeh 2025; Qwen3-Next's linear-attention layer
 2. A short causal depthwise convolution (``conv1d``, kernel 4) over ``q, k, v``, then SiLU.
 3. ``q`` and ``k`` L2-normalised per head; ``beta = sigmoid(b)`` the write strength;
    ``g = -exp(A_log) softplus(a + dt_bias)`` the log-decay (Mamba-2's discretisation).
-4. The gated delta rule (:func:`selfattn.efficient.gated_delta_rule`), chunked or recurrent.
+4. The gated delta rule (:func:`selfattn.efficient.delta_rule.gated_delta_rule`), chunked or
+   recurrent.
 5. A gated RMSNorm per head (``norm``: ``RMSNorm(o) * weight * silu(z)``), then ``out_proj``.
 
 The parameter names and shapes are those of ``Qwen3NextGatedDeltaNet`` (``in_proj_qkvz``,

@@ -283,8 +283,8 @@ def alibi(num_heads: int, *, n: int | None = None, m: int | None = None) -> Scor
 
 
 def t5_bias(module: torch.nn.Module, *, n: int | None = None, m: int | None = None) -> ScoreMod:
-    """T5's learned relative bias (chapter 6) from a :class:`selfattn.positional.
-    RelativePositionBias`: add ``weight[bucket(j - i - offset), h]``.
+    """T5's learned relative bias (chapter 6) from a
+    :class:`selfattn.positional.RelativePositionBias`: add ``weight[bucket(j - i - offset), h]``.
 
     The buckets of every relative position the call can meet are computed once (a table
     indexed by ``j - i``), so the ``score_mod`` only looks them up.

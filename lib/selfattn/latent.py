@@ -181,7 +181,7 @@ class MultiHeadLatentAttention(nn.Module):
         bias: biases on ``q_a`` (or ``q_proj``), ``kv_a`` and ``out``, as ``attention_bias``
             (DeepSeek-V3: ``False``).
         norm_eps: the RMSNorms' epsilon (``rms_norm_eps``).
-        kernel: ``"reference"`` or ``"torch"`` (see :data:`LATENT_KERNELS`).
+        kernel: ``"reference"`` or ``"torch"`` (``LATENT_KERNELS``).
 
     Call ``layer(x, mask=None, cache=None, absorb=False)`` with ``x`` ``(B, n, d_model)``
     (or ``(n, d_model)``); returns ``(B, n, d_model)``. See the module docstring for the

@@ -7,7 +7,8 @@ In the chapter's order (:data:`EXERCISES`, whose labels number them): ``chunked`
 run, :func:`check_padding_prediction`). The checkers call the reader's ``mask_mod`` and
 ``score_mod`` on broadcast index grids, as FlexAttention's ``create_mask`` does, so they need
 no FlexAttention themselves; where it is available, the ALiBi checker also runs the answer
-through eager FlexAttention, which calls a ``score_mod`` on single indices. A wrong answer that is a mistake the checker recognises is named.
+through eager FlexAttention, which calls a ``score_mod`` on single indices. A wrong answer
+that is a mistake the checker recognises is named.
 """
 
 from __future__ import annotations

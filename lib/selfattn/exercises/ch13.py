@@ -154,7 +154,7 @@ def _reference(q, k, v, g, beta):
 @checker("chunk-decay", "the decay inside a chunk")
 def check_chunked(answer) -> None:
     """``answer(q, k, v, g, beta, chunk_size)``, ``(n, d)`` inputs, one head, scale 1, equals
-    the gated delta rule (:func:`selfattn.efficient.gated_delta_rule`) on every case."""
+    the gated delta rule (:func:`selfattn.efficient.delta_rule.gated_delta_rule`) on every case."""
     g_ = torch.Generator().manual_seed(133)
     for n, c in ((10, 4), (7, 7), (13, 5)):
         q, k = torch.randn(2, n, 4, generator=g_, dtype=torch.float64)
@@ -214,7 +214,8 @@ def check_ssd_mask(answer) -> None:
 
 # -- Predict, then run: how many keys read back their latest value ------------------------
 
-#: (orthonormal keys, writes): keys 0..d-1 once, then keys 0..r-1 again with new values.
+#: The numbers of orthonormal keys and of writes (keys 0..d-1 once, then keys 0..r-1 again
+#: with new values).
 OVERWRITE_CASE = (8, 12)
 
 

@@ -40,7 +40,7 @@ EXERCISES = ("ring-bytes", "merge", "zigzag", "zigzag-work", "ulysses-limit")
 
 # -- Predict, then run: the bytes a rank sends in ring attention -------------------------
 
-#: (batch, heads, n, d_head, P, bytes per number): bfloat16 keys and values.
+#: The case as (batch, heads, n, d_head, P, bytes per number), bfloat16 keys and values.
 RING_BYTES_CASE = (1, 8, 32768, 128, 8, 2)
 
 
@@ -223,7 +223,7 @@ def check_zigzag_chunks(answer) -> None:
 
 # -- Predict, then run: the work of one rank with zigzag shards ---------------------------
 
-#: (P, causal): the zigzag-work prediction.
+#: The zigzag-work prediction's case as (P, causal).
 ZIGZAG_WORK_CASE = (4, True)
 
 
@@ -257,7 +257,7 @@ def check_zigzag_work(prediction) -> None:
 
 # -- Predict, then run: Ulysses' limit on P -------------------------------------------------
 
-#: (query heads, key/value heads): a grouped-query model's attention.
+#: A grouped-query model's attention as (query heads, key/value heads).
 ULYSSES_CASE = (32, 8)
 
 

@@ -48,8 +48,8 @@ __all__ = [
     "ACTIVATIONS",
 ]
 
-#: The activations of the gated MLPs: SwiGLU's SiLU, GeGLU's GELU (exact or tanh), and
-#: gpt-oss's clamped variant (see :class:`TopKMoE`).
+#: The activations of the gated MLPs (SwiGLU's SiLU, GeGLU's GELU, exact or tanh, and
+#: gpt-oss's clamped variant, see :class:`TopKMoE`).
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 
 
@@ -232,7 +232,8 @@ class DecoderBlock(nn.Module):
         self.post_mix_norm, self.post_mlp_norm = post_mix_norm, post_mlp_norm
 
     def new_cache(self):
-        """An empty cache for the mixer (its own kind, else a :class:`KVCache`)."""
+        """An empty cache for the mixer: its own kind, else a
+        :class:`~selfattn.multihead.KVCache`."""
         make = getattr(self.mixer, "new_cache", None)
         return make() if callable(make) else KVCache()
 

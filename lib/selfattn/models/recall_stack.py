@@ -39,7 +39,7 @@ __all__ = ["RECALL_MIXERS", "STACKS", "RecallStack", "train_recall"]
 
 #: The mixers a :class:`RecallStack` layer can use.
 RECALL_MIXERS = ("softmax", "linear", "gated_linear", "delta", "gated_delta")
-#: The models of chapter 13's study: name -> its mixers, first layer first.
+#: The models of chapter 13's study, each name mapped to its mixers (first layer first).
 STACKS = {
     "softmax": ("softmax",),
     "linear": ("linear",),
