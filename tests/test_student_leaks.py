@@ -284,9 +284,10 @@ def solution_expressions(ex: Exercise) -> list[str]:
 
 def bug_fragments(ex: Exercise, module) -> list[str]:
     """For a find-the-bug exercise: the planted bug's code and its fix, as the fragments of the
-    lines that differ between the module's buggy function (the one the exercise names) and
-    the solution's code."""
-    names = [n for n in re.findall(r"\b(buggy_\w+)\b", ex.statement) if hasattr(module, n)]
+    lines that differ between the module's buggy function (the one the exercise names,
+    ``buggy_...`` in chapters 1-9, ``..._buggy`` in chapters 12-13) and the solution's code."""
+    found = re.findall(r"\b(buggy_\w+|[A-Za-z]\w*_buggy)\b", ex.statement)
+    names = [n for n in found if hasattr(module, n)]
     if not names:
         return []
     buggy = inspect.getsource(getattr(module, names[0]))
