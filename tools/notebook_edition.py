@@ -210,7 +210,9 @@ def _reference_list(keys: list[str]) -> str:
     if not keys:
         return ""
     bib = _bibliography()
-    wanted = sorted({_bib_key(k) for k in keys}, key=lambda k: _cite(k, True).lower())
+    # by the cited name, then the key, so that two entries with one name (DeepSeek-AI, 2024)
+    # come out in the same order on every run (a set has no order)
+    wanted = sorted({_bib_key(k) for k in keys}, key=lambda k: (_cite(k, True).lower(), k))
     data = BibliographyData(entries={k: bib.entries[k] for k in wanted})
     style = find_plugin("pybtex.style.formatting", "plain")(label_style="alpha")
     backend = find_plugin("pybtex.backends", "markdown")()
