@@ -179,9 +179,7 @@ def test_launch_download_and_copy_buttons(entry, site_page):
     first_code = next(c for c in source["cells"] if c["cell_type"] == "code")
     # The edition's first line "# @title ..." is Colab's form title, not on the website.
     expected = re.sub(r"\A# @title [^\n]*\n", "", "".join(first_code["source"]))
-    assert copied.strip() == expected.strip(), (
-        f"{html}: the copy button copied {copied[:120]!r}"
-    )
+    assert copied.strip() == expected.strip(), f"{html}: the copy button copied {copied[:120]!r}"
     assert not log.problems(), f"{html}:\n  " + "\n  ".join(log.problems())
 
 
