@@ -8,6 +8,10 @@ source). ``tools/i18n.py update`` adds both to their chapter's catalog (contexts
 (``book_zh_extra_messages``); here every image takes its Chinese alt text, so that a screen
 reader reads Chinese, and every exercise its Chinese title. A text without a translation is
 a warning (an error in ``make book-zh``, which builds with ``-W``).
+
+The checkers' lines in the stored outputs ("⏳ Exercise 3.1 (...): not attempted yet",
+``progress``) are swapped for the lines a Chinese reader's kernel prints
+(``selfattn.set_language("zh")``), from the library's own catalog (:mod:`selfattn.i18n`).
 """
 
 from __future__ import annotations
@@ -87,9 +91,54 @@ def translate_extras(app, doctree) -> None:
                 subtitle += nodes.Text(titles[title])
 
 
+# ----------------------------------------------------------------------------- checker lines
+
+
+def library_language():
+    """The library's :mod:`selfattn.i18n`, loaded from the source tree as a module of its own
+    (it imports nothing of the package) and set to Chinese: its catalog turns the checkers'
+    stored English lines into the lines a Chinese reader's kernel prints."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "lib" / "selfattn" / "i18n.py"
+    spec = importlib.util.spec_from_file_location("_book_zh_selfattn_i18n", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.set_language("zh")
+    return module
+
+
+_LANGUAGE = None
+
+
+def translate_output_text(text: str) -> str:
+    """``text``, a cell's stored output, with every checker line in Chinese (the same catalog
+    as ``selfattn.set_language("zh")``; other lines unchanged)."""
+    global _LANGUAGE
+    if _LANGUAGE is None:
+        _LANGUAGE = library_language()
+    return _LANGUAGE.translate_output(text)
+
+
+def translate_outputs(app, doctree) -> None:
+    """Each code cell's stored text output (a literal block of class ``output``): the
+    checkers' lines ("✅ Exercise 3.1 (...): passed", ``progress``) in Chinese."""
+    if not app.config.book_zh_extra_messages:
+        return
+    for block in doctree.findall(nodes.literal_block):
+        if "output" not in block.get("classes", []):
+            continue
+        text = block.astext()
+        new = translate_output_text(text)
+        if new != text:
+            block.children = [nodes.Text(new)]
+            block.rawsource = new
+
+
 def setup(app):
     app.add_config_value("book_zh_extra_messages", "", "env")
     # When a page is read: sphinx-exercise's post-transforms later copy an exercise's title
     # into its own title and into its solution's.
     app.connect("doctree-read", translate_extras)
+    app.connect("doctree-read", translate_outputs)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

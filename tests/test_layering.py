@@ -40,6 +40,7 @@ LAYERS = {
     "selfattn.data.vocab": 0,
     "selfattn.data._examples": 0,
     "selfattn.exercises._core": 0,
+    "selfattn.i18n": 0,
     "selfattn.widgets._explorer": 0,
     # 1: the core
     "selfattn.masks": 1,

@@ -4,6 +4,7 @@
     python tools/i18n.py stats           # translated / fuzzy / untranslated per catalog
     python tools/i18n.py check           # fail if the catalogs miss a message of the sources
     python tools/i18n.py config OUT.yml  # the zh_CN edition's Jupyter Book configuration
+    python tools/i18n.py library [--check]  # the library's catalog (checkers' messages) + .mo
     python tools/i18n.py todo DOC OUT.json     # a document's messages left to translate
     python tools/i18n.py apply DOC IN.json     # write translations back into its catalog
                                                # (DOC "glue": the glued words, see below)
@@ -507,6 +508,94 @@ def config(out_dir: Path | None = None) -> dict:
     return cfg
 
 
+# ----------------------------------------------------------------------------- the library's
+#: The library's own catalog (selfattn.i18n: the checkers' messages), shipped in the wheel.
+LIBRARY_CATALOG = ROOT / "lib" / "selfattn" / "locale" / LANGUAGE / "LC_MESSAGES" / "selfattn.po"
+
+
+def library_titles() -> list[tuple[str, str, str]]:
+    """``(number, checker's English title, Chinese title)`` of every exercise that has a checker:
+    the Chinese title is the book's (the chapter catalog's ``exercise`` context), so that a
+    checker's line names the exercise as the Chinese page does."""
+    import ast
+
+    found = []
+    for doc in documents():
+        chapter = re.match(r"chapters/(\d\d)_", doc)
+        module = (
+            ROOT / "lib" / "selfattn" / "exercises" / f"ch{chapter.group(1)}.py"
+            if chapter
+            else None
+        )
+        if module is None or not module.exists():
+            continue
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        labels = next(
+            ast.literal_eval(node.value)
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "EXERCISES" for t in node.targets)
+        )
+        checkers = {}
+        for node in ast.walk(tree):
+            for deco in getattr(node, "decorator_list", []):
+                if isinstance(deco, ast.Call) and getattr(deco.func, "id", "") == "checker":
+                    label, title = (ast.literal_eval(a) for a in deco.args[:2])
+                    checkers.setdefault(label, title)
+        text = "\n".join(
+            "".join(c["source"])
+            for c in json.loads((ROOT / f"{doc}.ipynb").read_text(encoding="utf-8"))["cells"]
+            if c["cell_type"] == "markdown"
+        )
+        book = dict(
+            (label, title)
+            for title, label in re.findall(
+                r"^[`:]{3,}\{exercise-start\}[ \t]*(\S.*?)\s*\n:label: ex-ch\d\d-(\S+)", text, re.M
+            )
+        )
+        zh = {m.id: m.string for m in read(catalog(doc)) if m.context == EXERCISE_CONTEXT}
+        for position, label in enumerate(labels, 1):
+            if label in checkers and zh.get(book.get(label, "")):
+                found.append(
+                    (f"{int(chapter.group(1))}.{position}", checkers[label], zh[book[label]])
+                )
+    return found
+
+
+def library_catalog():
+    """The library's catalog: its hand-translated messages as they are, and the exercise titles
+    (context ``exercise <number>``) from :func:`library_titles`."""
+    cat = read(LIBRARY_CATALOG)
+    cat.fuzzy = False  # the header: its messages are translated by hand or from the book
+    for m in list(cat):
+        if m.id and (m.context or "").startswith("exercise "):
+            cat.delete(m.id, context=m.context)
+    for number, title, zh in library_titles():
+        cat.add(title, zh, context=f"exercise {number}")
+    return cat
+
+
+def library(check_only: bool = False) -> None:
+    """Write (or, with ``check_only``, check) the library's catalog and its compiled ``.mo``."""
+    from io import BytesIO
+
+    from babel.messages.mofile import write_mo
+
+    cat = library_catalog()
+    po, mo = BytesIO(), BytesIO()
+    write_po(po, cat, width=99, omit_header=False, sort_output=False)
+    write_mo(mo, cat)
+    wanted = {LIBRARY_CATALOG: po.getvalue(), LIBRARY_CATALOG.with_suffix(".mo"): mo.getvalue()}
+    stale = [p for p, data in wanted.items() if not p.exists() or p.read_bytes() != data]
+    if check_only:
+        if stale:
+            sys.exit(f"out of date (python tools/i18n.py library): {[str(p) for p in stale]}")
+        return
+    for path in stale:
+        path.write_bytes(wanted[path])
+        print(f"wrote {path.relative_to(ROOT)}")
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["update"]:
         update(argv[1:])
@@ -514,6 +603,8 @@ def main(argv: list[str]) -> None:
         stats()
     elif argv == ["check"]:
         check()
+    elif argv[:1] == ["library"] and argv[1:] in ([], ["--check"]):
+        library(check_only=argv[1:] == ["--check"])
     elif len(argv) == 3 and argv[0] == "todo":
         todo(argv[1], Path(argv[2]))
     elif len(argv) == 3 and argv[0] == "apply":

@@ -48,6 +48,7 @@ from .results import (
     recorder,
     recording,
 )
+from .i18n import set_language  # noqa: F401  (selfattn.set_language("zh"): Chinese checkers)
 from .runtime import get_device, setup
 from .train import train_loop
 from .viz import plot_attention

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..i18n import _, check_line, progress_line
+
 PASSED, NOT_ATTEMPTED, FAILED = "passed", "not attempted", "failed"
 
 
@@ -151,9 +153,10 @@ def _run_with_time_limit(fn: Callable, limit: float):
     in a daemon thread and the checker stops waiting for it; Python cannot kill a thread,
     so such a function may keep running in the background.
     """
-    message = (
-        f"your function took too long (more than {limit:g} s); does it loop forever? "
-        "(the limit is selfattn.exercises.set_time_limit)"
+    message = _(
+        "your function took too long (more than {limit} s); does it loop forever? "
+        "(the limit is selfattn.exercises.set_time_limit)",
+        limit=f"{limit:g}",
     )
     use_signal = (
         hasattr(signal, "setitimer")
@@ -205,7 +208,9 @@ def call_answer(answer: Callable, *args, **kwargs):
     longer than the time limit (:func:`set_time_limit`) raises :class:`TookTooLong`.
     """
     if not callable(answer):
-        raise Mismatch(f"expected a function, got {type(answer).__name__} {answer!r:.60}")
+        raise Mismatch(
+            _("expected a function, got {what}", what=f"{type(answer).__name__} {answer!r:.60}")
+        )
     args, kwargs = _private_copy(args), _private_copy(kwargs)
 
     def run():
@@ -235,7 +240,14 @@ def expect_shape(got, expected_shape, *, case: str) -> None:
     """Raise :class:`Mismatch` naming ``case`` unless ``got`` (tensor, array) has that shape."""
     shape = tuple(got.shape) if hasattr(got, "shape") else np.shape(got)
     if tuple(shape) != tuple(expected_shape):
-        raise Mismatch(f"case {case}: expected shape {tuple(expected_shape)}, got {tuple(shape)}")
+        raise Mismatch(
+            _(
+                "case {case}: expected shape {expected}, got {got}",
+                case=case,
+                expected=tuple(expected_shape),
+                got=tuple(shape),
+            )
+        )
 
 
 def expect_int(got, expected: int, *, case: str) -> None:
@@ -244,18 +256,38 @@ def expect_int(got, expected: int, *, case: str) -> None:
     value = got
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise Mismatch(f"case {case}: expected one integer, got a tensor {tuple(value.shape)}")
+            raise Mismatch(
+                _(
+                    "case {case}: expected one integer, got a tensor {shape}",
+                    case=case,
+                    shape=tuple(value.shape),
+                )
+            )
         value = value.item()
     if isinstance(value, np.ndarray) and value.size == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise Mismatch(f"case {case}: expected the integer {expected}, got {value!r:.60}")
+        raise Mismatch(
+            _(
+                "case {case}: expected the integer {expected}, got {got}",
+                case=case,
+                expected=expected,
+                got=f"{value!r:.60}",
+            )
+        )
     if isinstance(value, numbers.Integral):
         exact = int(value) == expected
     else:
         exact = math.isfinite(value) and float(value).is_integer() and int(value) == expected
     if not exact:
-        raise Mismatch(f"case {case}: expected {expected}, got {value!r}")
+        raise Mismatch(
+            _(
+                "case {case}: expected {expected}, got {got}",
+                case=case,
+                expected=expected,
+                got=repr(value),
+            )
+        )
 
 
 def name_mistake(got, mistakes, *, case: str, atol: float = 1e-5, rtol: float = 1e-5) -> None:
@@ -295,22 +327,41 @@ def expect_close(
         g = _as_array(got)
     except Exception:
         raise Mismatch(
-            f"case {case}: expected a tensor or array, got {type(got).__name__} {got!r:.60}"
+            _(
+                "case {case}: expected a tensor or array, got {what}",
+                case=case,
+                what=f"{type(got).__name__} {got!r:.60}",
+            )
         ) from None
     e = _as_array(expected)
     if mistakes and not (g.shape == e.shape and np.allclose(g, e, atol=atol, rtol=rtol)):
         name_mistake(g, mistakes, case=case, atol=atol, rtol=rtol)
     if g.shape != e.shape:
-        raise Mismatch(f"case {case}: expected shape {e.shape}, got {g.shape}")
+        raise Mismatch(
+            _(
+                "case {case}: expected shape {expected}, got {got}",
+                case=case,
+                expected=e.shape,
+                got=g.shape,
+            )
+        )
     if np.isnan(g).any() and not np.isnan(e).any():
-        raise Mismatch(f"case {case}: your answer contains NaN, expected none")
+        raise Mismatch(_("case {case}: your answer contains NaN, expected none", case=case))
     if not np.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True):
         diff = np.abs(g - e)
         idx = np.unravel_index(np.nanargmax(diff), diff.shape) if diff.size else ()
         raise Mismatch(
-            f"case {case}: largest difference {float(np.nanmax(diff)):.3g} "
-            f"at index {tuple(int(i) for i in idx)} "
-            f"(expected {e[idx]:.6g}, got {g[idx]:.6g}; tolerance atol={atol:g}, rtol={rtol:g})"
+            _(
+                "case {case}: largest difference {diff} at index {index} "
+                "(expected {expected}, got {got}; tolerance atol={atol}, rtol={rtol})",
+                case=case,
+                diff=f"{float(np.nanmax(diff)):.3g}",
+                index=tuple(int(i) for i in idx),
+                expected=f"{e[idx]:.6g}",
+                got=f"{g[idx]:.6g}",
+                atol=f"{atol:g}",
+                rtol=f"{rtol:g}",
+            )
         )
 
 
@@ -337,7 +388,13 @@ def read_prediction(prediction, what: str = "your prediction") -> float:
     elif isinstance(value, np.ndarray) and value.size == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise Mismatch(f"{what}: write a number, got {type(value).__name__} {value!r:.60}")
+        raise Mismatch(
+            _(
+                "{what}: write a number, got {got}",
+                what=what,
+                got=f"{type(value).__name__} {value!r:.60}",
+            )
+        )
     return value
 
 
@@ -345,8 +402,13 @@ def _not_it(value, case: str) -> Mismatch:
     """The message for a wrong prediction that no named mistake explains: it never shows the
     right value (the reader sees it by running the next cell, after predicting)."""
     return Mismatch(
-        f"case {case}: your prediction {value!r} is not right, and it is none of the "
-        "mistakes this checker knows; go over the reasoning again before running the next cell"
+        _(
+            "case {case}: your prediction {value} is not right, and it is none of the "
+            "mistakes this checker knows; go over the reasoning again before running the "
+            "next cell",
+            case=case,
+            value=repr(value),
+        )
     )
 
 
@@ -364,7 +426,13 @@ def expect_predicted(prediction, variants: dict, *, case: str, rtol: float = 0.0
     if value != right:
         name_mistake(value, mistakes, case=case, atol=0, rtol=rtol)
     if not (math.isfinite(value) and float(value).is_integer()):
-        raise Mismatch(f"case {case}: your prediction {value!r} is not a whole number")
+        raise Mismatch(
+            _(
+                "case {case}: your prediction {value} is not a whole number",
+                case=case,
+                value=repr(value),
+            )
+        )
     if int(value) != right:
         raise _not_it(value, case)
 
@@ -446,36 +514,42 @@ def checker(exercise: str, title: str):
         _TITLES.setdefault(check.__module__, {}).setdefault(exercise, title)
         label = f"Exercise {number} ({title})"
 
+        def line(icon: str, message: str) -> str:  # in the language of the moment
+            return check_line(icon, number, title, message)
+
         @functools.wraps(check)
         def run(answer, *args, **kwargs) -> CheckResult:
             _calls.answered = 0
+            waiting = (label, NOT_ATTEMPTED)
             if answer is None:
-                result = CheckResult(label, NOT_ATTEMPTED, f"⏳ {label}: not attempted yet")
+                result = CheckResult(*waiting, line("⏳", _("not attempted yet")))
             else:
                 try:
                     check(answer, *args, **kwargs)
                 except NotAttempted:
-                    result = CheckResult(label, NOT_ATTEMPTED, f"⏳ {label}: not attempted yet")
+                    result = CheckResult(*waiting, line("⏳", _("not attempted yet")))
                 except Mismatch as err:
-                    result = CheckResult(label, FAILED, f"❌ {label}: {err}")
+                    result = CheckResult(label, FAILED, line("❌", str(err)))
                 except AnswerRaised as err:  # the reader's code crashed: say so, never raise
-                    result = CheckResult(label, FAILED, f"❌ {label}: {describe_error(err.error)}")
+                    result = CheckResult(label, FAILED, line("❌", describe_error(err.error)))
                 except Exception as err:  # the checker's own failure: never blame the reader
                     what = f"{type(err).__name__}: {err}"
                     if _calls.answered:
-                        message = (
-                            f"the checker failed while reading your function's result ({what}); "
+                        message = _(
+                            "the checker failed while reading your function's result ({what}); "
                             "check the type and shape it returns (the checker should have "
-                            "said this more clearly: this part is the checker's fault)"
+                            "said this more clearly: this part is the checker's fault)",
+                            what=what,
                         )
                     else:
-                        message = (
-                            f"the checker itself failed ({what}); this is a bug in the "
-                            "checker, not in your answer"
+                        message = _(
+                            "the checker itself failed ({what}); this is a bug in the "
+                            "checker, not in your answer",
+                            what=what,
                         )
-                    result = CheckResult(label, FAILED, f"❌ {label}: {message}")
+                    result = CheckResult(label, FAILED, line("❌", message))
                 else:
-                    result = CheckResult(label, PASSED, f"✅ {label}: passed")
+                    result = CheckResult(label, PASSED, line("✅", _("passed")))
             print(result.message)
             if not _from_solution(answer, sys._getframe(1)):
                 _RESULTS.setdefault(check.__module__, {})[exercise] = result.status
@@ -518,9 +592,12 @@ def reader_frame(error: BaseException) -> traceback.FrameSummary | None:
 def _where(frame: traceback.FrameSummary) -> str:
     name = os.path.basename(frame.filename)
     cell = "ipykernel" in frame.filename or frame.filename.startswith("<ipython-input")
-    place = f"line {frame.lineno} of your cell" if cell else f"line {frame.lineno} of {name}"
+    if cell:
+        place = _("line {lineno} of your cell", lineno=frame.lineno)
+    else:
+        place = _("line {lineno} of {file}", lineno=frame.lineno, file=name)
     if frame.name and frame.name != "<module>":
-        place += f", in {frame.name}"
+        place += _(", in {function}", function=frame.name)
     line = (frame.line or "").strip()
     if len(line) > 60:
         line = line[:57] + "..."
@@ -529,9 +606,11 @@ def _where(frame: traceback.FrameSummary) -> str:
 
 def describe_error(error: BaseException) -> str:
     """``your code raised ValueError: ... (at line 3 of your cell, in f: return x @ y)``."""
-    text = f"your code raised {type(error).__name__}: {error}"
+    text = _("your code raised {error}", error=f"{type(error).__name__}: {error}")
     frame = reader_frame(error)
-    return f"{text}\n    at {_where(frame)}" if frame is not None else text
+    if frame is None:
+        return text
+    return text + "\n    " + _("at {place}", place=_where(frame))
 
 
 # ----------------------------------------------------------------------------- progress
@@ -584,20 +663,16 @@ def progress(chapter: int, *, module=None):
     labels = tuple(getattr(module, "EXERCISES", ()))
     results = _RESULTS.get(name, {})
     titles = _TITLES.get(name, {})
-    statuses, lines = {}, [f"Chapter {int(chapter)}: your exercises, as checked in this kernel"]
+    head = _("Chapter {chapter}: your exercises, as checked in this kernel", chapter=int(chapter))
+    statuses, lines = {}, [head]
     for label in labels:
         number = exercise_number(name, label)
         status = results.get(label, NOT_ATTEMPTED)
         statuses[number] = status
         title = titles.get(label, label)
-        head = f"{_ICONS[status]} Exercise {number} ({title})"
-        word = {PASSED: "passed", FAILED: "failed", NOT_ATTEMPTED: "not attempted yet"}[status]
-        line = f"{head}: {word}"
-        if len(line) > 79:
-            keep = 79 - len(f"{_ICONS[status]} Exercise {number} (...): {word}")
-            line = f"{_ICONS[status]} Exercise {number} ({title[: max(keep, 1)]}...): {word}"
-        lines.append(line)
+        word = {PASSED: _("passed"), FAILED: _("failed"), NOT_ATTEMPTED: _("not attempted yet")}
+        lines.append(progress_line(_ICONS[status], number, title, word[status]))
     done = sum(s == PASSED for s in statuses.values())
-    lines.append(f"{done} of {len(labels)} passed")
+    lines.append(_("{done} of {total} passed", done=done, total=len(labels)))
     print("\n".join(lines))
     return Progress(int(chapter), statuses)
