@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -1787,3 +1788,84 @@ def delta_rule_overwrite() -> Figure:
         "old value under the key is replaced by the new one."
     )
     return _with_alt(fig, alt)
+
+
+# ----------------------------------------------------------------------------- languages
+#: CJK fonts a Chinese diagram may be drawn with, the first one installed wins
+#: (``fonts-wqy-zenhei`` is what the book's build installs).
+CJK_FONTS = (
+    "WenQuanYi Zen Hei",
+    "Noto Sans CJK SC",
+    "Source Han Sans SC",
+    "Noto Sans SC",
+    "SimHei",
+    "Microsoft YaHei",
+)
+
+
+def cjk_font() -> str | None:
+    """The first of :data:`CJK_FONTS` that matplotlib finds on this machine, or ``None``.
+
+    matplotlib's font list is cached from its first run: a font installed since (the build
+    installs one) is looked for among the system's font files and added.
+    """
+    from matplotlib import font_manager
+
+    def found() -> str | None:
+        installed = {f.name for f in font_manager.fontManager.ttflist}
+        return next((name for name in CJK_FONTS if name in installed), None)
+
+    if found() is None:
+        for path in font_manager.findSystemFonts():
+            if re.search(r"wqy|cjk|sourcehan|notosanssc|simhei|msyh", path.lower()):
+                try:
+                    font_manager.fontManager.addfont(path)
+                except (OSError, RuntimeError):  # a file FreeType cannot read
+                    continue
+    return found()
+
+
+def _texts(fig: Figure) -> list:
+    from matplotlib.text import Text
+
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def labels(fig: Figure) -> list[str]:
+    """Every visible text a diagram draws, in drawing order, without repeats."""
+    return list(dict.fromkeys(t.get_text() for t in _texts(fig)))
+
+
+def translate(fig: Figure, messages, *, font: str | None = None) -> list[str]:
+    """Redraw a diagram's words in another language; returns the labels left as they were.
+
+    Every diagram function draws English, unchanged: a translation is a pass over the
+    finished figure. Each visible text whose string is a key of ``messages`` (a mapping, or
+    a function returning the translation or ``None``) takes its translation, and every text
+    takes ``font`` first in its font family (a CJK font, see :func:`cjk_font`; the default
+    family stays behind it for the glyphs it lacks). Labels with no English word (shapes,
+    formulas, numbers) need no entry. The sizes and positions stay: the diagrams leave room
+    for their English labels, which are wider than their Chinese translations.
+
+    Args:
+        fig: a figure returned by one of this module's functions.
+        messages: English label -> translation.
+        font: a font family name, or ``None`` to keep the fonts.
+
+    Returns:
+        The labels with English words that ``messages`` did not translate (kept as drawn).
+    """
+    from matplotlib import rcParams
+
+    lookup = messages if callable(messages) else messages.get
+    missing = []
+    for text in _texts(fig):
+        english = text.get_text()
+        translation = lookup(english)
+        if translation:
+            text.set_text(translation)
+        elif re.search(r"[A-Za-z]{2,}", re.sub(r"\$[^$]*\$", " ", english)):
+            missing.append(english)
+        if font is not None:
+            text.set_fontfamily([font, *rcParams["font.family"]])
+    return list(dict.fromkeys(missing))

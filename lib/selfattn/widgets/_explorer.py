@@ -15,6 +15,7 @@ import html
 import io
 import itertools
 import json
+import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -296,3 +297,114 @@ def visible_view(box) -> str:
     while not hasattr(node, "value") or not isinstance(node.value, str):
         node = node.children[node.selected_index]
     return node.value
+
+
+# ----------------------------------------------------------------------------- languages
+# An explorer is drawn in English; another edition translates its saved widget state (the
+# controls' names and option labels, each view's alt text and data-values), so the same
+# recorded views serve every language and no view is drawn twice. A view's alt text is
+# ``"<sentence> (<name> = <label>, ...)"``; its sentence, with the view's own option labels
+# (those with words) written ``{L0}``, ``{L1}``, ... (the control's index) and its numbers
+# ``{0}``, ``{1}``, ... (in order), is one message for every view that differs only in
+# those: a translation keeps each slot and may move it.
+CONTROL_MODELS = ("SelectionSliderModel", "DropdownModel", "ToggleButtonsModel")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w)")
+_SLOT = re.compile(r"\{(L?\d+)\}")
+_ALT = re.compile(r'alt="([^"]*)"')
+_VALUES = re.compile(r"data-values='([^']*)'")
+
+
+def has_words(text: str) -> bool:
+    """True for a text with an English word (two letters or more) to translate."""
+    return bool(re.search(r"[A-Za-z]{2,}", text))
+
+
+def view_alt_template(alt: str, labels: Sequence[str]) -> tuple[str, list[str], list[str]]:
+    """``(sentence template, control names, numbers)`` of a view's alt text (see above).
+
+    Raises:
+        ValueError: if ``alt`` does not end with ``labels`` named, as :func:`grid_explorer`
+            writes them.
+    """
+    pattern = r" \(" + ", ".join(rf"([^=,()]+?) = {re.escape(lab)}" for lab in labels) + r"\)$"
+    match = re.search(pattern, alt)
+    if match is None:
+        raise ValueError(f"a view's alt text ending with the values {list(labels)}, got {alt!r}")
+    sentence = alt[: match.start()]
+    for i, lab in sorted(enumerate(labels), key=lambda pair: -len(pair[1])):
+        if has_words(lab):
+            sentence = re.sub(rf"(?<!\w){re.escape(lab)}(?!\w)", f"{{L{i}}}", sentence)
+    numbers = _NUMBER.findall(sentence)
+    count = itertools.count()
+    template = _NUMBER.sub(lambda m: f"{{{next(count)}}}", sentence)
+    return template, list(match.groups()), numbers
+
+
+def _views(state: dict):
+    """``(model state, alt, labels)`` of every explorer view in a saved widget state."""
+    for model in state.values():
+        value = model.get("state", {}).get("value")
+        if model.get("model_name") == "HTMLModel" and isinstance(value, str):
+            if VIEW_CLASS in value and _ALT.search(value) and _VALUES.search(value):
+                alt = html.unescape(_ALT.search(value).group(1))
+                yield model["state"], alt, view_values(value)
+
+
+def _controls(state: dict):
+    for model in state.values():
+        if model.get("model_name") in CONTROL_MODELS:
+            yield model["state"]
+
+
+def state_messages(state: dict) -> list[str]:
+    """The texts to translate in a saved widget state (``metadata.widgets[...]["state"]``):
+    the controls' names, their option labels with words, and the views' alt templates."""
+    found = []
+    for control in _controls(state):
+        found.append(control.get("description", ""))
+        found.extend(control.get("_options_labels", []))
+    for _, alt, labels in _views(state):
+        found.append(view_alt_template(alt, labels)[0])
+    return [text for text in dict.fromkeys(found) if text.strip() and has_words(text)]
+
+
+def translate_state(state: dict, translate: Callable[[str], str | None]) -> list[str]:
+    """Translate a saved widget state in place; returns the messages with no translation.
+
+    Args:
+        state: ``metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]``.
+        translate: English message -> translation, or ``None`` when there is none (the
+            text then stays English and is returned). Texts without words need none.
+    """
+    missing: list[str] = []
+
+    def tr(text: str) -> str:
+        if not has_words(text):
+            return text
+        done = translate(text)
+        if not done:
+            missing.append(text)
+            return text
+        return done
+
+    for control in _controls(state):
+        if control.get("description"):
+            control["description"] = tr(control["description"])
+        if "_options_labels" in control:
+            control["_options_labels"] = [tr(lab) for lab in control["_options_labels"]]
+    for view, alt, labels in _views(state):
+        template, names, numbers = view_alt_template(alt, labels)
+        shown = [tr(lab) for lab in labels]
+        slots = {str(i): n for i, n in enumerate(numbers)}
+        slots.update({f"L{i}": lab for i, lab in enumerate(shown)})
+        done = translate(template) if has_words(template) else template
+        if not done:
+            missing.append(template)
+        sentence = _SLOT.sub(lambda m, slots=slots: slots[m.group(1)], done or template)
+        named = "，".join(f"{tr(name)} = {lab}" for name, lab in zip(names, shown))
+        text = f"{sentence}（{named}）" if done else f"{sentence} ({named})"
+        alt_attr = f'alt="{html.escape(text)}"'
+        values_attr = f"data-values='{html.escape(json.dumps(shown), quote=True)}'"
+        value = _ALT.sub(lambda _, a=alt_attr: a, view["value"], count=1)
+        view["value"] = _VALUES.sub(lambda _, a=values_attr: a, value, count=1)
+    return list(dict.fromkeys(missing))
