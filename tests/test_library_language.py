@@ -96,8 +96,11 @@ def test_mo_holds_the_po():
 
 
 def test_catalog_is_package_data():
-    text = (ROOT / "pyproject.toml").read_text()
-    assert "locale/*/LC_MESSAGES/*.mo" in text
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "selfattn.locale.zh_CN.LC_MESSAGES" in setup["packages"]
+    assert "*.mo" in setup["package-data"]["selfattn.locale.zh_CN.LC_MESSAGES"]
 
 
 def test_every_exercise_has_its_chinese_title():
