@@ -31,9 +31,9 @@ book-en: install
 # The Chinese edition (Sphinx gettext, catalogs in locales/zh_CN, tools/i18n.py): the same
 # sources with language zh_CN. First checks that the catalogs hold every current message.
 book-zh: install
-	$(PY) tools/i18n.py check
+	$(PY) -m tools.i18n check
 	rm -rf _build/zh _build/html/zh
-	$(PY) tools/i18n.py config _build/zh/_config.yml
+	$(PY) -m tools.i18n config _build/zh/_config.yml
 	$(VENV)/bin/jupyter-book build . --config _build/zh/_config.yml --path-output _build/zh -W -n --keep-going
 	mkdir -p _build/html
 	mv _build/zh/_build/html _build/html/zh
@@ -41,7 +41,7 @@ book-zh: install
 # After the English changed: extract the messages and update the catalogs (new messages
 # empty, changed ones fuzzy), then print what is left to translate (CONTRIBUTING.md).
 translations: install
-	$(PY) tools/i18n.py update
+	$(PY) -m tools.i18n update
 
 # Library, exercise checkers and notebook hygiene.
 test-lib: install
@@ -56,7 +56,7 @@ test-lib: install
 # COLAB_VENV between runs, about 5 GB, 2-3 minutes to build). Prints each chapter's time.
 COLAB_VENV ?= /tmp/colab-venv
 test-notebooks: install
-	COLAB_VENV=$(COLAB_VENV) $(PY) tools/reader_run.py
+	COLAB_VENV=$(COLAB_VENV) $(PY) -m tools.reader_run
 
 # The main path alone: every chapter run as a reader who skips every Deeper part, its `deeper`
 # code cells removed (tools/main_path_run.py; docs/design.md: "The main path must read and run
@@ -69,7 +69,7 @@ test-notebooks: install
 # `make test` stays within the CI's 40 (it took about 29 before).
 .PHONY: test-main-path
 test-main-path: install
-	$(PY) tools/main_path_run.py --workers 2
+	$(PY) -m tools.main_path_run --workers 2
 
 # Refresh tools/colab_constraints.txt from a copy of Colab's runtime list, e.g.
 #   git clone https://github.com/googlecolab/backend-info /tmp/backend-info
@@ -78,7 +78,7 @@ test-main-path: install
 .PHONY: colab-versions
 colab-versions: install
 	@test -n "$(FREEZE)" -a -n "$(PYTHON_VERSION)" || { echo "usage: make colab-versions FREEZE=path/to/pip-freeze.gpu.txt PYTHON_VERSION=3.x.y (os-info-gpu.txt) [SOURCE=...]"; exit 1; }
-	$(PY) tools/colab_versions.py $(FREEZE) --python $(PYTHON_VERSION) $(if $(SOURCE),--source "$(SOURCE)")
+	$(PY) -m tools.colab_versions $(FREEZE) --python $(PYTHON_VERSION) $(if $(SOURCE),--source "$(SOURCE)")
 
 # Formatting and lint (ruff, configured in pyproject.toml and chapters/ruff.toml), and no code
 # or output line of a chapter wider than the website's code column (79 characters).
@@ -97,14 +97,14 @@ test-build: install
 # they are current): notebooks/chapters/, the chapters with plain Jupyter markdown (glued values,
 # author-year citations, no MyST syntax), and student/chapters/, the same without solutions.
 notebooks: install
-	$(PY) tools/notebook_edition.py
+	$(PY) -m tools.notebook_edition
 
 # The student edition: the same site with every solution removed (from the pages and from
 # the downloadable notebooks; see tools/student_edition.py and _ext/book_site.py). It also
 # rewrites student/chapters/ (committed): the solution-free notebooks its Colab button opens.
 book-student: install
 	rm -rf _build/student
-	$(PY) tools/student_edition.py _build/student/_config.yml
+	$(PY) -m tools.student_edition _build/student/_config.yml
 	$(VENV)/bin/jupyter-book build . --config _build/student/_config.yml --path-output _build/student -W -n --keep-going
 	mv _build/student/_build/html _build/student/html
 	@echo
@@ -118,7 +118,7 @@ book-student: install
 # for some.
 .PHONY: grader
 grader: install
-	$(PY) tools/grader.py $(if $(CHAPTERS),--chapters $(CHAPTERS))
+	$(PY) -m tools.grader $(if $(CHAPTERS),--chapters $(CHAPTERS))
 
 # The website in a real browser (tests_site/): headless Chromium with the internet blocked,
 # against _build/html (built if absent) and the student edition (rebuilt; `make test` passes
@@ -145,7 +145,7 @@ test: lint test-lib test-floors test-notebooks test-main-path test-build
 # Recording the book (SELFATTN_RECORD=1, set by tools/execute.py): claims raise and each chapter
 # writes chapters/results/<chNN>.json. Any other run of a chapter writes nothing there.
 execute: install
-	$(PY) tools/execute.py $(NOTEBOOKS)
+	$(PY) -m tools.execute $(NOTEBOOKS)
 
 bench: install
 	SELFATTN_RECORD=1 $(PY) -m selfattn.bench
@@ -158,7 +158,7 @@ bench: install
 # or say which: make gpu-check PY=/path/to/python
 .PHONY: gpu-check
 gpu-check:
-	$(if $(wildcard $(PY)),$(PY),python3) tools/gpu_check.py $(if $(filter-out 0,$(DRY_RUN)),--dry-run)
+	$(if $(wildcard $(PY)),$(PY),python3) -m tools.gpu_check $(if $(filter-out 0,$(DRY_RUN)),--dry-run)
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis
@@ -167,11 +167,11 @@ clean:
 # pins every chapter's Colab setup cell and the launch buttons to the tag vVERSION, dates
 # CHANGELOG.md's Unreleased section, updates CITATION.cff and builds the wheel into dist/.
 # It commits nothing: it prints the commands that commit, tag and push.
-# `python tools/release.py --check` says whether the version's places agree.
+# `python -m tools.release --check` says whether the version's places agree.
 .PHONY: release
 release: install
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z"; exit 1; }
-	$(PY) tools/release.py $(VERSION)
+	$(PY) -m tools.release $(VERSION)
 
 # The library at its dependencies' floors (tools/floors.py): torch, numpy, matplotlib,
 # ipywidgets, pillow and tqdm at exactly the lowest versions pyproject.toml declares (the torch
@@ -181,7 +181,7 @@ release: install
 FLOORS_VENV ?= /tmp/floors
 .PHONY: test-floors
 test-floors: install
-	$(PY) tools/floors.py --venv $(FLOORS_VENV)
+	$(PY) -m tools.floors --venv $(FLOORS_VENV)
 
 # The whole book as one PDF per language (tools/pdf.py): every page of the built site printed
 # by Chromium (no TeX), MathJax typeset, code wrapped, a bookmark per chapter, into
@@ -190,4 +190,4 @@ test-floors: install
 .PHONY: pdf
 pdf: install
 	test -f _build/html/index.html -a -f _build/html/zh/index.html || $(MAKE) book
-	CHROMIUM="$(CHROMIUM)" $(PY) tools/pdf.py
+	CHROMIUM="$(CHROMIUM)" $(PY) -m tools.pdf

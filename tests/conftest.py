@@ -1,5 +1,4 @@
 import os
-import sys
 
 # Triton reads TRITON_INTERPRET when it is first imported: a test module that imports Triton
 # before another sets the variable would leave the interpreter's kernels unable to run in
@@ -15,7 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # One torch thread per test process: pytest-xdist already runs one process per core, and
 # threads fighting over two cores make the small training tests several times slower.
 torch.set_num_threads(1)
-sys.path.insert(0, str(ROOT / "tools"))
 os.environ.setdefault("SELFATTN_PROGRESS", "0")
 os.environ.setdefault("MPLBACKEND", "Agg")
 

@@ -10,7 +10,8 @@ their own alt text, and their static fallback is not a figure of the book.
 import json
 
 import pytest
-from book import toc_chapters
+
+from tools.book import toc_chapters
 
 CHAPTERS = toc_chapters()
 

@@ -20,7 +20,8 @@ import types
 from functools import lru_cache
 
 import pytest
-from book import ROOT
+
+from tools.book import ROOT
 
 API_MD = ROOT / "api.md"
 CHAPTER_HELPERS = re.compile(r"^selfattn\.(exercises|widgets)\.ch\d\d$")

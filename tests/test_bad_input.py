@@ -406,7 +406,7 @@ def test_rope_review_item():
 
 def test_self_attention_reads_a_3d_mask_per_sequence():
     torch.manual_seed(0)
-    layer = SelfAttention(8, n_heads=2)
+    layer = SelfAttention(8, num_heads=2)
     x = torch.randn(2, 4, 8)
     mask = torch.rand(2, 4, 4) > 0.4  # B = 2 = n_heads: once read along the head axis
     mask[..., 0] = True

@@ -10,10 +10,11 @@ scaled model's, and concluded that "the larger steps alone cost far less"; the g
 
 import math
 
-import ch03_scale_study as study
 import pytest
 import torch
 from selfattn import load_recorded
+
+from tools import ch03_scale_study as study
 
 
 @pytest.fixture(scope="module")

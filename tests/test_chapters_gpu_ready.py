@@ -13,7 +13,8 @@ import re
 
 import nbformat
 import pytest
-from book import toc_chapters
+
+from tools.book import toc_chapters
 
 CUDA_CALL = re.compile(r"\.cuda\(")
 CUDA_STRING = re.compile(r"""(["'])cuda(:\d+)?\1""")

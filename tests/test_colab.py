@@ -16,7 +16,8 @@ from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
 import pytest
-from book import ROOT, config, repository, setup_cell_source, toc_chapters
+
+from tools.book import ROOT, config, repository, setup_cell_source, toc_chapters
 
 CHAPTERS = toc_chapters()
 IDS = [p.stem for p in CHAPTERS]

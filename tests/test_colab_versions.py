@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools import colab_versions, reader_run
 
-import colab_versions  # noqa: E402
-import reader_run  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FREEZE = """\
 absl-py==1.4.0

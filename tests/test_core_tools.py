@@ -2,8 +2,6 @@
 
 import json
 import random
-import sys
-from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -12,8 +10,7 @@ import selfattn
 import torch
 from selfattn.exercises import Mismatch, call_answer, checker, expect_close
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-import book  # noqa: E402
+from tools import book  # noqa: E402
 
 
 def test_setup_seeds_everything_and_returns_device():

@@ -47,7 +47,8 @@ import subprocess
 import sys
 
 import pytest
-from book import ROOT, toc_chapters
+
+from tools.book import ROOT, toc_chapters
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the pinned environment has it
 

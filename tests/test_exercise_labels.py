@@ -17,9 +17,10 @@ import types
 from pathlib import Path
 
 import pytest
-from book import toc_chapters
 from selfattn.exercises import checker
 from selfattn.exercises._core import exercise_number
+
+from tools.book import toc_chapters
 
 # One directive and its option lines (":label: ex-ch03-softmax") or argument (the solution's).
 DIRECTIVE = re.compile(

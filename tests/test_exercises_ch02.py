@@ -104,7 +104,7 @@ def test_chapter_uses_the_checkers_worked_example():
     """The checker of "predict: a score by hand" and the chapter's worked example agree."""
     import json
 
-    from book import chapter
+    from tools.book import chapter
 
     path = chapter(2)
     source = "\n".join(

@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from book import ROOT, toc_chapters
 
-sys.path.insert(0, str(ROOT / "tools"))
-import notebook_edition as edition  # noqa: E402
+from tools import notebook_edition as edition  # noqa: E402
+from tools.book import ROOT, toc_chapters
 
 SVG, PNG = "image/svg+xml", "image/png"
 CHAPTERS = toc_chapters()

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from reader_run import SECOND_PATH
+from tools.reader_run import SECOND_PATH
 
 TRAIN = """
 import json, torch, torch.nn.functional as F

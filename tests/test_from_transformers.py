@@ -23,6 +23,7 @@ from selfattn.hf import FAMILIES, from_transformers  # noqa: E402
 V = 97  # vocabulary
 WINDOW = 4  # sliding window of the local layers (n = 9 goes beyond it)
 LENGTHS = (1, 3, 9)
+TOP_K = 4  # DeepSeek-V3.2's indexer: each query attends to 4 tokens (n = 9 goes beyond it)
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 #: Where a step runs in float32 in a float64 model, which the float64 comparison cannot undo
 #: without rewriting the layer: DiffLlama's lambda in transformers
@@ -128,6 +129,28 @@ def _configs():
                 **small,
             )
         ),
+        "deepseek_v32": lambda: T.DeepseekV32ForCausalLM(
+            T.DeepseekV32Config(
+                num_hidden_layers=2,
+                mlp_layer_types=["dense", "dense"],
+                num_attention_heads=4,
+                num_key_value_heads=4,
+                q_lora_rank=16,
+                kv_lora_rank=12,
+                qk_nope_head_dim=8,
+                qk_rope_head_dim=4,
+                v_head_dim=6,
+                index_n_heads=4,
+                index_head_dim=8,
+                index_topk=TOP_K,
+                moe_intermediate_size=16,
+                n_routed_experts=4,
+                num_experts_per_tok=2,
+                n_group=1,
+                topk_group=1,
+                **small,
+            )
+        ),
         "qwen3_next": lambda: T.Qwen3NextForCausalLM(
             T.Qwen3NextConfig(
                 num_hidden_layers=4,  # DeltaNet, DeltaNet, DeltaNet, gated attention
@@ -212,7 +235,9 @@ def exact_float64(hf):
     """``hf`` (float64) with its float32 steps done in float64: RMSNorms and rotary tables
     recomputed in float64, the eager softmax in float64, the experts without grouped_mm
     (float32 only). No formula changes."""
-    if hf.config.model_type != "gpt_oss":  # gpt-oss's eager softmax keeps the dtype
+    if hf.config.model_type == "deepseek_v32":  # applies its top-k mask only for eager/sdpa
+        hf.config._attn_implementation = "sdpa"
+    elif hf.config.model_type != "gpt_oss":  # gpt-oss's eager softmax keeps the dtype
         _register_eager_float64()
         hf.config._attn_implementation = "eager_float64"
     hf.config._experts_implementation = "eager"
@@ -468,7 +493,7 @@ def test_hf_extra_floor_is_the_tested_pin():
     import re
 
     tomllib = pytest.importorskip("tomllib")
-    from book import ROOT
+    from tools.book import ROOT
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
@@ -512,3 +537,14 @@ def test_a_wrong_weight_is_found_in_its_layer(family):
     x = inputs(family, 5, torch.float32)
     assert largest_difference(family, ours, hf, x) > 1e-3
     assert first_differing_layer(family, ours, hf, x, 1e-4).startswith("block 1 ")
+
+
+def test_deepseek_v32_attends_to_the_indexers_top_k_only():
+    """The comparison at n = 9 exercises the selection: attending to every earlier token
+    instead of the indexer's top 4 changes the logits by far more than the tolerance."""
+    hf, ours = build("deepseek_v32")
+    x = inputs("deepseek_v32", 9, torch.float32)
+    assert largest_difference("deepseek_v32", ours, hf, x) < TOL[torch.float32]
+    for block in ours.blocks:
+        block.mixer.top_k = 9
+    assert largest_difference("deepseek_v32", ours, hf, x) > 1e-2

@@ -12,10 +12,11 @@ import sys
 import warnings
 from pathlib import Path
 
-import gpu_check
 import pytest
 import torch
-from book import ROOT
+
+from tools import gpu_check
+from tools.book import ROOT
 
 
 def _digest(path):
@@ -30,7 +31,8 @@ def test_dry_run(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "tools" / "gpu_check.py"),
+            "-m",
+            "tools.gpu_check",
             "--dry-run",
             "--out",
             str(out),
@@ -39,6 +41,7 @@ def test_dry_run(tmp_path):
         capture_output=True,
         text=True,
         env=env,
+        cwd=ROOT,
         timeout=1500,
     )
     text = proc.stdout

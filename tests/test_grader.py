@@ -15,7 +15,8 @@ import importlib
 import json
 
 import pytest
-from grader import assign, chapters_with_exercises, master_notebook, outputs, verify
+
+from tools.grader import assign, chapters_with_exercises, master_notebook, outputs, verify
 
 # Grading one chapter starts two kernels (about 15 s on two cores): two chapters that cover
 # the kinds of exercise (build, find the bug with code shown, predict with its measurement,

@@ -8,16 +8,14 @@ chapter, the cell, the error and the runtime.
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
+import book_site  # noqa: E402
 import pytest
 import yaml
-from book import ROOT, config
 
-sys.path.insert(0, str(ROOT / "_ext"))
-import book_site  # noqa: E402
+from tools.book import ROOT, config
 
 TEMPLATES = ROOT / ".github" / "ISSUE_TEMPLATE"
 REQUIRED = {

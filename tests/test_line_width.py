@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from book import toc_chapters
+
+from tools.book import toc_chapters
 
 WIDTH = 79
 CHAPTERS = toc_chapters()

@@ -19,7 +19,8 @@ import re
 from pathlib import Path
 
 import pytest
-from book import toc_chapters
+
+from tools.book import toc_chapters
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 IDEA = re.compile(r"^(`{3,}|:{3,})\{admonition\} The idea[ \t]*\n:class:[^\n]*\bidea\b", re.M)

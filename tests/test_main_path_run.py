@@ -11,14 +11,12 @@ from __future__ import annotations
 import ast
 import builtins
 import json
-import sys
 
 import nbformat
 import pytest
-from book import ROOT, toc_chapters
 
-sys.path.insert(0, str(ROOT / "tools"))
-import main_path_run  # noqa: E402
+from tools import main_path_run  # noqa: E402
+from tools.book import toc_chapters
 
 
 def _code(source: str, *tags: str) -> dict:

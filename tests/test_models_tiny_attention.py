@@ -124,18 +124,15 @@ def test_errors():
         AttentionClassifier(5, 2, d_model=3)(torch.ones(2, 3, dtype=torch.long))
 
 
-def test_the_former_argument_names_still_work():
-    torch.manual_seed(3)
-    new = AttentionClassifier(7, 2, d_model=8, num_layers=2, num_heads=2)
-    torch.manual_seed(3)
-    old = AttentionClassifier(7, 2, d_model=8, n_layers=2, n_heads=2)
-    layers = [block.attn for block in old.blocks]
-    assert len(layers) == 2 and layers[0].num_heads == layers[0].n_heads == 2
-    ids = torch.randint(0, 7, (2, 5))
-    assert torch.equal(new(ids), old(ids))
-    assert SelfAttention(8, n_heads=4).num_heads == 4
-    with pytest.raises(TypeError, match="not both"):
-        SelfAttention(8, num_heads=2, n_heads=4)
+def test_one_name_per_argument_no_former_aliases():
+    """num_heads and num_layers only (issue 53): the former n_heads/n_layers are gone."""
+    model = AttentionClassifier(7, 2, d_model=8, num_layers=2, num_heads=2)
+    assert [block.attn.num_heads for block in model.blocks] == [2, 2]
+    assert not hasattr(model.blocks[0].attn, "n_heads")
+    with pytest.raises(TypeError, match="n_heads"):
+        SelfAttention(8, n_heads=4)
+    with pytest.raises(TypeError, match="n_layers"):
+        AttentionClassifier(7, 2, n_layers=2)
 
 
 @pytest.mark.parametrize("num_heads,bias", [(1, False), (2, True), (4, False)])

@@ -602,13 +602,13 @@ def test_gqa_decode_passes_the_stored_kv_heads_uncopied(monkeypatch):
     layer = MultiHeadAttention(32, 8, num_kv_heads=2).eval()
     cache = KVCache()
     seen = []
-    real = selfattn.multihead.scaled_dot_product_attention
+    real = selfattn.multihead.attend
 
-    def spy(q, k, v, mask=None, **kw):
-        seen.append((q.shape, k, v, None if mask is None else mask.shape))
-        return real(q, k, v, mask, **kw)
+    def spy(a):
+        seen.append((a.q.shape, a.k, a.v, None if a.mask is None else a.mask.shape))
+        return real(a)
 
-    monkeypatch.setattr(selfattn.multihead, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(selfattn.multihead, "attend", spy)
     with torch.no_grad():
         layer(torch.randn(2, 5, 32), mask="causal", cache=cache)
         layer(torch.randn(2, 1, 32), mask="causal", cache=cache)

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from book import ROOT, toc_chapters
 
-sys.path.insert(0, str(ROOT / "tools"))
-import notebook_edition as edition  # noqa: E402
+from tools import notebook_edition as edition  # noqa: E402
+from tools.book import ROOT, toc_chapters
 
 CHAPTERS = toc_chapters()
 IDS = [p.stem for p in CHAPTERS]

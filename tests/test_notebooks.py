@@ -8,7 +8,8 @@ import json
 import re
 
 import pytest
-from book import ROOT, setup_cell_source, toc_chapters, toc_files
+
+from tools.book import ROOT, setup_cell_source, toc_chapters, toc_files
 
 CHAPTERS = toc_chapters()
 IDS = [p.stem for p in CHAPTERS]

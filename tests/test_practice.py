@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,7 @@ from selfattn import quizzes
 from selfattn.exercises import _core, checker, progress
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import apply_quizzes  # noqa: E402
+from tools import apply_quizzes  # noqa: E402
 
 CHAPTERS = sorted(ROOT.glob("chapters/[0-9][0-9]_*.ipynb"))
 
@@ -284,8 +282,9 @@ def test_cell_frames_are_called_cells():
 
 
 def test_notebook_editions_number_exercises_by_chapter():
-    import notebook_edition
     from selfattn.exercises import ch03
+
+    from tools import notebook_edition
 
     nb = json.loads((ROOT / "chapters" / "03_scaled_dot_product.ipynb").read_text("utf-8"))
     out = notebook_edition.convert(nb, chapter=3)

@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import notebook_edition  # noqa: E402
-from book import toc_chapters  # noqa: E402
+from tools import notebook_edition  # noqa: E402
+from tools.book import toc_chapters  # noqa: E402
 
 PREDICT = notebook_edition.PREDICT_TAG
 #: A cell that prints the exercise's given data (which the reader reasons from), not its answer.

@@ -13,7 +13,8 @@ import json
 import re
 
 import pytest
-from book import toc_chapters
+
+from tools.book import toc_chapters
 
 CHAPTERS = toc_chapters()
 

@@ -13,9 +13,10 @@ import subprocess
 import nbformat
 import pytest
 import selfattn
-from book import ROOT, chapter
 from nbclient import NotebookClient
 from selfattn import results
+
+from tools.book import ROOT, chapter
 
 
 @pytest.fixture

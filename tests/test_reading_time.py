@@ -13,15 +13,13 @@ import json
 import math
 import os
 import re
-import sys
 from datetime import datetime
 from pathlib import Path
 
-import pytest
-from book import ROOT, toc_chapters
-
-sys.path.insert(0, str(ROOT / "_ext"))
 import book_teaching as bt  # noqa: E402
+import pytest
+
+from tools.book import ROOT, toc_chapters
 
 CHAPTERS = toc_chapters()
 SITE = Path(os.environ.get("SITE_HTML", ROOT / "_build" / "html"))  # as tests_site/ reads it

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from book import ROOT, toc_chapters
+
+from tools.book import ROOT, toc_chapters
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the pinned environment has it
 

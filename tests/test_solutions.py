@@ -16,7 +16,8 @@ import re
 from pathlib import Path
 
 import pytest
-from book import toc_chapters
+
+from tools.book import toc_chapters
 
 TAG = re.compile(r"\{(exercise-start|exercise-end|solution-start|solution-end)\}")
 # A {solution-start} or {solution-end} directive, fence to fence (with its options).
@@ -215,7 +216,8 @@ def test_the_reader_run_guard_catches_a_solution_that_overwrites_the_stub(rebind
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
-    from reader_run import stub_guard_cell
+
+    from tools.reader_run import stub_guard_cell
 
     def md(text):
         return nbformat.v4.new_markdown_cell(text)

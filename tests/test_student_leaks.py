@@ -39,16 +39,14 @@ import io
 import json
 import math
 import re
-import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from book import ROOT, toc_chapters
 
-sys.path.insert(0, str(ROOT / "tools"))
-import notebook_edition  # noqa: E402
+from tools import notebook_edition  # noqa: E402
+from tools.book import ROOT, toc_chapters
 
 STUDENT = ROOT / "student" / "chapters"
 STUDENT_SITE = ROOT / "_build" / "student" / "html"

@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections import Counter
 
 import pytest
-from book import ROOT, chapter
 
-sys.path.insert(0, str(ROOT / "tools"))
-import i18n  # noqa: E402
+from tools import i18n  # noqa: E402
+from tools.book import ROOT, chapter
 
 DOCS = i18n.documents()
 ROLE = re.compile(r"\{[a-z]+(?::[a-z]+)?\}`[^`]*`")

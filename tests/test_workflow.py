@@ -8,7 +8,8 @@ import re
 import subprocess
 
 import yaml
-from book import ROOT, repository
+
+from tools.book import ROOT, repository
 
 WORKFLOW = ROOT / ".github" / "workflows" / "publish.yml"
 

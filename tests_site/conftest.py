@@ -18,7 +18,6 @@ import functools
 import http.server
 import json
 import os
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +26,7 @@ from urllib.parse import urlsplit
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-sys.path.append(
-    str(ROOT / "tests")
-)  # for test_colab.expected_colab_url and test_api_reference.public_api
-from book import toc_files  # noqa: E402
+from tools.book import toc_files  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 SITE_HTML = Path(os.environ.get("SITE_HTML", ROOT / "_build" / "html"))

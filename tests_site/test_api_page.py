@@ -12,7 +12,8 @@ import types
 
 import pytest
 from conftest import SITE_HTML
-from test_api_reference import public_api  # tests/test_api_reference.py
+
+from tests.test_api_reference import public_api  # tests/test_api_reference.py
 
 
 def resolve(target: str):

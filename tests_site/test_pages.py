@@ -7,7 +7,8 @@ import re
 
 import pytest
 from conftest import CHAPTERS, PAGES, PHONE, ROOT, SCREENSHOTS, page_id, widget_state
-from test_colab import expected_colab_url  # tests/test_colab.py: the link as configured
+
+from tests.test_colab import expected_colab_url  # tests/test_colab.py: the link as configured
 
 
 def notebook_of(entry: str):

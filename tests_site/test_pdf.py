@@ -15,7 +15,7 @@ import pytest
 from conftest import CHROMIUM, PAGES, SITE_HTML
 
 pypdf = pytest.importorskip("pypdf")
-import pdf as book_pdf  # noqa: E402  (tools/, on the path through conftest)
+from tools import pdf as book_pdf  # noqa: E402
 
 A4_POINTS = (595.0, 842.0)
 #: TeX source in the text. A code cell's string writes the backslash twice ("$\\sqrt{d}$" in a

@@ -9,13 +9,9 @@ opens it, and closes it again. The notebook editions open the same cell in Colab
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from conftest import CHAPTERS, ROOT, page_id, shared_pages
-
-sys.path.insert(0, str(ROOT / "_ext"))
 from book_site import SETUP_CLASS, SETUP_PROMPTS  # noqa: E402
+from conftest import CHAPTERS, page_id, shared_pages
 
 LANGS = {"en": "", "zh": "zh/"}
 

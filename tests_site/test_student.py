@@ -104,7 +104,7 @@ def test_student_edition_has_the_exercises_but_no_solutions(entry, site_page, st
 
 def test_student_notebooks_are_current_and_solution_free():
     """student/chapters/ (committed, for Colab) is what `make book-student` writes now."""
-    from student_edition import STUDENT, student_notebooks
+    from tools.student_edition import STUDENT, student_notebooks
 
     expected = student_notebooks()
     assert {p.name for p in expected} == {f"{e.split('/')[-1]}.ipynb" for e, _ in CHAPTERS}
@@ -127,7 +127,7 @@ def test_student_notebooks_are_current_and_solution_free():
 @pytest.mark.parametrize("entry", CHAPTERS, ids=page_id)
 def test_student_colab_link_opens_the_student_notebook(entry, student_page):
     """The student edition's Colab button names student/<chapter>.ipynb, a file in the repo."""
-    from test_colab import COLAB, repo_parts
+    from tests.test_colab import COLAB, repo_parts
 
     toc_entry, html = entry
     page, log = student_page(html)

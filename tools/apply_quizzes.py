@@ -39,7 +39,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "lib"))
 
 from selfattn import quizzes  # noqa: E402
 

@@ -25,11 +25,18 @@ import math
 
 import torch
 import torch.nn.functional as F
-from _precompute import RESULTS, seed_study_main
+
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn import train_loop
 from selfattn.data import LongRangeTask
 from selfattn.models import AttentionClassifier, RecurrentClassifier
 from selfattn.widgets.ch01 import lstm_forget_gates
+
+from tools._precompute import RESULTS, seed_study_main
 
 OUT = RESULTS / "ch01_long_range_seeds.json"
 STEPS, BATCH = 1200, 32

@@ -21,7 +21,13 @@ import sys
 from pathlib import Path
 
 import torch
-from _precompute import RESULTS, seed_study_main
+
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
+from tools._precompute import RESULTS, seed_study_main
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "chapters" / "02_queries_keys_values.ipynb"
 DEFAULT_OUT = RESULTS / "ch02_coref_seeds.json"

@@ -29,7 +29,13 @@ import sys
 from pathlib import Path
 
 import torch
-from _precompute import RESULTS, seed_study_main
+
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
+from tools._precompute import RESULTS, seed_study_main
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "chapters" / "03_scaled_dot_product.ipynb"
 DEFAULT_OUT = RESULTS / "ch03_scale_study.json"

@@ -13,8 +13,14 @@ falls within five percentage points of the seeds' range.
 
 from __future__ import annotations
 
-from _precompute import RESULTS, seed_study_main
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn.models import extrapolation_study
+
+from tools._precompute import RESULTS, seed_study_main
 
 DEFAULT_OUT = RESULTS / "ch06_seeds.json"
 

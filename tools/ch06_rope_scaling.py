@@ -12,8 +12,14 @@ and checks it against this table.
 
 from __future__ import annotations
 
-from _precompute import RESULTS, seed_study_main
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn.models.long_context import rope_scaling_study
+
+from tools._precompute import RESULTS, seed_study_main
 
 DEFAULT_OUT = RESULTS / "ch06_rope_scaling.json"
 

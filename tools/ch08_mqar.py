@@ -16,8 +16,15 @@ import sys
 import time
 
 import torch
-from _precompute import RESULTS, parser, write_json
+
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn.data.mqar import MIXERS, train_mqar
+
+from tools._precompute import RESULTS, parser, write_json
 
 OUT = RESULTS / "ch08_mqar.json"
 CONFIG = dict(steps=600, batch=32, lr=1e-2, d_model=32, window=16, eval_batch=512)

@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from _precompute import RESULTS, parser, write_json
+
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn.efficient.linear import linear_attention
 from selfattn.efficient.performer import performer_attention
+
+from tools._precompute import RESULTS, parser, write_json
 
 OUT = RESULTS / "ch08_performer.json"
 FEATURES = (16, 64, 256, 1024, 4096)

@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from _precompute import RESULTS, parser, write_json
+
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn.data.text import char_vocab, char_windows, corpus
 from selfattn.efficient.sparse import sink_window_mask
 from selfattn.models.transformer import MiniGPT
+
+from tools._precompute import RESULTS, parser, write_json
 
 OUT = RESULTS / "ch08_sinks.json"
 CONFIG = dict(n=128, window=16, sinks=4, steps=400, batch=32, lr=3e-3, eval_windows=128, start=32)

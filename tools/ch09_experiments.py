@@ -19,16 +19,20 @@ Parts (each over seeds 0, 1, 2; the chapter shows a short live run beside the ta
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _precompute import RESULTS, parser, write_json
+
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
+from tools._precompute import RESULTS, parser, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "lib"))
 
 import selfattn  # noqa: E402
 from selfattn.data.images import (  # noqa: E402

@@ -18,10 +18,17 @@ import math
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
-from _precompute import RESULTS, parser, write_json
+
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn.data.text import char_vocab, char_windows, corpus
 from selfattn.models.transformer import MiniGPT
 from selfattn.multihead import MultiHeadAttention
+
+from tools._precompute import RESULTS, parser, write_json
 
 OUT = RESULTS / "ch11_logit_growth.json"
 CONFIG = dict(

@@ -14,8 +14,14 @@ minutes of CPU:
 
 from __future__ import annotations
 
-from _precompute import RESULTS, seed_study_main
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn.packing import LAYOUTS, make_documents, train_lm
+
+from tools._precompute import RESULTS, seed_study_main
 
 OUT = RESULTS / "ch12_packing.json"
 CONFIG = dict(documents=1800, train=1600, steps=100, batch_docs=16, lr=3e-3)

@@ -46,18 +46,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
 
 
-def _use_source_tree() -> None:
-    """Without an installed selfattn (a bare GPU machine), use lib/ here and in the kernels."""
-    try:
-        import selfattn  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, str(ROOT / "lib"))
-        os.environ["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT / "lib"), os.environ.get("PYTHONPATH")) if p
-        )
+def _use_source_tree(argv: list[str]) -> None:
+    """Without an installed selfattn (a bare GPU machine), run again with lib/ (and the root,
+    for ``tools``) on PYTHONPATH, which the chapters' kernels then inherit."""
+    import importlib.util
+
+    if importlib.util.find_spec("selfattn") is None and "SELFATTN_GPU_CHECK_LIB" not in os.environ:
+        path = (str(ROOT / "lib"), str(ROOT), os.environ.get("PYTHONPATH"))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+        env["SELFATTN_GPU_CHECK_LIB"] = "1"
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "tools.gpu_check", *argv], env)
 
 
 CAUSAL_MODES = ("none", "top_left", "bottom_right")
@@ -131,7 +132,7 @@ def make_plan(dry_run: bool, device) -> Plan:
         dtypes.append("bfloat16")
     dtypes.append("float32")
     try:
-        from book import toc_chapters  # reads _toc.yml (needs PyYAML)
+        from tools.book import toc_chapters  # reads _toc.yml (needs PyYAML)
 
         chapters = tuple(p.name for p in toc_chapters())
     except ImportError:
@@ -692,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-chapters", action="store_true")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    _use_source_tree()
+    _use_source_tree(sys.argv[1:] if argv is None else argv)
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"  # before Triton is first used
     os.environ["SELFATTN_PROGRESS"] = "0"

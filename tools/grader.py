@@ -49,11 +49,15 @@ import nbformat
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "tests")]
-from book import registry_text, setup_cell_source  # noqa: E402
-from notebook_edition import PREDICT_TAG, SOLUTION_TAG, convert  # noqa: E402
-from test_exercise_labels import chapters_with_exercises, exercise_blocks  # noqa: E402
-from test_solutions import bound_names  # noqa: E402
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
+from tests.test_exercise_labels import chapters_with_exercises, exercise_blocks  # noqa: E402
+from tests.test_solutions import bound_names  # noqa: E402
+from tools.book import registry_text, setup_cell_source  # noqa: E402
+from tools.notebook_edition import PREDICT_TAG, SOLUTION_TAG, convert  # noqa: E402
 
 OUT = ROOT / "_build" / "grader"
 # Names a cell may use without defining them: Python's and IPython's.

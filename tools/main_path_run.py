@@ -42,9 +42,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from book import toc_chapters  # noqa: E402
-from reader_run import stub_guard_cell  # noqa: E402
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
+from tools.book import toc_chapters  # noqa: E402
+from tools.reader_run import stub_guard_cell  # noqa: E402
 
 #: The last line of the appended cell: the claims that failed in this kernel, as JSON.
 CLAIMS_MARK = "main_path_run failed claims: "

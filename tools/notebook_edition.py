@@ -43,7 +43,9 @@ markdown is plain Jupyter markdown:
 
 Two editions: ``notebooks/chapters/`` (everything; the website's Colab button and ``.ipynb``
 download) and ``student/chapters/`` (the same without solutions: nbconvert's
-``TagRemovePreprocessor`` drops every cell tagged ``solution``). Both are committed and
+``TagRemovePreprocessor`` drops every cell tagged ``solution``); and the same two in Chinese,
+``notebooks/zh/chapters/`` (the Chinese site's buttons) and ``student/zh/chapters/``, from the
+Chinese edition's catalogs (:data:`ZH_EDITIONS`, :func:`convert_zh`). Both are committed and
 kept in sync by ``tests/test_notebook_edition.py``, as is the chapter registry
 ``chapters/results/toc.json`` (``tools/book.py``), which ``make notebooks`` also writes.
 """
@@ -63,8 +65,12 @@ from nbconvert.preprocessors import TagRemovePreprocessor
 from nbformat import from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-from book import REGISTRY, registry_text, setup_cell_source, toc_chapters  # noqa: E402
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
+from tools.book import REGISTRY, registry_text, setup_cell_source, toc_chapters  # noqa: E402
 
 EDITIONS = {"notebooks": True, "student": False}  # folder -> with solutions
 GLUE_MIME = "application/papermill.record/text/plain"
@@ -508,17 +514,21 @@ def _form_view(cell: dict, source: str) -> bool:
     return bool(tags & HIDDEN_INPUT_TAGS) or source == setup_cell_source()
 
 
-def convert(nb: dict, *, solutions: bool = True, chapter: int | None = None) -> dict:
+def convert(
+    nb: dict, *, solutions: bool = True, chapter: int | None = None, zh: bool = False
+) -> dict:
     """The plain-Jupyter edition of one chapter notebook (a new dict; ``nb`` is unchanged).
 
-    ``chapter`` (its number) numbers the exercises ``chapter.position``, as the website does.
+    ``chapter`` (its number) numbers the exercises ``chapter.position``, as the website does;
+    ``zh``: the notebook is already translated (:func:`convert_zh`), its glued words and
+    references are named in Chinese.
     """
     nb = copy.deepcopy(nb)
     if not solutions:
         node = from_dict(nb)
         node, _ = TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}).preprocess(node, {})
         nb = json.loads(json.dumps(node))
-    conv = _Converter(nb, chapter)
+    conv = (_ZhConverter if zh else _Converter)(nb, chapter)
     wording = EDITION_WORDING + ([] if solutions else STUDENT_WORDING)
     cells = []
     opener = None  # the open solution's heading cell, while its prose may still join it
@@ -572,6 +582,294 @@ def convert(nb: dict, *, solutions: bool = True, chapter: int | None = None) -> 
     return nb
 
 
+# ----------------------------------------------------------------------------- Chinese edition
+
+#: The Chinese notebook edition (the Chinese site's Colab and download buttons): folder -> with
+#: solutions. Built from the same chapters and the Chinese edition's catalogs (tools/i18n.py):
+#: the markdown from the chapter's catalog, the glued words from glue.po, the exercise titles
+#: and alt texts from their contexts; the checkers speak Chinese (the setup cell's
+#: ``selfattn.set_language("zh")``, and the stored outputs' checker lines translated).
+ZH_EDITIONS = {"notebooks/zh": True, "student/zh": False}
+ZH_SETUP_LINE = 'selfattn.set_language("zh")  # 练习检查器用中文输出'
+#: The words the conversion itself writes, in Chinese.
+ZH_KINDS = {
+    "Theorem": "定理",
+    "Lemma": "引理",
+    "Proposition": "命题",
+    "Corollary": "推论",
+    "Definition": "定义",
+    "Example": "例",
+    "Remark": "注",
+    "Exercise": "练习",
+    "Solution": "解答",
+    "Proof": "证明",
+}
+ZH_ADMONITIONS = {
+    "Note": "注",
+    "Tip": "提示",
+    "Hint": "提示",
+    "Important": "重要",
+    "Warning": "警告",
+    "Caution": "小心",
+    "Attention": "注意",
+    "See also": "另见",
+}
+ZH_TITLES = {
+    SETUP_TITLE: "设置：在 Colab 上安装本书的库，设定随机种子，选择设备",
+    IDEA_PICTURE_TITLE: "本章的核心图（由 selfattn.diagrams 绘制的示意图）",
+    FIGURE_TITLE: "图：绘制它的代码（可以不读）",
+    BOOKKEEPING_TITLE: "记录：正文用到的图和检查（可以不读）",
+}
+ZH_DEEPER_COMMENT = "# @title 深入（可选）：第一次阅读时可以跳过这个单元格。\n"
+ZH_MARKDOWN = [
+    (re.compile(r"^### Exercise (\d+\.\d+): ", re.M), r"### 练习 \1："),
+    (re.compile(r"^### Exercise (\d+\.\d+)$", re.M), r"### 练习 \1"),
+    (re.compile(r"^#### Solution$", re.M), "#### 解答"),
+    (re.compile(re.escape(SOLUTION_SUMMARY)), "显示解答（请先自己做练习；解答的代码单元已折叠）"),
+    (re.compile(re.escape(SOLUTION_CODE_ONLY)), "*请先自己做练习：下面解答的代码单元已折叠。*"),
+    (re.compile(re.escape(SOLUTION_MORE)), "显示解答的其余部分"),
+    (re.compile(r"\*Proof\.\*"), "*证明。*"),
+    (re.compile(r"Deeper \(optional\): 深入[：:]\s*"), "深入（可选）："),
+    (re.compile(r"Deeper \(optional\): "), "深入（可选）："),
+    (re.compile(r"Deeper \(optional\)"), "深入（可选）"),
+    (
+        re.compile(r"\*\*(" + "|".join(PRF_KINDS.values()) + r") \((.*?)\)\.\*\*"),
+        lambda m: f"**{ZH_KINDS[m[1]]}（{m[2]}）**",
+    ),
+    (
+        re.compile(r"\*\*(" + "|".join(PRF_KINDS.values()) + r")\.\*\*"),
+        lambda m: f"**{ZH_KINDS[m[1]]}**",
+    ),
+    (
+        re.compile(r"^(> )?\*\*(" + "|".join(ZH_ADMONITIONS) + r")\*\*$", re.M),
+        lambda m: f"{m[1] or ''}**{ZH_ADMONITIONS[m[2]]}**",
+    ),
+]
+
+
+def _library_language():
+    """selfattn.i18n, loaded from the source tree on its own (no torch), speaking Chinese."""
+    import importlib.util
+
+    path = ROOT / "lib" / "selfattn" / "i18n.py"
+    spec = importlib.util.spec_from_file_location("_notebook_edition_selfattn_i18n", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.set_language("zh")
+    return module
+
+
+@lru_cache(maxsize=64)
+def _zh_catalogs(doc: str) -> tuple[dict, dict, dict]:
+    """``(messages, exercise titles, alt texts)`` of ``doc``'s Chinese catalog (translated
+    messages only), and the glued words ``{(key, English): Chinese}``."""
+    try:
+        from tools import i18n
+    except ImportError:  # tools/ itself on the path (python tools/notebook_edition.py)
+        import i18n
+
+    found: dict[str, dict] = {"": {}, i18n.EXERCISE_CONTEXT: {}, i18n.ALT_CONTEXT: {}}
+    path = i18n.catalog(doc)
+    if path.exists():
+        for m in i18n.read(path):
+            if m.id and m.string and not m.fuzzy and (m.context or "") in found:
+                found[m.context or ""][" ".join(m.id.split())] = m.string
+    return found[""], found[i18n.EXERCISE_CONTEXT], found[i18n.ALT_CONTEXT]
+
+
+@lru_cache(maxsize=1)
+def _zh_glue() -> dict[tuple[str, str], str]:
+    try:
+        from tools import i18n
+    except ImportError:
+        import i18n
+
+    if not i18n.GLUE_CATALOG.exists():
+        return {}
+    return {
+        (m.context, m.id): m.string
+        for m in i18n.read(i18n.GLUE_CATALOG)
+        if m.id and m.context and m.string and not m.fuzzy
+    }
+
+
+_LIST_ITEM = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)(.*)$")
+_HEADING = re.compile(r"^(#{1,6}\s+)(.*)$")
+_MATH_OPEN = re.compile(r"^\s*\$\$")
+_STRUCTURE = re.compile(r"^\s*(?:`{3,}|:{3,}|~{3,}|\$\$|<|\([\w:\-]+\)=\s*$|:[\w-]+:)")
+
+
+def _zh_text(text: str, messages: dict) -> str | None:
+    key = " ".join(text.split())
+    if key in messages:
+        return messages[key]
+    # A proof's first paragraph: Sphinx's message starts with the proof's title.
+    proof = messages.get(f"Proof. {key}")
+    return re.sub(r"^证明[。.：:]\s*", "", proof) if proof else None
+
+
+def translate_markdown(source: str, messages: dict, titles: dict) -> str:
+    """A chapter's MyST markdown with each paragraph, heading, list item, table cell, quote
+    and directive title the catalog translates in Chinese (the rest as it is: math, code,
+    directives' options and fences)."""
+    lines = source.split("\n")
+    out: list[str] = []
+    i = 0
+    fence = None  # the closing fence of a code block being copied as it is
+    while i < len(lines):
+        line = lines[i]
+        if fence is not None:
+            out.append(line)
+            if line.strip() == fence:
+                fence = None
+            i += 1
+            continue
+        opened = FENCE_OPEN.match(line)
+        if opened:
+            arg = opened["arg"].strip()
+            zh = titles.get(arg) if opened["name"] == "exercise-start" else None
+            zh = zh or (_zh_text(arg, messages) if arg else None)
+            out.append(
+                line[: len(line) - len(line.lstrip())] + line.strip()[: -len(arg)] + zh
+                if zh and line.rstrip().endswith(arg)
+                else line
+            )
+            i += 1
+            continue
+        plain = PLAIN_FENCE.match(line)
+        if plain:  # a code block (or a directive's closing fence): as it is
+            rest = line.strip()[len(plain[1]) :].strip()
+            if rest:  # ```python: copied to its closing fence
+                fence = plain[1]
+            out.append(line)
+            i += 1
+            continue
+        if _MATH_OPEN.match(line):
+            out.append(line)
+            closed = line.strip() != "$$" and line.rstrip().endswith("$$")
+            i += 1
+            while not closed and i < len(lines):
+                out.append(lines[i])
+                closed = lines[i].rstrip().endswith("$$")
+                i += 1
+            continue
+        if not line.strip() or _STRUCTURE.match(line):
+            out.append(line)
+            i += 1
+            continue
+        if line.lstrip().startswith(">"):
+            j = i
+            while j < len(lines) and lines[j].lstrip().startswith(">"):
+                j += 1
+            inner = [re.sub(r"^\s*> ?", "", x) for x in lines[i:j]]
+            body = translate_markdown("\n".join(inner), messages, titles)
+            out.extend(f"> {x}" if x.strip() else ">" for x in body.split("\n"))
+            i = j
+            continue
+        if line.lstrip().startswith("|"):
+            cells = line.split("|")
+            out.append(
+                "|".join(
+                    f" {_zh_text(c, messages)} " if c.strip() and _zh_text(c, messages) else c
+                    for c in cells
+                )
+            )
+            i += 1
+            continue
+        head = _HEADING.match(line)
+        if head:
+            zh = _zh_text(head[2], messages)
+            out.append(head[1] + zh if zh else line)
+            i += 1
+            continue
+        item = _LIST_ITEM.match(line)
+        prefix = item[1] if item else line[: len(line) - len(line.lstrip())]
+        body = [item[2] if item else line.strip()]
+        j = i + 1
+        while (
+            j < len(lines)
+            and lines[j].strip()
+            and not _LIST_ITEM.match(lines[j])
+            and not _HEADING.match(lines[j])
+            and not _STRUCTURE.match(lines[j])
+            and not lines[j].lstrip().startswith((">", "|"))
+        ):
+            body.append(lines[j].strip())
+            j += 1
+        zh = _zh_text(" ".join(body), messages)
+        if zh is not None:
+            out.append(prefix + zh)
+        else:
+            out.extend(lines[i:j])
+        i = j
+    return "\n".join(out)
+
+
+def translate_chapter(nb: dict, doc: str) -> dict:
+    """The chapter notebook ``nb`` with its markdown, exercise titles and alt texts in Chinese
+    (a new dict), to be converted as the English is."""
+    messages, titles, alts = _zh_catalogs(doc)
+    nb = copy.deepcopy(nb)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            source = (
+                "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            )
+            cell["source"] = translate_markdown(source, messages, titles)
+        image = cell.get("metadata", {}).get("mystnb", {}).get("image")
+        if isinstance(image, dict) and isinstance(image.get("alt"), str):
+            image["alt"] = alts.get(" ".join(image["alt"].split()), image["alt"])
+    return nb
+
+
+class _ZhConverter(_Converter):
+    """The conversion in Chinese: glued words from glue.po, references named in Chinese."""
+
+    def __init__(self, nb: dict, chapter: int | None = None):
+        super().__init__(nb, chapter)
+        kinds = re.compile(r"^(" + "|".join(ZH_KINDS) + r")\b ?")
+        for label, name in self.labels.items():
+            head = kinds.sub(lambda m: ZH_KINDS[m[1]] + " ", name, count=1)
+            self.labels[label] = re.sub(r" \((.*)\)$", r"（\1）", head)
+
+    def role(self, m: re.Match) -> str:
+        text = super().role(m)
+        if m[1].startswith("glue"):
+            return _zh_glue().get((m[2].partition(":")[0], text), text)
+        return text
+
+
+def convert_zh(nb: dict, doc: str, *, solutions: bool = True, chapter: int | None = None):
+    """The Chinese notebook edition of one chapter (see :data:`ZH_EDITIONS`)."""
+    language = _library_language()
+    out = convert(translate_chapter(nb, doc), solutions=solutions, chapter=chapter, zh=True)
+    for cell in out["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = cell["source"]
+            for pattern, replacement in ZH_MARKDOWN:
+                text = pattern.sub(replacement, text)
+            cell["source"] = text
+            continue
+        if cell["cell_type"] != "code":
+            continue
+        text = cell["source"]
+        if text.startswith(DEEPER_COMMENT):
+            text = ZH_DEEPER_COMMENT + text[len(DEEPER_COMMENT) :]
+        for english, chinese in ZH_TITLES.items():
+            if text.startswith(f"{TITLE_LINE}{english}\n"):
+                text = f"{TITLE_LINE}{chinese}\n" + text[len(TITLE_LINE + english) + 1 :]
+        if text.endswith(setup_cell_source()) or ZH_TITLES[SETUP_TITLE] in text.split("\n")[0]:
+            text = f"{text}\n{ZH_SETUP_LINE}"
+        cell["source"] = text
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                stream = (
+                    "".join(output["text"]) if isinstance(output["text"], list) else output["text"]
+                )
+                output["text"] = language.translate_output(stream)
+    return out
+
+
 def editions(only: list[Path] | None = None) -> dict[Path, str]:
     """Every edition notebook (or those of the chapters ``only``): its path and its text."""
     out = {}
@@ -586,6 +884,11 @@ def editions(only: list[Path] | None = None) -> dict[Path, str]:
             edition = convert(nb, solutions=solutions, chapter=chapter)
             text = json.dumps(edition, indent=1, ensure_ascii=False)
             out[ROOT / folder / "chapters" / src.name] = text + "\n"
+        doc = src.resolve().relative_to(ROOT).with_suffix("").as_posix()
+        for folder, solutions in ZH_EDITIONS.items():
+            edition = convert_zh(nb, doc, solutions=solutions, chapter=chapter)
+            text = json.dumps(edition, indent=1, ensure_ascii=False)
+            out[ROOT / folder / "chapters" / src.name] = text + "\n"
     return out
 
 
@@ -598,7 +901,7 @@ def write(only: list[Path] | None = None) -> None:
         REGISTRY.write_text(registry_text(), encoding="utf-8")
         print(f"wrote the chapter registry {REGISTRY.relative_to(ROOT)}")
     expected = editions(only)
-    for folder in EDITIONS:
+    for folder in {**EDITIONS, **ZH_EDITIONS}:
         target = ROOT / folder / "chapters"
         target.mkdir(parents=True, exist_ok=True)
         if only is not None:
@@ -612,7 +915,7 @@ def write(only: list[Path] | None = None) -> None:
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
             written += 1
-    folders = ", ".join(f + "/chapters/" for f in EDITIONS)
+    folders = ", ".join(f + "/chapters/" for f in {**EDITIONS, **ZH_EDITIONS})
     print(f"wrote {written} of {len(expected)} notebooks to {folders}")
 
 
@@ -624,7 +927,7 @@ def stale() -> list[str]:
         for p, t in expected.items()
         if not p.exists() or p.read_text(encoding="utf-8") != t
     ]
-    for folder in EDITIONS:
+    for folder in {**EDITIONS, **ZH_EDITIONS}:
         present = set((ROOT / folder / "chapters").glob("*.ipynb"))
         wrong += [str(p.relative_to(ROOT)) for p in sorted(present - set(expected))]
     if _registry_stale():

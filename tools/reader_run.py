@@ -54,9 +54,14 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from book import ROOT, toc_chapters  # noqa: E402
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn.results import SECOND_PATH  # noqa: E402
+
+from tools.book import ROOT, toc_chapters  # noqa: E402
 
 #: The second floating-point path is defined once, in the library (``selfattn.results``): each
 #: of its settings changes a float32 training run's loss in its sixth digit
@@ -79,7 +84,7 @@ def colab_interpreter() -> Path:
     this one, with a line that says so. Looked for on PATH and in pyenv's versions."""
     import glob
 
-    from colab_versions import colab_python
+    from tools.colab_versions import colab_python
 
     minor = ".".join(colab_python(COLAB_CONSTRAINTS).split(".")[:2])
     roots = [os.environ.get("PYENV_ROOT", ""), str(Path.home() / ".pyenv"), "/root/.pyenv"]
@@ -169,7 +174,7 @@ def colab_base(venv: Path) -> Path:
     file changes. Returns its python."""
     import hashlib
 
-    from colab_versions import read_constraints
+    from tools.colab_versions import read_constraints
 
     pins = read_constraints(COLAB_CONSTRAINTS)
     interpreter = colab_interpreter()
@@ -188,7 +193,7 @@ def _install_colab_base(venv: Path, pins: dict[str, str], key: str, interpreter:
     python, stamp = venv / "bin" / "python", venv / ".constraints"
     shutil.rmtree(venv, ignore_errors=True)
     run([interpreter, "-m", "venv", venv])
-    from floors import pins as book_pins  # not `pins`: that name is Colab's versions here
+    from tools.floors import pins as book_pins  # not `pins`: that name is Colab's versions here
 
     ours = {n: v for n, v in book_pins().items() if n in TEST_TOOLS}
     run(
@@ -214,7 +219,7 @@ def build_colab_env(work: Path, wheel: Path, base_venv: Path) -> Path:
     python = venv / "bin" / "python"
     purelib = _purelib(python)
     (purelib / "_colab_base.pth").write_text(str(_purelib(base)) + "\n")
-    from colab_versions import read_constraints
+    from tools.colab_versions import read_constraints
 
     names = list(read_constraints(COLAB_CONSTRAINTS))
     before = _versions(python, names)
@@ -226,7 +231,7 @@ def build_colab_env(work: Path, wheel: Path, base_venv: Path) -> Path:
         print(f"  {name:<20} {before[name]}{change}")
     _check_wheel_import(python, purelib, work)
     # The library's own tests there too (the subset tools/floors.py runs at the floors).
-    from floors import TESTS
+    from tools.floors import TESTS
 
     print("\nthe library's tests on Colab's versions and Python:", flush=True)
     run([python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", *TESTS], cwd=ROOT)

@@ -42,8 +42,12 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-from book import repository, toc_chapters  # noqa: E402
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
+from tools.book import repository, toc_chapters  # noqa: E402
 
 INIT = ROOT / "lib" / "selfattn" / "__init__.py"
 CONFIG = ROOT / "_config.yml"

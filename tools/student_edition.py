@@ -31,8 +31,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDENT = ROOT / "student"  # the student notebooks, at the same paths as in the book
-sys.path.insert(0, str(ROOT / "tools"))
-from notebook_edition import editions, stale, write  # noqa: E402
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
+from tools.notebook_edition import editions, stale, write  # noqa: E402
 
 
 def student_config() -> dict:
