@@ -46,8 +46,12 @@ import yaml
 from babel.messages.pofile import read_po, write_po
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-from book import toc_files  # noqa: E402
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
+from tools.book import toc_files  # noqa: E402
 
 LANGUAGE = "zh_CN"
 LOCALES = ROOT / "locales"
@@ -334,8 +338,7 @@ def has_words(value: str) -> bool:
 
 def glue_values(doc: str) -> dict[str, str]:
     """``{key: text/plain}`` of every glue output stored in ``doc``'s notebook."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    from notebook_edition import _glue_values
+    from tools.notebook_edition import _glue_values
 
     source = ROOT / f"{doc}.ipynb"
     return _glue_values(json.loads(source.read_text(encoding="utf-8"))) if source.exists() else {}
