@@ -153,7 +153,7 @@ def require_bool_mask(mask, name: str = "mask") -> torch.Tensor:
     return mask
 
 
-def check_scale(scale, d_k: int) -> float:
+def require_scale(scale, d_k: int) -> float:
     """The scores' scale: a real number, or ``None`` for ``1 / sqrt(d_k)``.
 
     With ``d_k = 0`` every score is an empty sum, 0, whatever the scale (torch agrees).
@@ -197,7 +197,7 @@ def require_power_of_two(value, name: str, minimum: int = 1) -> int:
     return value
 
 
-def check_choice(value, name: str, choices: tuple[str, ...]) -> str:
+def require_choice(value, name: str, choices: tuple[str, ...]) -> str:
     """One of the strings ``choices`` (a kernel, a layout, a mode)."""
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {describe(value)}")
@@ -207,11 +207,6 @@ def check_choice(value, name: str, choices: tuple[str, ...]) -> str:
 #: Where a causal mask's diagonal sits when ``n != m``: ``"top_left"`` (query ``i`` sees keys
 #: ``j <= i``, SDPA's ``is_causal``) or ``"bottom_right"`` (``j <= i + m - n``, decoding).
 ALIGNMENTS = ("top_left", "bottom_right")
-
-
-def check_alignment(alignment) -> str:
-    """A causal alignment, one of :data:`ALIGNMENTS`."""
-    return check_choice(alignment, "alignment", ALIGNMENTS)
 
 
 def require_bool(value, name: str) -> bool:
@@ -261,7 +256,7 @@ def is_half(x: torch.Tensor) -> bool:
     return x.dtype in _HALF
 
 
-def check_qkv(q, k, v) -> tuple[int, ...]:
+def require_qkv(q, k, v) -> tuple[int, ...]:
     """Validate q (..., n, d_k), k (..., m, d_k), v (..., m, d_v); return the batch shape."""
     for name, t, doc in (
         ("q", q, "(..., n, d_k)"),
@@ -298,7 +293,7 @@ def check_qkv(q, k, v) -> tuple[int, ...]:
         ) from None
 
 
-def check_mask(mask, scores_shape: tuple[int, ...], device: torch.device | None = None) -> None:
+def require_mask(mask, scores_shape: tuple[int, ...], device: torch.device | None = None) -> None:
     """A mask: bool (True = may attend) or float (added to the scores), broadcast to the scores."""
     require_tensor(mask, "mask")
     if mask.dtype != torch.bool and not mask.is_floating_point():
@@ -321,7 +316,7 @@ def check_mask(mask, scores_shape: tuple[int, ...], device: torch.device | None 
         )
 
 
-def check_token_ids(ids, name: str, vocab_size: int) -> torch.Tensor:
+def require_token_ids(ids, name: str, vocab_size: int) -> torch.Tensor:
     """Token ids: an integer tensor whose values lie in ``0 .. vocab_size - 1``."""
     require_tensor(ids, name)
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
@@ -341,114 +336,9 @@ def require_module(obj, name: str = "model"):
     return obj
 
 
-def check_causal(causal) -> bool:
-    """The ``causal`` flag, the same kind of argument everywhere: ``True`` or ``False``.
-
-    A string such as ``"bottom_right"`` is a TypeError that says how to spell the call
-    (``causal=True, alignment="bottom_right"``), never a silently true flag.
-    """
-    return require_bool(causal, "causal")
-
-
-def check_dropout(dropout, name: str = "dropout") -> float:
+def require_dropout(dropout, name: str = "dropout") -> float:
     """A dropout probability in ``[0, 1)``."""
     dropout = require_number(dropout, name)
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"{name} must lie in [0, 1), got {dropout}")
     return dropout
-
-
-def check_mask_arg(mask) -> tuple[torch.Tensor | None, bool]:
-    """``mask`` as ``(tensor or None, causal)``: the string ``"causal"`` becomes the flag."""
-    if isinstance(mask, str):
-        if mask != "causal":
-            raise ValueError(f"mask must be a tensor, None or the string 'causal', got {mask!r}")
-        return None, True
-    return mask, False
-
-
-def check_kernel_args(
-    kernel,
-    kernels,
-    *,
-    mask=None,
-    causal: bool = False,
-    return_weights: bool = False,
-    dropout: float = 0.0,
-    score_bias=None,
-    requires_grad: bool = False,
-    device: torch.device | None = None,
-) -> str:
-    """A kernel of the registry ``kernels`` (name -> record of what it supports), and the
-    arguments it can take: a loop over the record's flags, the one place these rules are read.
-    """
-    kernel = check_choice(kernel, "kernel", kernels)
-    record = kernels[kernel]
-    wanted = {  # flag -> (this call needs it, how the refusal reads)
-        "masks": (mask is not None, "mask=None or 'causal'"),
-        "score_bias": (score_bias is not None, "no score_bias"),
-        "return_weights": (bool(return_weights), "return_weights=False"),
-        "dropout": (bool(dropout), "no dropout"),
-    }
-    lacking = [flag for flag in wanted if not getattr(record, flag)]
-    if any(wanted[flag][0] for flag in lacking):
-        if record.masks and [flag for flag in lacking if wanted[flag][0]] == ["return_weights"]:
-            raise ValueError(
-                f"kernel={kernel!r} returns no weights: use kernel='reference' for them"
-            )
-        rules = [wanted[flag][1] for flag in lacking]
-        rules = ", ".join(rules[:-1]) + " and " + rules[-1] if len(rules) > 1 else rules[0]
-        shown = "causal" if causal else type(mask).__name__
-        bias = "" if score_bias is None else f"score_bias {type(score_bias).__name__}, "
-        raise ValueError(
-            f"kernel={kernel!r} takes {rules}; got mask {shown}, {bias}"
-            f"return_weights={return_weights}, dropout={dropout}"
-        )
-    if requires_grad and record.backward == "gpu" and device is not None and device.type == "cpu":
-        raise ValueError(
-            f"kernel={kernel!r} has no backward on the CPU (torch computes its gradients on "
-            "GPUs only), got inputs that require grad on cpu; use kernel='reference' or "
-            "'torch' to train, or call it under torch.no_grad()"
-        )
-    return kernel
-
-
-def check_layer_inputs(x, context, d_model: int, weight: torch.Tensor):
-    """An attention layer's inputs, batched: ``(x, context, unbatched)``.
-
-    ``x`` is ``(B, n, d_model)`` or unbatched ``(n, d_model)`` (then ``context``, if given, is
-    ``(m, d_model)``); both are floating point, in the dtype of the layer's ``weight`` and on
-    its device.
-    """
-    require_float(x, "x")
-    if context is not None:
-        require_float(context, "context")
-    require_same_device(x=x, context=context, weights=weight)
-    unbatched = x.dim() == 2
-    if unbatched:
-        x = x.unsqueeze(0)
-        if context is not None:
-            if context.dim() != 2:
-                raise ValueError(
-                    f"x is unbatched (n, d_model), so context must be (m, d_model), "
-                    f"got {tuple(context.shape)}"
-                )
-            context = context.unsqueeze(0)
-    if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(
-            f"x must have shape (B, n, d_model={d_model}) or (n, d_model), got {tuple(x.shape)}"
-        )
-    if x.dtype != weight.dtype:
-        raise TypeError(
-            f"x has dtype {x.dtype} but the weights are {weight.dtype}; convert one of them"
-        )
-    if context is not None:
-        batch = x.shape[0]
-        if context.dim() != 3 or context.shape[-1] != d_model or context.shape[0] != batch:
-            raise ValueError(
-                f"context must have shape (B={batch}, m, d_model={d_model}), "
-                f"got {tuple(context.shape)}"
-            )
-        if context.dtype != x.dtype:
-            raise TypeError(f"context has dtype {context.dtype} but x has {x.dtype}")
-    return x, context, unbatched

@@ -18,21 +18,20 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import (
-    check_choice,
-    check_dropout,
-    check_kernel_args,
-    check_mask,
-    check_mask_arg,
-    check_qkv,
-    check_scale,
     is_half,
     require_bool,
+    require_choice,
     require_dim_arg,
+    require_dropout,
     require_float,
+    require_mask,
+    require_qkv,
+    require_scale,
 )
 from .masks import apply_mask, causal_mask
 
-__all__ = ["softmax", "scaled_dot_product_attention", "KERNELS", "Kernel", "register_kernel"]
+# attend and attention_args, the trusting path, are for the library's layers (not exported).
+__all__ = ["KERNELS", "Kernel", "register_kernel", "scaled_dot_product_attention", "softmax"]
 
 
 @dataclass(frozen=True)
@@ -92,8 +91,8 @@ def register_kernel(name: str, kernel: Kernel) -> None:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a selfattn.attention.Kernel, got {type(kernel).__name__}")
-    check_choice(kernel.backward, "backward", ("any", "gpu"))
-    check_choice(kernel.causal, "causal", ("always", "square", "never"))
+    require_choice(kernel.backward, "backward", ("any", "gpu"))
+    require_choice(kernel.causal, "causal", ("always", "square", "never"))
     KERNELS[name] = kernel
 
 
@@ -123,6 +122,11 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         raise ValueError(
             f"dim must lie in -{x.dim()}..{x.dim() - 1} for x of shape {tuple(x.shape)}, got {dim}"
         )
+    return _softmax(x, dim)
+
+
+def _softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """:func:`softmax` on checked arguments (trusting: the attention path's own scores)."""
     if x.dim() == 0 or x.shape[dim] == 0:
         # Nothing to normalise over (an empty row or a scalar's single entry): torch's
         # softmax returns the empty tensor, and the one entry of a scalar weighs 1.
@@ -135,9 +139,185 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return exp / torch.where(total == 0, torch.ones_like(total), total)
 
 
-#: The arguments of :func:`scaled_dot_product_attention`, appended to its docstring (kept
-#: here so that the function reads as the formula).
-_SDPA_ARGS = r"""
+@dataclass(frozen=True)
+class AttentionArgs:
+    """The arguments of :func:`~selfattn.attention.scaled_dot_product_attention`, checked.
+
+    ``q``, ``k``, ``v`` are float32 for half inputs on the reference kernel (``dtype`` keeps
+    the inputs' dtype for the result). ``mask`` is ``None`` or a checked tensor: the string
+    ``"causal"`` becomes the bottom-right causal mask, except where a kernel applies it
+    itself (``causal`` is then set and ``mask`` is ``None``).
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor | None
+    causal: bool
+    scale: float
+    kernel: str
+    return_weights: bool
+    dropout: float
+    dtype: torch.dtype
+
+
+def resolve_mask_arg(mask) -> tuple[torch.Tensor | None, bool]:
+    """``mask`` as ``(tensor or None, causal)``: the string ``"causal"`` becomes the flag."""
+    if isinstance(mask, str):
+        if mask != "causal":
+            raise ValueError(f"mask must be a tensor, None or the string 'causal', got {mask!r}")
+        return None, True
+    return mask, False
+
+
+def require_kernel_args(
+    kernel,
+    kernels,
+    *,
+    mask=None,
+    causal: bool = False,
+    return_weights: bool = False,
+    dropout: float = 0.0,
+    score_bias=None,
+    requires_grad: bool = False,
+    device: torch.device | None = None,
+) -> str:
+    """A kernel of the registry ``kernels`` (name -> record of what it supports), and the
+    arguments it can take: a loop over the record's flags, the one place these rules are read.
+    """
+    kernel = require_choice(kernel, "kernel", kernels)
+    record = kernels[kernel]
+    wanted = {  # flag -> (this call needs it, how the refusal reads)
+        "masks": (mask is not None, "mask=None or 'causal'"),
+        "score_bias": (score_bias is not None, "no score_bias"),
+        "return_weights": (bool(return_weights), "return_weights=False"),
+        "dropout": (bool(dropout), "no dropout"),
+    }
+    lacking = [flag for flag in wanted if not getattr(record, flag)]
+    if any(wanted[flag][0] for flag in lacking):
+        if record.masks and [flag for flag in lacking if wanted[flag][0]] == ["return_weights"]:
+            raise ValueError(
+                f"kernel={kernel!r} returns no weights: use kernel='reference' for them"
+            )
+        rules = [wanted[flag][1] for flag in lacking]
+        rules = ", ".join(rules[:-1]) + " and " + rules[-1] if len(rules) > 1 else rules[0]
+        shown = "causal" if causal else type(mask).__name__
+        bias = "" if score_bias is None else f"score_bias {type(score_bias).__name__}, "
+        raise ValueError(
+            f"kernel={kernel!r} takes {rules}; got mask {shown}, {bias}"
+            f"return_weights={return_weights}, dropout={dropout}"
+        )
+    if requires_grad and record.backward == "gpu" and device is not None and device.type == "cpu":
+        raise ValueError(
+            f"kernel={kernel!r} has no backward on the CPU (torch computes its gradients on "
+            "GPUs only), got inputs that require grad on cpu; use kernel='reference' or "
+            "'torch' to train, or call it under torch.no_grad()"
+        )
+    return kernel
+
+
+def resolve_attention_args(
+    q, k, v, mask, scale, return_weights, kernel, dropout, kernels
+) -> AttentionArgs:
+    """Every check of scaled dot-product attention's arguments, and their resolved values."""
+    batch = require_qkv(q, k, v)
+    return_weights = require_bool(return_weights, "return_weights")
+    dropout = require_dropout(dropout)
+    scale = require_scale(scale, q.shape[-1])
+    mask, causal = resolve_mask_arg(mask)
+    require_kernel_args(
+        kernel,
+        kernels,
+        mask=mask,
+        causal=causal,
+        return_weights=return_weights,
+        dropout=dropout,
+        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+        device=q.device,
+    )
+    if mask is not None:
+        require_mask(mask, batch + (q.shape[-2], k.shape[-2]), q.device)
+    return attention_args(
+        q,
+        k,
+        v,
+        mask,
+        causal=causal,
+        scale=scale,
+        kernel=kernel,
+        return_weights=return_weights,
+        dropout=dropout,
+        kernels=kernels,
+    )
+
+
+def attention_args(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    scale: float,
+    kernel: str = "reference",
+    return_weights: bool = False,
+    dropout: float = 0.0,
+    kernels: dict[str, Kernel] | None = None,
+) -> AttentionArgs:
+    """Arguments already checked (by :func:`scaled_dot_product_attention`, or built by a layer)
+    as :func:`attend` takes them; trusting, it checks nothing.
+
+    ``causal`` becomes the bottom-right causal mask unless the kernel applies it itself, and
+    half inputs are upcast to float32 where the kernel computes in float32 here.
+    """
+    record = (KERNELS if kernels is None else kernels)[kernel]
+    n, m = q.shape[-2], k.shape[-2]
+    # torch's own causal path needs no mask stored (its CPU kernel gives NaN for a scale <= 0)
+    kernel_is_causal = record.causal == "always" or (
+        record.causal == "square" and n == m and scale > 0
+    )
+    if causal and not kernel_is_causal:
+        mask, causal = (
+            causal_mask(n, m, alignment="bottom_right", device=q.device),
+            False,
+        )
+    dtype = q.dtype
+    if record.upcast_half and is_half(q):
+        # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch
+        # SDPA and the flash kernels accumulate), and the result comes back in their dtype.
+        q, k, v = q.float(), k.float(), v.float()
+    return AttentionArgs(q, k, v, mask, causal, scale, kernel, return_weights, dropout, dtype)
+
+
+def attend(a: AttentionArgs):
+    """``softmax(q k^T * scale + mask) v`` on checked arguments: the formula and the dispatch.
+
+    Trusting: :func:`scaled_dot_product_attention` (and a layer that built its own
+    arguments, through :func:`attention_args`) checks before calling it.
+    """
+    run = KERNELS[a.kernel].run
+    if run is not None:
+        return run(a)
+    scores = a.q @ a.k.transpose(-2, -1) * a.scale  # S = Q K^T / sqrt(d_k), (..., n, m)
+    weights = _softmax(apply_mask(scores, a.mask), -1)  # A = softmax(S + M)
+    output = F.dropout(weights, a.dropout) @ a.v  # A V, (..., n, d_v)
+    if a.return_weights:
+        return output.to(a.dtype), weights.to(a.dtype)
+    return output.to(a.dtype)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | str | None = None,
+    *,
+    scale: float | None = None,
+    return_weights: bool = False,
+    kernel: str = "reference",
+    dropout: float = 0.0,
+):
+    r"""``softmax(q k^T * scale + mask) v``, and the weights on request (chapter 3).
 
     Args:
         q: queries ``(..., n, d_k)``.
@@ -179,93 +359,9 @@ _SDPA_ARGS = r"""
             a ``scale`` that is not a real number.
         ValueError: d_k or m mismatch, batch shapes or a mask that do not broadcast,
             tensors on different devices (or on ``meta``), a non-finite ``scale``.
-"""
-
-
-@dataclass(frozen=True)
-class AttentionArgs:
-    """The arguments of :func:`~selfattn.attention.scaled_dot_product_attention`, checked.
-
-    ``q``, ``k``, ``v`` are float32 for half inputs on the reference kernel (``dtype`` keeps
-    the inputs' dtype for the result). ``mask`` is ``None`` or a checked tensor: the string
-    ``"causal"`` becomes the bottom-right causal mask, except where a kernel applies it
-    itself (``causal`` is then set and ``mask`` is ``None``).
     """
-
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    mask: torch.Tensor | None
-    causal: bool
-    scale: float
-    kernel: str
-    return_weights: bool
-    dropout: float
-    dtype: torch.dtype
-
-
-def resolve_attention_args(
-    q, k, v, mask, scale, return_weights, kernel, dropout, kernels
-) -> AttentionArgs:
-    """Every check of scaled dot-product attention's arguments, and their resolved values."""
-    batch = check_qkv(q, k, v)
-    return_weights = require_bool(return_weights, "return_weights")
-    dropout = check_dropout(dropout)
-    n, m = q.shape[-2], k.shape[-2]
-    scale = check_scale(scale, q.shape[-1])
-    mask, causal = check_mask_arg(mask)
-    check_kernel_args(
-        kernel,
-        kernels,
-        mask=mask,
-        causal=causal,
-        return_weights=return_weights,
-        dropout=dropout,
-        requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
-        device=q.device,
-    )
-    record = kernels[kernel]
-    # torch's own causal path needs no mask stored (its CPU kernel gives NaN for a scale <= 0)
-    kernel_is_causal = record.causal == "always" or (
-        record.causal == "square" and n == m and scale > 0
-    )
-    if causal and not kernel_is_causal:
-        mask, causal = causal_mask(n, m, alignment="bottom_right", device=q.device), False
-    if mask is not None:
-        check_mask(mask, batch + (n, m), q.device)
-    dtype = q.dtype
-    if record.upcast_half and is_half(q):
-        # float16 overflows at 65504: half inputs get float32 scores and softmax (as torch
-        # SDPA and the flash kernels accumulate), and the result comes back in their dtype.
-        q, k, v = q.float(), k.float(), v.float()
-    return AttentionArgs(q, k, v, mask, causal, scale, kernel, return_weights, dropout, dtype)
-
-
-def scaled_dot_product_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | str | None = None,
-    *,
-    scale: float | None = None,
-    return_weights: bool = False,
-    kernel: str = "reference",
-    dropout: float = 0.0,
-):
-    r"""``softmax(q k^T * scale + mask) v``, and the weights on request (chapter 3)."""
     a = resolve_attention_args(q, k, v, mask, scale, return_weights, kernel, dropout, KERNELS)
-    run = KERNELS[a.kernel].run
-    if run is not None:
-        return run(a)
-    scores = a.q @ a.k.transpose(-2, -1) * a.scale  # S = Q K^T / sqrt(d_k), (..., n, m)
-    weights = softmax(apply_mask(scores, a.mask), dim=-1)  # A = softmax(S + M)
-    output = F.dropout(weights, a.dropout) @ a.v  # A V, (..., n, d_v)
-    if a.return_weights:
-        return output.to(a.dtype), weights.to(a.dtype)
-    return output.to(a.dtype)
-
-
-scaled_dot_product_attention.__doc__ += _SDPA_ARGS
+    return attend(a)
 
 
 def _fused_kernel(a: AttentionArgs) -> torch.Tensor:

@@ -31,17 +31,14 @@ import torch
 from torch import nn
 
 from ._checks import (
-    check_layer_inputs,
-    check_mask,
-    check_mask_arg,
     is_half,
     require_bool,
     require_int,
     require_number,
 )
 from .attention import softmax
-from .masks import apply_mask, causal_mask
-from .multihead import KVCache, heads_mask, merge_heads, split_heads
+from .masks import apply_mask
+from .multihead import KVCache, merge_heads, self_attention_inputs, split_heads
 from .norms import rms_norm
 from .positional import RotaryEmbedding
 
@@ -170,13 +167,13 @@ class DifferentialAttention(nn.Module):
         return_weights = require_bool(return_weights, "return_weights")
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a selfattn.KVCache, got {type(cache).__name__}")
-        x, _, unbatched = check_layer_inputs(x, None, self.d_model, self.q_proj.weight)
+        x, unbatched, start, mask = self_attention_inputs(
+            x, mask, cache, self.d_model, self.q_proj.weight, self.num_heads
+        )
         batch, n = x.shape[0], x.shape[1]
         if cache is not None and len(cache) and cache.k.shape[0] != batch:
             raise ValueError(f"the cache holds batch size {cache.k.shape[0]}, x has {batch}")
-        start = 0 if cache is None else len(cache)
         m = start + n
-        mask = self._mask(mask, batch, n, m, x.device)
         h, hkv = self.num_heads, self.num_kv_heads
         q = split_heads(self.q_proj(x), h)  # (B, h, n, d_head)
         k = split_heads(self.k_proj(x), hkv)  # (B, h_kv, n, d_head)
@@ -207,18 +204,3 @@ class DifferentialAttention(nn.Module):
         if unbatched:
             y, diff = y.squeeze(0), diff.squeeze(0)
         return (y, diff) if return_weights else y
-
-    def _mask(self, mask, batch: int, n: int, m: int, device) -> torch.Tensor | None:
-        mask, causal = check_mask_arg(mask)
-        if causal:
-            return causal_mask(n, m, alignment="bottom_right", device=device)
-        if mask is None:
-            return None
-        mask = heads_mask(mask)
-        if mask.shape[-1] != m:
-            raise ValueError(
-                f"mask's last dimension must be the number of keys m={m} (cached + new), "
-                f"got shape {tuple(mask.shape)}"
-            )
-        check_mask(mask, (batch, self.num_heads, n, m), device)
-        return mask

@@ -50,14 +50,13 @@ import torch
 from torch import nn
 
 from ._checks import (
-    check_causal,
-    check_choice,
-    check_qkv,
-    check_scale,
     describe,
     require_bool,
+    require_choice,
     require_int,
     require_number,
+    require_qkv,
+    require_scale,
 )
 from .attention import scaled_dot_product_attention
 from .efficient._tiled import TiledArgs, band_backward, work_dtype
@@ -98,7 +97,7 @@ LAYOUTS = ("contiguous", "zigzag")
 
 
 def _check_layout(layout) -> str:
-    return check_choice(layout, "layout", LAYOUTS)
+    return require_choice(layout, "layout", LAYOUTS)
 
 
 def chunk_ids(rank: int, world_size: int, layout: str = "contiguous") -> list[int]:
@@ -180,7 +179,7 @@ def ring_work(world_size: int, layout: str = "contiguous", causal: bool = True) 
     ``r + 1``; zigzag: every rank ``(2P + 1) / 4``.
     """
     world_size = require_int(world_size, "world_size", 1)
-    layout, causal = _check_layout(layout), check_causal(causal)
+    layout, causal = _check_layout(layout), require_bool(causal, "causal")
     unit = (_num_chunks(world_size, layout) / world_size) ** 2  # chunk pairs per (n/P)^2
     work = []
     for r in range(world_size):
@@ -492,7 +491,7 @@ class _Ring(torch.autograd.Function):
 
 
 def _check_shards(q, k, v) -> None:
-    check_qkv(q, k, v)
+    require_qkv(q, k, v)
     if not (q.shape[:-1] == k.shape[:-1] == v.shape[:-1]):
         raise ValueError(
             f"q, k and v must be shards of one sequence, with the same batch dims and length, "
@@ -530,8 +529,8 @@ def ring_attention(
         ``(..., n / P, d_v)``: this rank's rows of ``softmax(q k^T scale) v``, q's dtype.
     """
     _check_shards(q, k, v)
-    causal, layout = check_causal(causal), _check_layout(layout)
-    scale = check_scale(scale, q.shape[-1])
+    causal, layout = require_bool(causal, "causal"), _check_layout(layout)
+    scale = require_scale(scale, q.shape[-1])
     _, P, _ = _ranks(group)
     per = len(chunk_ids(0, P, layout))
     if q.shape[-2] % per:
@@ -565,9 +564,9 @@ def simulate_ring(
         ``(..., n, d_v)``, equal to attention over the whole sequence (and the trace).
     """
     _check_shards(q, k, v)
-    causal, layout = check_causal(causal), _check_layout(layout)
+    causal, layout = require_bool(causal, "causal"), _check_layout(layout)
     trace = require_bool(trace, "trace")
-    scale = check_scale(scale, q.shape[-1])
+    scale = require_scale(scale, q.shape[-1])
     P = require_int(world_size, "world_size", 1)
     work = work_dtype(q.dtype)
     qs, ks, vs = (shard(t.to(work), P, layout) for t in (q, k, v))
@@ -682,9 +681,9 @@ def ulysses_attention(
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, torch.Tensor) and t.dim() != 4:
             raise ValueError(f"{name} must be a shard (B, h, n / P, d), got {tuple(t.shape)}")
-    check_qkv(q[:, :1], k[:, :1], v[:, :1])  # dtypes, device, d_k (head counts below)
-    causal = check_causal(causal)
-    scale = check_scale(scale, q.shape[-1])
+    require_qkv(q[:, :1], k[:, :1], v[:, :1])  # dtypes, device, d_k (head counts below)
+    causal = require_bool(causal, "causal")
+    scale = require_scale(scale, q.shape[-1])
     if k.shape != v.shape[:-1] + k.shape[-1:] or q.shape[0] != k.shape[0]:
         raise ValueError(
             f"k and v must be (B, h_kv, n / P, d) with q's B, got q {tuple(q.shape)}, "
@@ -765,7 +764,7 @@ class TensorParallelAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
         """``x (B, n, d_model)``, the whole sequence on every rank -> ``(B, n, d_model)``."""
-        causal = check_causal(causal)
+        causal = require_bool(causal, "causal")
         y = self.qkv(x)  # on a rank after parallelize_heads: its heads' columns only
         local = y.shape[-1] * self.world_size // self.qkv.out_features  # 1 split, P whole
         h_r, h_kv_r = self.num_heads // self.world_size, self.num_kv_heads // self.world_size
@@ -1184,7 +1183,7 @@ def timeline_worker(
     "total": [...] per rank}}``; an event is ``(kind, label, nbytes, t0, t1)`` with times in
     seconds from the start of that rank's call, and ``work`` counts score entries.
     """
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     q, k, v = _inputs(0, 1, h, n, d, torch.float32)
     result = {}
     for layout in layouts:

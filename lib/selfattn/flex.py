@@ -33,8 +33,8 @@ import torch
 
 from ._checks import (
     ALIGNMENTS,
-    check_choice,
     require_bool,
+    require_choice,
     require_int,
     require_module,
     require_number,
@@ -117,7 +117,7 @@ def causal(alignment: str = "top_left", *, n: int | None = None, m: int | None =
     Returns:
         A ``mask_mod``; its dense form is :func:`selfattn.masks.causal_mask`.
     """
-    check_choice(alignment, "alignment", ALIGNMENTS)
+    require_choice(alignment, "alignment", ALIGNMENTS)
     offset = 0
     if alignment == "bottom_right":
         if n is None or m is None:

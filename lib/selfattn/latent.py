@@ -61,19 +61,15 @@ import torch
 from torch import nn
 
 from ._checks import (
-    check_choice,
-    check_layer_inputs,
-    check_mask,
-    check_mask_arg,
     require_base,
     require_bool,
+    require_choice,
     require_even,
     require_int,
     require_number,
 )
 from .attention import scaled_dot_product_attention
-from .masks import causal_mask
-from .multihead import heads_mask, merge_heads
+from .multihead import merge_heads, self_attention_inputs
 from .norms import RMSNorm
 from .positional import ROPE_LAYOUTS, RotaryEmbedding
 
@@ -225,9 +221,9 @@ class MultiHeadLatentAttention(nn.Module):
         self.scale = require_number(scale, "scale", positive=True)
         bias = require_bool(bias, "bias")
         norm_eps = require_number(norm_eps, "norm_eps", positive=True)
-        self.kernel = check_choice(kernel, "kernel", LATENT_KERNELS)
+        self.kernel = require_choice(kernel, "kernel", LATENT_KERNELS)
         rope_base = require_base(rope_base, "rope_base")
-        check_choice(rope_layout, "rope_layout", ROPE_LAYOUTS)
+        require_choice(rope_layout, "rope_layout", ROPE_LAYOUTS)
         h = self.num_heads
         if self.q_rank is None:
             self.q_proj = nn.Linear(d_model, h * self.d_qk, bias=bias)
@@ -292,13 +288,12 @@ class MultiHeadLatentAttention(nn.Module):
             raise TypeError(
                 f"cache must be a LatentCache (layer.new_cache()), got {type(cache).__name__}"
             )
-        x, _, unbatched = check_layer_inputs(x, None, self.d_model, self.kv_a.weight)
+        x, unbatched, start, mask = self_attention_inputs(
+            x, mask, cache, self.d_model, self.kv_a.weight, self.num_heads
+        )
         if cache is not None:
             cache._check(self, x)
-        batch, n = x.shape[0], x.shape[1]
-        start = 0 if cache is None else len(cache)
-        m = start + n
-        mask = self._mask(mask, batch, n, m, x.device)
+        m = start + x.shape[1]
         q_nope, q_rope = self._queries(x)  # (B, h, n, d_nope), (B, h, n, rope_dim)
         latent, k_rope = self.kv_a(x).split([self.kv_rank, self.rope_dim], dim=-1)
         latent = self.kv_norm(latent)  # (B, n, kv_rank)
@@ -313,21 +308,6 @@ class MultiHeadLatentAttention(nn.Module):
             heads = self._up_projected(q_nope, q_rope, latent, k_rope, mask)
         y = self.out(merge_heads(heads))  # (B, n, d_model)
         return y.squeeze(0) if unbatched else y
-
-    def _mask(self, mask, batch: int, n: int, m: int, device) -> torch.Tensor | None:
-        mask, causal = check_mask_arg(mask)
-        if causal:
-            return causal_mask(n, m, alignment="bottom_right", device=device)
-        if mask is None:
-            return None
-        mask = heads_mask(mask)
-        if mask.shape[-1] != m:
-            raise ValueError(
-                f"mask's last dimension must be the number of keys m={m} (cached + new), "
-                f"got shape {tuple(mask.shape)}"
-            )
-        check_mask(mask, (batch, self.num_heads, n, m), device)
-        return mask
 
     def _queries(self, x: torch.Tensor):
         if self.q_rank is None:

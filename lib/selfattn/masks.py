@@ -12,9 +12,10 @@ from collections.abc import Callable
 import torch
 
 from ._checks import (
-    check_alignment,
-    check_causal,
+    ALIGNMENTS,
+    require_bool,
     require_bool_mask,
+    require_choice,
     require_int,
     require_number,
     require_tensor,
@@ -63,7 +64,7 @@ def causal_diagonal(n: int, m: int, alignment: str = "top_left") -> int:
     against a cache of ``m`` keys. With ``n > m`` the first ``n - m`` queries see no key.
     :func:`causal_mask` and the tiled kernels (:mod:`selfattn.efficient`) all read it here.
     """
-    return 0 if check_alignment(alignment) == "top_left" else m - n
+    return 0 if require_choice(alignment, "alignment", ALIGNMENTS) == "top_left" else m - n
 
 
 def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -132,7 +133,7 @@ def sliding_window_mask(n: int, window: int, *, causal: bool = True, device=None
     """
     n = require_int(n, "n", 1)
     window = require_int(window, "window", 1)
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
     near = (i - j).abs() < window

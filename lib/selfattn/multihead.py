@@ -92,22 +92,26 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import (
-    check_choice,
-    check_dropout,
-    check_kernel_args,
-    check_layer_inputs,
-    check_mask,
-    check_mask_arg,
     is_half,
     require_bool,
+    require_choice,
+    require_dropout,
     require_float,
     require_int,
+    require_mask,
     require_module,
     require_number,
     require_same_device,
     require_tensor,
 )
-from .attention import KERNELS, scaled_dot_product_attention, softmax
+from .attention import (
+    KERNELS,
+    attend,
+    attention_args,
+    require_kernel_args,
+    resolve_mask_arg,
+    softmax,
+)
 from .masks import apply_mask, causal_mask
 from .norms import RMSNorm
 
@@ -117,7 +121,81 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "heads_mask",
+    "stack_causal_mask",
 ]
+
+
+def require_layer_inputs(x, context, d_model: int, weight: torch.Tensor):
+    """An attention layer's inputs, batched: ``(x, context, unbatched)``.
+
+    ``x`` is ``(B, n, d_model)`` or unbatched ``(n, d_model)`` (then ``context``, if given, is
+    ``(m, d_model)``); both are floating point, in the dtype of the layer's ``weight`` and on
+    its device.
+    """
+    require_float(x, "x")
+    if context is not None:
+        require_float(context, "context")
+    require_same_device(x=x, context=context, weights=weight)
+    unbatched = x.dim() == 2
+    if unbatched:
+        x = x.unsqueeze(0)
+        if context is not None:
+            if context.dim() != 2:
+                raise ValueError(
+                    f"x is unbatched (n, d_model), so context must be (m, d_model), "
+                    f"got {tuple(context.shape)}"
+                )
+            context = context.unsqueeze(0)
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(
+            f"x must have shape (B, n, d_model={d_model}) or (n, d_model), got {tuple(x.shape)}"
+        )
+    if x.dtype != weight.dtype:
+        raise TypeError(
+            f"x has dtype {x.dtype} but the weights are {weight.dtype}; convert one of them"
+        )
+    if context is not None:
+        batch = x.shape[0]
+        if context.dim() != 3 or context.shape[-1] != d_model or context.shape[0] != batch:
+            raise ValueError(
+                f"context must have shape (B={batch}, m, d_model={d_model}), "
+                f"got {tuple(context.shape)}"
+            )
+        if context.dtype != x.dtype:
+            raise TypeError(f"context has dtype {context.dtype} but x has {x.dtype}")
+    return x, context, unbatched
+
+
+def covering_mask(mask, batch: int, heads: int, n: int, m: int, device) -> torch.Tensor:
+    """A layer's mask tensor laid out for the scores ``(B, h, n, m)`` (:func:`heads_mask`),
+    checked to cover the ``m`` keys, cached ones included."""
+    mask = heads_mask(mask)
+    if mask.shape[-1] != m:
+        # Broadcasting over keys is always a mistake (a mask that forgot the cached keys).
+        raise ValueError(
+            f"mask's last dimension must be the number of keys m={m} (cached + new), "
+            f"got shape {tuple(mask.shape)}"
+        )
+    require_mask(mask, (batch, heads, n, m), device)
+    return mask
+
+
+def self_attention_inputs(x, mask, cache, d_model: int, weight: torch.Tensor, heads: int):
+    """The preamble of a self-attention layer with a cache: ``(x, unbatched, start, mask)``.
+
+    ``x`` batched (:func:`require_layer_inputs`), ``start`` the number of cached positions
+    (the new ones are ``start .. start + n - 1``), and ``mask`` as a tensor for the scores
+    ``(B, h, n, m)`` with ``m = start + n`` (``"causal"`` aligned bottom-right), or ``None``.
+    """
+    x, _, unbatched = require_layer_inputs(x, None, d_model, weight)
+    batch, n = x.shape[0], x.shape[1]
+    start = 0 if cache is None else len(cache)
+    mask, causal = resolve_mask_arg(mask)
+    if causal:
+        mask = causal_mask(n, start + n, alignment="bottom_right", device=x.device)
+    elif mask is not None:
+        mask = covering_mask(mask, batch, heads, n, start + n, x.device)
+    return x, unbatched, start, mask
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -137,6 +215,12 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
         raise ValueError(
             f"d_model={d} (last dim of {tuple(x.shape)}) is not divisible by num_heads={num_heads}"
         )
+    return _split(x, num_heads)
+
+
+def _split(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """:func:`split_heads` on a layer's own projection (trusting: no checks)."""
+    *batch, n, d = x.shape
     return x.reshape(*batch, n, num_heads, d // num_heads).transpose(-3, -2)
 
 
@@ -148,6 +232,11 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     require_tensor(x, "x")
     if x.dim() < 3:
         raise ValueError(f"x must have shape (..., h, n, d_head), got {tuple(x.shape)}")
+    return _merge(x)
+
+
+def _merge(x: torch.Tensor) -> torch.Tensor:
+    """:func:`merge_heads` on a layer's own heads (trusting: no checks)."""
     *batch, h, n, dh = x.shape
     return x.transpose(-3, -2).reshape(*batch, n, h * dh)
 
@@ -304,18 +393,23 @@ class KVCache:
         require_same_device(k=k, v=v)
         if self.k is not None and self.k.device != k.device:
             raise ValueError(f"the cache is on {self.k.device}, cannot append k on {k.device}")
+        if self.k is not None and (
+            self.k.shape[:2] != k.shape[:2]
+            or self.k.shape[-1] != k.shape[-1]
+            or self.k.dtype != k.dtype
+        ):
+            raise ValueError(
+                f"the cache holds k of shape {tuple(self.k.shape)} {self.k.dtype} "
+                f"(B, h, t, d_head); cannot append {tuple(k.shape)} {k.dtype}"
+            )
+        return self._extend(k, v)
+
+    def _extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`append` without its checks, for the layer that built ``k`` and ``v`` (and
+        claimed the cache): ``(k_all, v_all)``."""
         if self.k is None:
             self.k, self.v = k, v
         else:
-            if (
-                self.k.shape[:2] != k.shape[:2]
-                or self.k.shape[-1] != k.shape[-1]
-                or self.k.dtype != k.dtype
-            ):
-                raise ValueError(
-                    f"the cache holds k of shape {tuple(self.k.shape)} {self.k.dtype} "
-                    f"(B, h, t, d_head); cannot append {tuple(k.shape)} {k.dtype}"
-                )
             self.k = torch.cat([self.k, k], dim=-2)
             self.v = torch.cat([self.v, v], dim=-2)
         return self.k, self.v
@@ -446,7 +540,7 @@ class MultiHeadAttention(nn.Module):
         window: int | None = None,
     ):
         super().__init__()
-        kernel = check_choice(kernel, "kernel", KERNELS)
+        kernel = require_choice(kernel, "kernel", KERNELS)
         d_model = require_int(d_model, "d_model", 1)
         num_heads = require_int(num_heads, "num_heads", 1)
         bias = require_bool(bias, "bias")
@@ -459,7 +553,7 @@ class MultiHeadAttention(nn.Module):
                 f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} "
                 "(each key/value head serves a group of query heads)"
             )
-        dropout = check_dropout(dropout)
+        dropout = require_dropout(dropout)
         d_head = d_model // num_heads if d_head is None else require_int(d_head, "d_head", 1)
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_head
         self.num_kv_heads = num_kv_heads
@@ -641,40 +735,7 @@ class MultiHeadAttention(nn.Module):
         return_weights: bool = False,
     ):
         """``y = Concat(head_1, ..., head_h) W^O``, ``head_i = Attention(Q_i, K_i, V_i)``,
-        ``Q = x W^Q``, ``K = c W^K``, ``V = c W^V`` (``c``: ``context``, else ``x``)."""
-        a = self._resolve(x, context, mask, score_bias, cache, temperature, return_weights)
-        q, k, v = self._project(a.x, a.context, need_kv=not a.reuse_cache)  # c = context or x
-        q = split_heads(q, self.num_heads)  # (B, h, n, d_head)
-        k, v = self._keys_values(k, v, a)  # (B, h_kv, m_new, d_head), None with a full cache
-        if self.q_norm is not None:  # QK-norm, before RoPE
-            q = self.q_norm(q)
-            k = None if k is None else self.k_norm(k)
-        if self.rope is not None:
-            q, k = self._rotate(q, k, a)  # positions after the cached ones
-        if a.cache is not None:
-            k, v = self._cached(k, v, a)  # (B, h_kv, m, d_head): old positions, then new
-        q, k, v, mask = self._group_query_heads(q, k, v, a)  # GQA: a group's heads as rows
-        if self.softcap is None and self.sink_logits is None:
-            heads = scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                mask,
-                scale=a.scale,
-                return_weights=a.return_weights,
-                dropout=a.dropout,
-                kernel=self.kernel,
-            )  # (B, h_kv, group * n, d_head), and (B, h_kv, group * n, m) weights on request
-        else:
-            heads = self._capped_sunk_attention(q, k, v, mask, a)
-        heads, weights = heads if a.return_weights else (heads, None)
-        heads = merge_heads(heads.reshape(a.batch, self.num_heads, a.n, self.d_head))
-        if self.gate is not None:  # Gated Attention: every output feature gated by x
-            heads = heads * torch.sigmoid(self.gate(a.x))
-        y = self.out(heads)
-        return a.finish(y, weights)
-
-    forward.__doc__ += """
+        ``Q = x W^Q``, ``K = c W^K``, ``V = c W^V`` (``c``: ``context``, else ``x``).
 
         Args:
             x: queries' inputs ``(B, n, d_model)`` (or unbatched ``(n, d_model)``).
@@ -707,6 +768,41 @@ class MultiHeadAttention(nn.Module):
                 a mask that does not broadcast to ``(B, h, n, m)``.
         """
 
+        a = self._resolve(x, context, mask, score_bias, cache, temperature, return_weights)
+        q, k, v = self._project(a.x, a.context, need_kv=not a.reuse_cache)  # c = context or x
+        q = _split(q, self.num_heads)  # (B, h, n, d_head)
+        k, v = self._keys_values(k, v, a)  # (B, h_kv, m_new, d_head), None with a full cache
+        if self.q_norm is not None:  # QK-norm, before RoPE
+            q = self.q_norm(q)
+            k = None if k is None else self.k_norm(k)
+        if self.rope is not None:
+            q, k = self._rotate(q, k, a)  # positions after the cached ones
+        if a.cache is not None:
+            k, v = self._cached(k, v, a)  # (B, h_kv, m, d_head): old positions, then new
+        q, k, v, mask, causal = self._group_query_heads(q, k, v, a)  # GQA: heads as rows
+        if self.softcap is None and self.sink_logits is None:
+            heads = attend(  # arguments built and checked here: the trusting path
+                attention_args(
+                    q,
+                    k,
+                    v,
+                    mask,
+                    causal=causal,
+                    scale=a.scale,
+                    kernel=self.kernel,
+                    return_weights=a.return_weights,
+                    dropout=a.dropout,
+                )
+            )  # (B, h_kv, group * n, d_head), and (B, h_kv, group * n, m) weights on request
+        else:
+            heads = self._capped_sunk_attention(q, k, v, mask, a)
+        heads, weights = heads if a.return_weights else (heads, None)
+        heads = _merge(heads.reshape(a.batch, self.num_heads, a.n, self.d_head))
+        if self.gate is not None:  # Gated Attention: every output feature gated by x
+            heads = heads * torch.sigmoid(self.gate(a.x))
+        y = self.out(heads)
+        return a.finish(y, weights)
+
     # -- the steps of forward ----------------------------------------------------
     def _resolve(self, x, context, mask, score_bias, cache, temperature, return_weights):
         """Every check of a call, before anything is computed (a refused call leaves the
@@ -715,12 +811,12 @@ class MultiHeadAttention(nn.Module):
         temperature = require_number(temperature, "temperature", positive=True)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a selfattn.KVCache, got {type(cache).__name__}")
-        x, context, unbatched = check_layer_inputs(x, context, self.d_model, self.qkv.weight)
+        x, context, unbatched = require_layer_inputs(x, context, self.d_model, self.qkv.weight)
         reuse_cache = False if cache is None else cache._check_use(self, context, x)
         cross = context is not None or (cache is not None and cache.cross)
         dropout = self.dropout if self.training else 0.0
-        mask, causal = check_mask_arg(mask)
-        check_kernel_args(
+        mask, causal = resolve_mask_arg(mask)
+        require_kernel_args(
             self.kernel,  # it may have been set after __init__
             KERNELS,
             mask=mask,
@@ -745,7 +841,7 @@ class MultiHeadAttention(nn.Module):
         if causal and self.kernel != "flash":
             mask = causal_mask(n, m, alignment="bottom_right", device=x.device)
         if mask is not None:
-            mask = self._heads_mask(mask, batch, n, m, x.device)
+            mask = covering_mask(mask, batch, self.num_heads, n, m, x.device)
         if self.window is not None:
             mask = _and_masks(mask, _window_mask(n, m, self.window, x.device))
         if score_bias is not None:
@@ -790,7 +886,7 @@ class MultiHeadAttention(nn.Module):
         cross-attention cache already holds the context's)."""
         if a.reuse_cache:
             return None, None
-        return split_heads(k, self.num_kv_heads), split_heads(v, self.num_kv_heads)
+        return _split(k, self.num_kv_heads), _split(v, self.num_kv_heads)
 
     def _rotate(self, q, k, a: _Call):
         """Rotary embedding of the queries and new keys; the new positions follow the cached."""
@@ -802,13 +898,13 @@ class MultiHeadAttention(nn.Module):
         """Append the new keys and values to the cache; return all of them."""
         if a.reuse_cache:
             return a.cache.k, a.cache.v  # the context's keys/values, computed on the first call
-        k, v = a.cache.append(k, v)
+        k, v = a.cache._extend(k, v)  # the layer's own keys and values: no checks
         a.cache._filled(a.cross, a.context)
         return k, v
 
     def _group_query_heads(self, q, k, v, a: _Call):
         """Grouped-query attention without repeating K/V: ``(q, k, v, mask)`` as the attention
-        function receives them.
+        function receives them, and whether the kernel applies the causal mask itself.
 
         The ``group`` query heads that share key/value head ``j`` become extra query rows of
         head ``j``, ``(B, h_kv, group * n, d_head)``, so every product runs against the
@@ -819,10 +915,10 @@ class MultiHeadAttention(nn.Module):
         group = self.num_heads // self.num_kv_heads
         if self.kernel == "flash" and a.causal and a.n > 1:
             q = q.reshape(a.batch, self.num_kv_heads, group, a.n, self.d_head)
-            return q, k.unsqueeze(2), v.unsqueeze(2), "causal"
+            return q, k.unsqueeze(2), v.unsqueeze(2), None, True
         # One new query sees every key (bottom-right), so it needs no causal diagonal.
         mask = None if a.mask is None else _stack_group(a.mask, group, a.n)
-        return _stack_group(q, group, a.n), k, v, mask
+        return _stack_group(q, group, a.n), k, v, mask, False
 
     def _check_options(self, cross: bool) -> None:
         """Refuse a call that chapter 11's options cannot serve."""
@@ -878,17 +974,6 @@ class MultiHeadAttention(nn.Module):
             return out, weights.to(dtype)
         return out
 
-    def _heads_mask(self, mask, batch: int, n: int, m: int, device) -> torch.Tensor:
-        mask = heads_mask(mask)
-        if mask.shape[-1] != m:
-            # Broadcasting over keys is always a mistake (a mask that forgot the cached keys).
-            raise ValueError(
-                f"mask's last dimension must be the number of keys m={m} (cached + new), "
-                f"got shape {tuple(mask.shape)}"
-            )
-        check_mask(mask, (batch, self.num_heads, n, m), device)
-        return mask
-
     def _with_bias(self, score_bias, mask, batch: int, n: int, m: int, x) -> torch.Tensor:
         """The score bias as a float mask ``(..., n, m)``, with ``mask`` folded in."""
         if callable(score_bias) and not isinstance(score_bias, torch.Tensor):
@@ -899,8 +984,43 @@ class MultiHeadAttention(nn.Module):
                 f"score_bias must have shape (n, m), (h, n, m) or (B, h, n, m) with m={m} keys, "
                 f"got {tuple(score_bias.shape)}"
             )
-        check_mask(score_bias, (batch, self.num_heads, n, m), x.device)
+        require_mask(score_bias, (batch, self.num_heads, n, m), x.device)
         return apply_mask(score_bias, mask)
+
+
+def stack_causal_mask(layers, x, caches=None):
+    """``mask="causal"`` for a stack of attention layers, built once per call, not once per
+    layer (as Llama builds its causal mask once for all its layers).
+
+    The bottom-right causal mask ``(n, start + n)``, ``start`` the positions each layer's
+    cache holds, when every layer is a self-attention :class:`MultiHeadAttention` whose
+    kernel takes a mask tensor: each layer then uses it as it would have built it. Otherwise
+    the string ``"causal"`` (a kernel that applies the mask itself, another kind of layer,
+    caches of different lengths, or an input the layers will refuse with their own message).
+
+    Args:
+        layers: the stack's attention layers, in order.
+        x: the stack's input ``(B, n, d_model)`` (or unbatched ``(n, d_model)``).
+        caches: ``None``, or each layer's cache (``None`` for a layer without one).
+    """
+    layers = list(layers)
+    caches = [None] * len(layers) if caches is None else list(caches)
+    if not layers or len(caches) != len(layers):
+        return "causal"
+    if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3):
+        return "causal"
+    for layer, cache in zip(layers, caches):
+        if not isinstance(layer, MultiHeadAttention) or not getattr(
+            KERNELS.get(layer.kernel), "masks", False
+        ):
+            return "causal"
+        if cache is not None and (not isinstance(cache, KVCache) or cache.cross):
+            return "causal"
+    starts = {0 if cache is None else len(cache) for cache in caches}
+    if len(starts) != 1:
+        return "causal"
+    n, start = x.shape[-2], starts.pop()
+    return causal_mask(n, start + n, alignment="bottom_right", device=x.device)
 
 
 @dataclass(frozen=True)

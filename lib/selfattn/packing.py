@@ -23,7 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_choice, require_int, require_number
+from ._checks import (
+    require_choice,
+    require_int,
+    require_number,
+)
 from .flex import pack_documents
 from .models.transformer import TransformerBlock
 
@@ -194,7 +198,7 @@ def train_lm(
         per-step losses, the loss on ``eval_docs``, the training time, real tokens per
         second and the mean fraction of padded positions.
     """
-    check_choice(layout, "layout", LAYOUTS)
+    require_choice(layout, "layout", LAYOUTS)
     lr = require_number(lr, "lr", positive=True)
     make = padded_batch if layout == "padded" else packed_batch
     torch.manual_seed(seed)

@@ -29,10 +29,9 @@ import torch
 from torch import nn
 
 from ._checks import (
-    check_causal,
-    check_choice,
     require_base,
     require_bool,
+    require_choice,
     require_even,
     require_float,
     require_int,
@@ -229,7 +228,7 @@ def alibi_bias(
         float32 tensor ``(h, n, m)``, a float mask for
         :func:`~selfattn.attention.scaled_dot_product_attention` with scores ``(B, h, n, m)``.
     """
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     require_int(num_heads, "num_heads", 1)
     require_int(n, "n", 1)
     m = n if m is None else m
@@ -482,7 +481,7 @@ def apply_rope(
     require_float(x, "x")
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., n, d), got {tuple(x.shape)}")
-    check_choice(layout, "layout", ROPE_LAYOUTS)
+    require_choice(layout, "layout", ROPE_LAYOUTS)
     d = x.shape[-1]
     if rotary_dim is None:
         r = require_even(d, "x's last dimension d")
@@ -649,7 +648,7 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.d_head = require_int(d_head, "d_head", 2)
         self.base = require_base(base)
-        self.layout = check_choice(layout, "layout", ROPE_LAYOUTS)
+        self.layout = require_choice(layout, "layout", ROPE_LAYOUTS)
         if isinstance(rotary_fraction, bool) or not isinstance(rotary_fraction, (int, float)):
             raise TypeError(
                 f"rotary_fraction must be a number in (0, 1], got {type(rotary_fraction).__name__}"

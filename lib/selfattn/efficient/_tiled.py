@@ -20,7 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_causal, check_qkv, check_scale, require_int
+from .._checks import (
+    require_bool,
+    require_int,
+    require_qkv,
+    require_scale,
+)
 from ..masks import causal_diagonal
 
 __all__: list[str] = []
@@ -56,10 +61,10 @@ def check_tiled(q, k, v, causal, alignment, scale, **blocks) -> TiledArgs:
     Without ``block_k`` the key tile is the query tile (a band kernel's key tile is
     set by its band, not by the caller).
     """
-    causal = check_causal(causal)
-    batch = check_qkv(q, k, v)  # also: one device for q, k and v
+    causal = require_bool(causal, "causal")
+    batch = require_qkv(q, k, v)  # also: one device for q, k and v
     offset = causal_diagonal(q.shape[-2], k.shape[-2], alignment)
-    scale = check_scale(scale, q.shape[-1])
+    scale = require_scale(scale, q.shape[-1])
     sizes = {name: require_int(size, name, 1) for name, size in blocks.items()}
     block_q = sizes["block_q"]
     block_k = sizes.get("block_k", block_q)

@@ -29,13 +29,12 @@ from __future__ import annotations
 import torch
 
 from .._checks import (
-    check_causal,
-    check_qkv,
-    check_scale,
     require_bool,
     require_float_tensors,
     require_int,
+    require_qkv,
     require_same_device,
+    require_scale,
 )
 from ._tiled import work_dtype
 
@@ -63,8 +62,8 @@ def partial_attention(
         float64). A row that sees no key of the chunk has ``out = 0`` and ``lse = -inf``,
         so it weighs nothing in a merge.
     """
-    check_qkv(q, k, v)
-    scale = check_scale(scale, q.shape[-1])
+    require_qkv(q, k, v)
+    scale = require_scale(scale, q.shape[-1])
     work = work_dtype(q.dtype)
     s = q.to(work) @ k.to(work).transpose(-2, -1) * scale
     if mask is not None:
@@ -142,11 +141,11 @@ def flash_decoding(
         TypeError: bad tensors, ``chunk_size`` not an int, a scale that is not a number.
         ValueError: shapes that do not fit, tensors on different devices, ``chunk_size`` < 1.
     """
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     return_lse = require_bool(return_lse, "return_lse")
-    batch = check_qkv(q, k, v)
+    batch = require_qkv(q, k, v)
     chunk_size = require_int(chunk_size, "chunk_size", 1)
-    scale = check_scale(scale, q.shape[-1])
+    scale = require_scale(scale, q.shape[-1])
     n, m, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     work = work_dtype(q.dtype)
     # The empty state: no keys seen, output 0, log-sum-exp -inf.

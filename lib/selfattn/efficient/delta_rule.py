@@ -38,12 +38,12 @@ import math
 import torch
 
 from .._checks import (
-    check_scale,
     describe,
     require_bool,
     require_float,
     require_int,
     require_same_device,
+    require_scale,
 )
 from ._tiled import work_dtype
 
@@ -88,7 +88,7 @@ def _check(q, k, v, g, beta, scale, chunk_size, initial_state):
             )
     if chunk_size is not None:
         chunk_size = require_int(chunk_size, "chunk_size", 1)
-    return check_scale(scale, q.shape[-1]), chunk_size
+    return require_scale(scale, q.shape[-1]), chunk_size
 
 
 def gated_delta_rule(
@@ -167,7 +167,7 @@ def delta_rule_step(state, q_t, k_t, v_t, g_t, beta_t, *, scale=None):
     """One decoding step: ``(B, H, d_k, d_v)`` state and one token's ``(B, H, d)`` q, k, v,
     ``(B, H)`` g and beta; returns ``(o_t, new_state)``. No checks beyond shapes: the loop
     of :func:`gated_delta_rule` and the layers' decoding call it."""
-    scale = check_scale(scale, q_t.shape[-1])
+    scale = require_scale(scale, q_t.shape[-1])
     state = state * g_t.exp()[..., None, None]
     read = (k_t.unsqueeze(-2) @ state).squeeze(-2)  # S^T k: what the state holds for k
     delta = (v_t - read) * beta_t[..., None]

@@ -202,7 +202,25 @@ def _raise_max(tile, mu, ell, acc):
     return mu, s.exp2_()
 
 
-_FLASH_ARGS = r"""
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    block_q: int = 256,
+    block_k: int = 512,
+    alignment: str = "top_left",
+) -> torch.Tensor:
+    r"""softmax(q k^T * scale) v, by tiles ``Q_i`` x ``K_j, V_j`` (online softmax)::
+
+        S = Q_i K_j^T * scale,   mu' = max(mu, rowmax(S)),   P = exp(S - mu')
+        ell = exp(mu - mu') ell + rowsum(P),   acc = exp(mu - mu') acc + P V_j,   mu = mu'
+
+    over the key blocks ``j`` for each query block ``i``, then ``O_i = acc / ell``.
+    Differentiable.
+
     :func:`flash_attention_reference` is exactly that recurrence. This is equal to
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
     scale=scale)`` (to about 1e-6 in float32), but the n x m score matrix never
@@ -238,34 +256,11 @@ _FLASH_ARGS = r"""
         ValueError: shapes that do not fit together, tensors on different devices,
             block sizes below 1, an unknown alignment.
     """
-
-
-def flash_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = False,
-    scale: float | None = None,
-    block_q: int = 256,
-    block_k: int = 512,
-    alignment: str = "top_left",
-) -> torch.Tensor:
-    r"""softmax(q k^T * scale) v, by tiles ``Q_i`` x ``K_j, V_j`` (online softmax)::
-
-        S = Q_i K_j^T * scale,   mu' = max(mu, rowmax(S)),   P = exp(S - mu')
-        ell = exp(mu - mu') ell + rowsum(P),   acc = exp(mu - mu') acc + P V_j,   mu = mu'
-
-    over the key blocks ``j`` for each query block ``i``, then ``O_i = acc / ell``.
-    Differentiable.
-    """
     a = check_tiled(q, k, v, causal, alignment, scale, block_q=block_q, block_k=block_k)
     if needs_grad(q, k, v):  # the forward saves O and lse; the backward recomputes P
         return Recompute.apply(q, k, v, _flash_forward, a)
     return _flash_forward(q, k, v, a)[0].to(q.dtype)
 
-
-flash_attention.__doc__ += _FLASH_ARGS
 
 
 def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block_k: int) -> list[dict]:

@@ -37,12 +37,11 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import (
-    check_causal,
-    check_qkv,
     require_bool,
     require_float_tensors,
     require_int,
     require_number,
+    require_qkv,
     require_same_device,
 )
 from ..masks import causal_diagonal
@@ -91,9 +90,9 @@ class _LinearArgs:
 
 
 def _check_linear(q, k, v, causal, feature_map, eps, chunk_size, alignment) -> _LinearArgs:
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     eps = require_number(eps, "eps", nonnegative=True)
-    batch = check_qkv(q, k, v)
+    batch = require_qkv(q, k, v)
     chunk_size = require_int(chunk_size, "chunk_size", 1)
     offset = causal_diagonal(q.shape[-2], k.shape[-2], alignment)
     phi = elu_feature_map if feature_map is None else feature_map
@@ -104,7 +103,19 @@ def _check_linear(q, k, v, causal, feature_map, eps, chunk_size, alignment) -> _
     return _LinearArgs(batch, causal, offset, eps, chunk_size, phi)
 
 
-_LINEAR_ARGS = r"""
+def linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    feature_map: FeatureMap | None = None,
+    eps: float = 1e-6,
+    chunk_size: int = 128,
+    alignment: str = "top_left",
+) -> torch.Tensor:
+    r"""Linear attention: ``phi(Q) (phi(K)^T V)`` over ``phi(Q) (phi(K)^T 1) + eps``.
+
     Causal: ``out_i`` sums over the keys up to ``i``'s diagonal only, in chunks of
     ``chunk_size`` queries: quadratic (the masked ``phi(Q) phi(K)^T``) within a chunk,
     the running state ``S = sum phi(k) v^T``, ``z = sum phi(k)`` carried between chunks.
@@ -132,21 +143,7 @@ _LINEAR_ARGS = r"""
             that is not an int.
         ValueError: shapes that do not fit, tensors on different devices, a
             ``chunk_size`` below 1, an unknown ``alignment``.
-"""
-
-
-def linear_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = False,
-    feature_map: FeatureMap | None = None,
-    eps: float = 1e-6,
-    chunk_size: int = 128,
-    alignment: str = "top_left",
-) -> torch.Tensor:
-    r"""Linear attention: ``phi(Q) (phi(K)^T V)`` over ``phi(Q) (phi(K)^T 1) + eps``."""
+    """
     a = _check_linear(q, k, v, causal, feature_map, eps, chunk_size, alignment)
     dtype, work = q.dtype, work_dtype(q.dtype)  # half inputs: computed in float32
     phi_q, phi_k, v = a.phi(q.to(work)), a.phi(k.to(work)), v.to(work)
@@ -157,9 +154,6 @@ def linear_attention(
     num = phi_q @ kv
     den = (phi_q * z.unsqueeze(-2)).sum(-1, keepdim=True)
     return (num / (den + a.eps)).to(dtype)
-
-
-linear_attention.__doc__ += _LINEAR_ARGS
 
 
 def _causal_chunks(phi_q, phi_k, v, a: _LinearArgs) -> torch.Tensor:
@@ -327,7 +321,7 @@ def linear_attention_recurrent(
         ``linear_attention(q, k, v, causal=True)`` (no decay) or
         :func:`decayed_linear_attention` up to rounding.
     """
-    batch = check_qkv(q, k, v)
+    batch = require_qkv(q, k, v)
     n = q.shape[-2]
     if k.shape[-2] != n:
         raise ValueError(
@@ -409,7 +403,7 @@ def decayed_linear_attention(
     """
     normalize = require_bool(normalize, "normalize")
     eps = require_number(eps, "eps", nonnegative=True)
-    batch = check_qkv(q, k, v)
+    batch = require_qkv(q, k, v)
     n, d = q.shape[-2], q.shape[-1]
     if k.shape[-2] != n:
         raise ValueError(

@@ -27,12 +27,11 @@ import math
 import torch
 
 from .._checks import (
-    check_causal,
-    check_qkv,
     require_bool,
     require_float_tensors,
     require_int,
     require_number,
+    require_qkv,
 )
 from ._tiled import work_dtype
 from .linear import linear_attention
@@ -147,10 +146,10 @@ def performer_attention(
     Returns:
         ``(..., n, d_v)`` in the dtype of ``q`` (half inputs computed in float32).
     """
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     orthogonal = require_bool(orthogonal, "orthogonal")
     eps = require_number(eps, "eps", nonnegative=True)
-    batch = check_qkv(q, k, v)
+    batch = require_qkv(q, k, v)
     d = q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(d)

@@ -173,7 +173,23 @@ def _window_forward(q, k, v, a: TiledArgs, want_lse: bool = False):
     return out, (lse.reshape(bh, nb * block)[:, :n] if want_lse else None)
 
 
-_WINDOW_ARGS = r"""
+def sliding_window_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    *,
+    causal: bool = True,
+    scale: float | None = None,
+    block_q: int | None = None,
+    alignment: str = "top_left",
+) -> torch.Tensor:
+    r"""Attention on a band of ``window`` keys, computing only the band: O(n * window)::
+
+        S_b = Q_b K_b^T * scale,   S_b[i, j] = -inf outside i's band,   O_b = softmax(S_b) V_b
+
+    for each block ``Q_b`` of ``block_q`` queries and the keys ``K_b, V_b`` its band reaches.
+
     Query ``i`` sees keys ``j`` with ``i - window < j <= i`` (``causal``) or
     ``|i - j| < window`` (not causal), exactly as dense attention with
     :func:`selfattn.masks.sliding_window_mask` would, but without building the n x m matrix.
@@ -209,29 +225,7 @@ _WINDOW_ARGS = r"""
         ValueError: ``window`` or ``block_q`` below 1, shapes that do not fit, tensors on
             different devices, an unknown alignment.
     """
-
-
-def sliding_window_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    window: int,
-    *,
-    causal: bool = True,
-    scale: float | None = None,
-    block_q: int | None = None,
-    alignment: str = "top_left",
-) -> torch.Tensor:
-    r"""Attention on a band of ``window`` keys, computing only the band: O(n * window)::
-
-        S_b = Q_b K_b^T * scale,   S_b[i, j] = -inf outside i's band,   O_b = softmax(S_b) V_b
-
-    for each block ``Q_b`` of ``block_q`` queries and the keys ``K_b, V_b`` its band reaches.
-    """
     a = _check_window(q, k, v, window, causal, alignment, scale, block_q, clip=True)
     if needs_grad(q, k, v):  # the forward saves O and lse; the backward recomputes the band
         return Recompute.apply(q, k, v, _window_forward, a)
     return _window_forward(q, k, v, a)[0].to(q.dtype)
-
-
-sliding_window_attention.__doc__ += _WINDOW_ARGS

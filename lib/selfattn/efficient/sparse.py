@@ -17,7 +17,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_causal, require_int
+from .._checks import (
+    require_bool,
+    require_int,
+)
 from ..attention import softmax
 from ._tiled import check_tiled, work_dtype
 
@@ -45,7 +48,7 @@ def strided_mask(n: int, stride: int, *, causal: bool = True, device=None) -> to
     Returns:
         Bool ``(n, n)``; with ``causal`` only ``j <= i``.
     """
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     require_int(n, "n", 1)
     require_int(stride, "stride", 1)
     i = torch.arange(n, device=device)[:, None]
@@ -125,7 +128,7 @@ def longformer_mask(
     Returns:
         Bool ``(n, n)``, True = may attend.
     """
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     require_int(n, "n", 1)
     require_int(window, "window", 1)
     i = torch.arange(n, device=device)[:, None]

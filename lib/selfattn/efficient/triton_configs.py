@@ -24,7 +24,10 @@ from typing import Literal
 
 import torch
 
-from .._checks import check_causal, require_int
+from .._checks import (
+    require_bool,
+    require_int,
+)
 
 __all__ = [
     "LaunchConfig",
@@ -140,7 +143,7 @@ def config_candidates(
 
     ``head_dim`` is the larger of d_k and d_v (1..256).
     """
-    check_causal(causal)  # same candidates for now; kept in the key (module docstring)
+    require_bool(causal, "causal")  # same candidates for now; kept in the key (module docstring)
     return _CANDIDATES[_kernel_name(kernel), _bucket(head_dim), _element_bytes(dtype)]
 
 
@@ -208,7 +211,7 @@ def choose_config(
     Raises:
         ValueError: no candidate fits (e.g. the fp32 backward at head dim 256 on sm75).
     """
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     candidates = config_candidates(kernel, max(d_k, d_v), dtype, causal)
     for config in candidates:
         if shared_memory_bytes(config, kernel, d_k, d_v, dtype) <= budget - SCRATCH_HEADROOM:

@@ -25,7 +25,10 @@ from dataclasses import replace
 
 import torch
 
-from .._checks import check_causal, require_power_of_two
+from .._checks import (
+    require_bool,
+    require_power_of_two,
+)
 from ._tiled import check_tiled, flatten_batch
 from .triton_configs import (
     SHARED_MEMORY_BUDGET,
@@ -353,7 +356,7 @@ def compile_for_gpu(
         ImportError: Triton is not installed.
         ValueError: an unknown capability or kernel, or no config fits.
     """
-    causal = check_causal(causal)
+    causal = require_bool(causal, "causal")
     if capability not in SHARED_MEMORY_BUDGET:
         raise ValueError(
             f"capability must be one of {sorted(SHARED_MEMORY_BUDGET)}, got {capability!r}"

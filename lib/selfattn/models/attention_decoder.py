@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .._checks import require_bool, require_float, require_int
-from ..multihead import KVCache, MultiHeadAttention
+from ..multihead import KVCache, MultiHeadAttention, stack_causal_mask
 
 __all__ = ["attention_stack", "generate"]
 
@@ -99,16 +99,18 @@ def generate(
         x = prompt
         for _ in range(steps):
             h = x
+            mask = stack_causal_mask(layers, h, caches)  # once for all the layers
             for layer, cache in zip(layers, caches):
-                h = h + layer(h, mask="causal", cache=cache)
+                h = h + layer(h, mask=mask, cache=cache)
             x = _next_input(h[:, -1:])  # (B, 1, d): only the new position goes in next time
             out.append(x)
     else:
         seq = prompt
         for _ in range(steps):
             h = seq
+            mask = stack_causal_mask(layers, h)
             for layer in layers:
-                h = h + layer(h, mask="causal")
+                h = h + layer(h, mask=mask)
             x = _next_input(h[:, -1:])
             out.append(x)
             seq = torch.cat([seq, x], dim=1)

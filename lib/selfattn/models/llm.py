@@ -29,13 +29,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import (
-    check_choice,
     require_bool,
+    require_choice,
     require_int,
     require_number,
     require_token_batch,
 )
-from ..multihead import KVCache
+from ..multihead import KVCache, stack_causal_mask
 from ..train import _mode
 
 __all__ = [
@@ -73,7 +73,7 @@ class GatedMLP(nn.Module):
     def __init__(self, d_model: int, hidden: int, *, act: str = "silu", bias: bool = False):
         super().__init__()
         d_model, hidden = require_int(d_model, "d_model", 1), require_int(hidden, "hidden", 1)
-        self.act = check_choice(act, "act", ACTIVATIONS)
+        self.act = require_choice(act, "act", ACTIVATIONS)
         bias = require_bool(bias, "bias")
         self.gate = nn.Linear(d_model, hidden, bias=bias)
         self.up = nn.Linear(d_model, hidden, bias=bias)
@@ -123,7 +123,7 @@ class TopKMoE(nn.Module):
         d, f = require_int(d_model, "d_model", 1), require_int(hidden, "hidden", 1)
         e = require_int(num_experts, "num_experts", 1)
         self.top_k = require_int(top_k, "top_k", 1, e)
-        self.act = check_choice(act, "act", ("silu", "gpt_oss"))
+        self.act = require_choice(act, "act", ("silu", "gpt_oss"))
         self.alpha = require_number(alpha, "alpha", positive=True)
         self.limit = require_number(limit, "limit", positive=True)
         self.num_experts = e
@@ -303,6 +303,8 @@ class DecoderLM(nn.Module):
         if self.embed_scale is not None:
             x = x * torch.tensor(self.embed_scale, dtype=x.dtype)
         mask = self._mask(ids, attention_mask, caches)
+        if isinstance(mask, str):  # "causal": built once for all the blocks
+            mask = stack_causal_mask([block.mixer for block in self.blocks], x, caches)
         for i, block in enumerate(self.blocks):
             x = block(x, mask=mask, cache=None if caches is None else caches[i])
         logits = self.head(self.final_norm(x))

@@ -20,6 +20,7 @@ from torch import nn
 
 from .._checks import require_base, require_int, require_number
 from ..data.order_tasks import IGNORE_INDEX, KeyValueRetrievalTask
+from ..multihead import stack_causal_mask
 from ..positional import RopeScaling, RotaryEmbedding, sinusoidal_encoding
 from ..train import _keeps_rng, _mode, train_loop
 from .transformer import TransformerBlock
@@ -115,8 +116,9 @@ class RetrievalModel(nn.Module):
         x = self.key_embed(keys) + self.value_embed(values)
         if self.encoding == "sinusoidal":
             x = x + sinusoidal_encoding(keys.shape[1], self.d_model, device=x.device)
+        mask = stack_causal_mask([block.attn for block in self.blocks], x)  # once per call
         for block in self.blocks:
-            x = block(x, mask="causal")
+            x = block(x, mask=mask)
         return self.head(self.ln_f(x))
 
 

@@ -26,8 +26,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import (
-    check_causal,
-    check_token_ids,
     require_base,
     require_bool,
     require_device,
@@ -35,6 +33,7 @@ from .._checks import (
     require_module,
     require_number,
     require_token_batch,
+    require_token_ids,
 )
 from ..data.order_tasks import IGNORE_INDEX, ShiftedCopyTask
 from ..positional import (
@@ -94,7 +93,7 @@ class OrderModel(nn.Module):
         cfg = self.cfg = OrderModelConfig(vocab_size=vocab_size, encoding=encoding, **kwargs)
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
             require_int(getattr(cfg, name), name, 1)
-        check_causal(cfg.causal)
+        require_bool(cfg.causal, "causal")
         require_base(cfg.rope_base, "rope_base")
         if cfg.d_model % cfg.num_heads or (cfg.d_model // cfg.num_heads) % 2:
             raise ValueError(
@@ -139,7 +138,7 @@ class OrderModel(nn.Module):
         """
         return_weights = require_bool(return_weights, "return_weights")
         require_token_batch(tokens, "tokens")
-        check_token_ids(tokens, "tokens", self.cfg.vocab_size)
+        require_token_ids(tokens, "tokens", self.cfg.vocab_size)
         n = tokens.shape[1]
         x = self.embed(tokens)
         if self.cfg.encoding == "sinusoidal":

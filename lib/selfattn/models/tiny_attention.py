@@ -19,12 +19,12 @@ import torch
 from torch import nn
 
 from .._checks import (
-    check_token_ids,
     require_bool,
     require_int,
     require_number,
     require_tensor,
     require_token_batch,
+    require_token_ids,
 )
 from ..attention import scaled_dot_product_attention
 from ..multihead import MultiHeadAttention, heads_mask, merge_heads, split_heads
@@ -32,15 +32,6 @@ from ..positional import LearnedPositionalEmbedding, sinusoidal_encoding
 from .transformer import TransformerBlock
 
 __all__ = ["SelfAttention", "AttentionClassifier"]
-
-
-def _renamed(value, old_value, name: str, old_name: str, *, default: int):
-    """``value``, or ``old_value`` passed under the argument's former name ``old_name``."""
-    if old_value is None:
-        return value
-    if value != default:
-        raise TypeError(f"pass {name} or its former name {old_name}, not both")
-    return old_value
 
 
 class SelfAttention(nn.Module):
@@ -54,7 +45,6 @@ class SelfAttention(nn.Module):
         bias: give the projections a bias.
         scaled: multiply the scores by ``1/sqrt(d_head)`` (the Transformer's choice);
             ``False`` multiplies by 1, i.e. forgets the scale (chapter 3's experiment).
-        n_heads: the former name of ``num_heads``, still accepted.
 
     Shapes:
         ``forward(x, context=None)``: x ``(B, n, d_model)``; context ``(B, m, d_model)``
@@ -81,11 +71,9 @@ class SelfAttention(nn.Module):
         num_heads: int = 1,
         bias: bool = False,
         scaled: bool = True,
-        n_heads: int | None = None,
     ):
         super().__init__()
         bias = require_bool(bias, "bias")
-        num_heads = _renamed(num_heads, n_heads, "num_heads", "n_heads", default=1)
         self.scaled = require_bool(scaled, "scaled")
         d_model = require_int(d_model, "d_model", 1)
         d_k = d_model if d_k is None else require_int(d_k, "d_k", 1)
@@ -111,11 +99,6 @@ class SelfAttention(nn.Module):
             raise ValueError(f"out must be an nn.Linear({self.d_v}, {self.d_model}), got {out}")
         self.out = out
         return self
-
-    @property
-    def n_heads(self) -> int:
-        """The former name of ``num_heads``."""
-        return self.num_heads
 
     @property
     def scale(self) -> float:
@@ -253,7 +236,6 @@ class AttentionClassifier(nn.Module):
             (a table of ``max_len`` rows) or ``None`` (the model cannot tell positions apart).
         max_len: longest sequence for ``positions="learned"``.
         mlp: add a two-layer MLP (width ``2 d_model``) after each attention layer.
-        n_layers, n_heads: the former names of ``num_layers`` and ``num_heads``, still accepted.
 
     Shapes:
         ``forward(ids, query_position=None)``: ids ``(B, n)`` long; query_position ``(B,)``
@@ -272,13 +254,9 @@ class AttentionClassifier(nn.Module):
         positions: str | None = "sinusoidal",
         max_len: int = 64,
         mlp: bool = False,
-        n_layers: int | None = None,
-        n_heads: int | None = None,
     ):
         super().__init__()
         mlp = require_bool(mlp, "mlp")
-        num_layers = _renamed(num_layers, n_layers, "num_layers", "n_layers", default=1)
-        num_heads = _renamed(num_heads, n_heads, "num_heads", "n_heads", default=1)
         if positions not in ("sinusoidal", "learned", None):
             raise ValueError(
                 f"positions must be 'sinusoidal', 'learned' or None, got {positions!r}"
@@ -308,7 +286,7 @@ class AttentionClassifier(nn.Module):
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Token plus position vectors ``(B, n, d_model)`` for ids ``(B, n)``."""
         require_token_batch(ids)
-        check_token_ids(ids, "ids", self.embed.num_embeddings)
+        require_token_ids(ids, "ids", self.embed.num_embeddings)
         n = ids.shape[1]
         x = self.embed(ids)
         if self.positions == "sinusoidal":

@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import (
-    check_token_ids,
     require_bool,
     require_bool_mask,
     require_float,
@@ -37,9 +36,10 @@ from .._checks import (
     require_number,
     require_tensor,
     require_token_batch,
+    require_token_ids,
 )
 from ..data.images import patchify
-from ..multihead import KVCache, MultiHeadAttention
+from ..multihead import KVCache, MultiHeadAttention, stack_causal_mask
 from ..positional import LearnedPositionalEmbedding
 from ..train import _mode
 
@@ -327,13 +327,18 @@ class Decoder(nn.Module):
                 f"caches must hold one entry per layer ({len(self.blocks)}), got {len(caches)}"
             )
         weights = []
+        # "causal" is aligned bottom-right: correct both for a full sequence and for new
+        # tokens appended to a cache. Built once for all the layers.
+        mask = stack_causal_mask(
+            [block.attn for block in self.blocks],
+            x,
+            None if caches is None else [_self_cache(c) for c in caches],
+        )
         for i, block in enumerate(self.blocks):
             layer_caches = caches[i] if caches is not None else {"self": None, "cross": None}
-            # "causal" is aligned bottom-right: correct both for a full sequence and for new
-            # tokens appended to a cache.
             x = block(
                 x,
-                mask="causal",
+                mask=mask,
                 context=context,
                 context_mask=context_mask,
                 cache=layer_caches["self"],
@@ -345,6 +350,11 @@ class Decoder(nn.Module):
                 weights.append(w)
         x = self.ln_f(x)
         return (x, weights) if return_weights else x
+
+
+def _self_cache(layer_caches):
+    """A layer's self-attention cache from its ``{"self": ..., "cross": ...}`` entry."""
+    return layer_caches.get("self") if isinstance(layer_caches, dict) else layer_caches
 
 
 class _TokenEmbedding(nn.Module):
@@ -363,7 +373,7 @@ class _TokenEmbedding(nn.Module):
         """ids ``(B, n)`` at positions ``start .. start + n - 1`` -> ``(B, n, d)``."""
         require_token_batch(ids)
         start = require_int(start, "start", 0)
-        check_token_ids(ids, "ids", self.tok.num_embeddings)
+        require_token_ids(ids, "ids", self.tok.num_embeddings)
         return self.pos(self.tok(ids), offset=start)
 
 
