@@ -155,23 +155,24 @@ def test_every_study_a_chapter_reads_has_a_script_that_recomputes_it():
     bench = {"ch11_bench", "ch12_bench"}
     studies = {name for name in read if not name.startswith("bench_") and name not in bench}
     assert studies and studies <= set(results.STUDIES), studies - set(results.STUDIES)
-    for script, _ in results.STUDIES.values():
-        assert (ROOT / "tools" / script).is_file(), script
-        assert (
-            "--out" in (ROOT / "tools" / script).read_text()
-            or "_precompute" in (ROOT / "tools" / script).read_text()
-        )
+    for module, _ in results.STUDIES.values():
+        script = ROOT / (module.replace(".", "/") + ".py")
+        assert module.startswith("tools.") and script.is_file(), module
+        assert "--out" in script.read_text() or "_precompute" in script.read_text()
 
 
 def test_everything_live_recomputes_a_study_once_per_kernel(reader, monkeypatch, tmp_path_factory):
-    tools = tmp_path_factory.mktemp("tools")
+    clone = tmp_path_factory.mktemp("clone")
+    tools = clone / "tools"
+    tools.mkdir()
+    (tools / "__init__.py").write_text("")
     (tools / "fake.py").write_text(
         "import json, os, sys\n"
         "out = sys.argv[sys.argv.index('--out') + 1]\n"
         "json.dump({'runs': 1, 'path': os.environ.get('MKL_CBWR')}, open(out, 'w'))\n"
     )
-    monkeypatch.setattr(results, "STUDIES", {"ch99_study": ("fake.py", {"MKL_CBWR": "X"})})
-    monkeypatch.setattr(results, "_tools_folder", lambda: tools)
+    monkeypatch.setattr(results, "STUDIES", {"ch99_study": ("tools.fake", {"MKL_CBWR": "X"})})
+    monkeypatch.setattr(results, "_clone", lambda: clone)
     assert selfattn.load_recorded("ch99_study", default={"recorded": True}) == {
         "recorded": True
     }  # the switch is off: the recorded results
@@ -184,7 +185,7 @@ def test_everything_live_recomputes_a_study_once_per_kernel(reader, monkeypatch,
 def test_everything_live_without_a_clone_says_so_and_reads_the_recorded(
     reader, monkeypatch, capsys
 ):
-    monkeypatch.setattr(results, "_tools_folder", lambda: None)
+    monkeypatch.setattr(results, "_clone", lambda: None)
     monkeypatch.setenv("SELFATTN_LIVE", "1")
     recorded = selfattn.load_recorded("ch03_scale_study")
     assert "needs a clone of the book's repository" in capsys.readouterr().out

@@ -46,6 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
 
 
 def _use_source_tree(argv: list[str]) -> None:

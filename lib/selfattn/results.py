@@ -75,22 +75,23 @@ LIVE_ENV = "SELFATTN_LIVE"
 #: another reader's CPU): ATen's scalar ("default") kernels instead of this CPU's AVX2/AVX-512
 #: ones, and MKL's compatible (SSE2) code path instead of the fastest one.
 SECOND_PATH = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
-#: The recorded studies that a chapter reads, ``{name: (script in tools/, extra environment)}``;
-#: ``python tools/<script>`` writes ``chapters/results/<name>.json``.
+#: The recorded studies that a chapter reads, ``{name: (module, extra environment)}``: in a
+#: clone of the book's repository, ``python -m <module> --out FILE`` (a script of its
+#: ``tools`` package) writes the file that ``chapters/results/<name>.json`` ships.
 STUDIES = {
-    "ch01_long_range_seeds": ("ch01_long_range_seeds.py", {}),
-    "ch01_long_range_seeds_second": ("ch01_long_range_seeds.py", SECOND_PATH),
-    "ch02_coref_seeds": ("ch02_coref_seeds.py", {}),
-    "ch03_scale_study": ("ch03_scale_study.py", {}),
-    "ch06_seeds": ("ch06_extrapolation_seeds.py", {}),
-    "ch06_rope_scaling": ("ch06_rope_scaling.py", {}),
-    "ch08_mqar": ("ch08_mqar.py", {}),
-    "ch08_performer": ("ch08_performer.py", {}),
-    "ch08_sinks": ("ch08_sinks.py", {}),
-    "ch09_experiments": ("ch09_experiments.py", {}),
-    "ch11_logit_growth": ("ch11_logit_growth.py", {}),
-    "ch12_packing": ("ch12_packing.py", {}),
-    "ch13_recall": ("ch13_recall.py", {}),
+    "ch01_long_range_seeds": ("tools.ch01_long_range_seeds", {}),
+    "ch01_long_range_seeds_second": ("tools.ch01_long_range_seeds", SECOND_PATH),
+    "ch02_coref_seeds": ("tools.ch02_coref_seeds", {}),
+    "ch03_scale_study": ("tools.ch03_scale_study", {}),
+    "ch06_seeds": ("tools.ch06_extrapolation_seeds", {}),
+    "ch06_rope_scaling": ("tools.ch06_rope_scaling", {}),
+    "ch08_mqar": ("tools.ch08_mqar", {}),
+    "ch08_performer": ("tools.ch08_performer", {}),
+    "ch08_sinks": ("tools.ch08_sinks", {}),
+    "ch09_experiments": ("tools.ch09_experiments", {}),
+    "ch11_logit_growth": ("tools.ch11_logit_growth", {}),
+    "ch12_packing": ("tools.ch12_packing", {}),
+    "ch13_recall": ("tools.ch13_recall", {}),
 }
 
 
@@ -99,29 +100,34 @@ def live() -> bool:
     return os.environ.get(LIVE_ENV, "0") not in {"", "0"}
 
 
-def _tools_folder() -> Path | None:
-    """The repository's ``tools/`` when the library runs from a clone (an editable install)."""
-    folder = Path(__file__).resolve().parents[2] / "tools"
-    return folder if (folder / "_precompute.py").is_file() else None
+def _clone() -> Path | None:
+    """The clone of the book's repository that this kernel works in: the working directory or
+    a folder above it with the book's ``_toc.yml`` (a chapter runs in ``chapters/``).
+
+    Found from where the reader works, not from where the library is installed: the library
+    reads nothing of the repository's ``tools/``; it starts a study's command in the clone.
+    """
+    here = Path.cwd().resolve()
+    return next((d for d in (here, *here.parents) if (d / "_toc.yml").is_file()), None)
 
 
 def _recompute(name: str) -> None:
-    """Run ``name``'s study script now and keep its results for this kernel (``SELFATTN_LIVE``)."""
-    script, extra = STUDIES[name]
-    tools = _tools_folder()
-    if tools is None:
+    """Run ``name``'s study now and keep its results for this kernel (``SELFATTN_LIVE``)."""
+    module, extra = STUDIES[name]
+    clone = _clone()
+    if clone is None:
         print(
             f"SELFATTN_LIVE: recomputing {name!r} needs a clone of the book's repository (its "
-            f"tools/{script}); this run reads the recorded results instead.",
+            f"python -m {module}); this run reads the recorded results instead.",
             flush=True,
         )
         return
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{name}.json"
-        command = [sys.executable, str(tools / script), "--out", str(out)]
-        print(f"SELFATTN_LIVE: recomputing {name!r}: python tools/{script} (minutes)", flush=True)
+        command = [sys.executable, "-m", module, "--out", str(out)]
+        print(f"SELFATTN_LIVE: recomputing {name!r}: python -m {module} (minutes)", flush=True)
         env = {**os.environ, "SELFATTN_PROGRESS": "0", **extra}
-        subprocess.run(command, cwd=tools, env=env, check=True, capture_output=True)
+        subprocess.run(command, cwd=clone, env=env, check=True, capture_output=True)
         _SESSION[name] = json.loads(out.read_text(encoding="utf-8"))
 
 
