@@ -24,6 +24,12 @@ chapter     diagrams
 ==========  ===========================================================================
 
 Invalid sizes raise ``ValueError`` naming the argument, what it got and what it expected.
+
+Every diagram is drawn in English. Another language is a pass over the finished figure:
+``translate(fig, messages, font=...)`` swaps each label for its translation and draws it in
+a CJK font (``cjk_font()``); ``labels(fig)`` lists the strings to translate. The Chinese
+edition does this when it is built (``_ext/book_zh_widgets.py``), from the catalogs'
+``diagram`` messages.
 """
 
 from __future__ import annotations
