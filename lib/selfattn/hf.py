@@ -17,6 +17,7 @@ qwen3          ``Qwen3ForCausalLM``                ``DecoderLM`` (QK-norm)
 gemma2         ``Gemma2ForCausalLM``               ``DecoderLM`` (soft-caps, local/global)
 gpt_oss        ``GptOssForCausalLM``               ``DecoderLM`` (sinks, YaRN, top-k MoE)
 deepseek_v3    ``DeepseekV3ForCausalLM`` (dense)   ``DecoderLM`` with latent attention
+deepseek_v32   ``DeepseekV32ForCausalLM`` (dense)  ``DecoderLM``, latent attention + DSA indexer
 qwen3_next     ``Qwen3NextForCausalLM`` (dense)    ``DecoderLM``, gated attention + DeltaNet
 diffllama      ``DiffLlamaForCausalLM``            ``DecoderLM`` with differential attention
 =============  ==================================  =====================================
@@ -329,20 +330,28 @@ def _gpt_oss(hf_model):
     return _lm(hf_model, blocks, _rms(hf_model.model.norm))
 
 
-def _deepseek_v3(hf_model):
+def _deepseek_v3(hf_model, *, indexed: bool = False):
     from .latent import MultiHeadLatentAttention
     from .models.llm import DecoderBlock
 
     config = hf_model.config
-    if config.first_k_dense_replace < config.num_hidden_layers:
+    types = getattr(config, "mlp_layer_types", None)
+    if indexed and types is not None and "sparse" in types:
+        raise ValueError(
+            "the book converts DeepSeek-V3.2 with dense layers only (mlp_layer_types all "
+            f"'dense'), got mlp_layer_types={types}: its MoE layers (shared experts, grouped "
+            "routing) are not the book's TopKMoE"
+        )
+    if not indexed and config.first_k_dense_replace < config.num_hidden_layers:
         raise ValueError(
             "the book converts DeepSeek-V3 with dense layers only (first_k_dense_replace = "
             f"num_hidden_layers = {config.num_hidden_layers}), got first_k_dense_replace="
             f"{config.first_k_dense_replace}: its MoE layers (shared experts, grouped routing) "
             "are not the book's TopKMoE"
         )
-    layout = "interleaved" if getattr(config, "rope_interleave", False) else "half"
-    rope = _rotary(hf_model, config.qk_rope_head_dim, layout)
+    # DeepSeek-V3.2's MLA always rotates interleaved pairs, its indexer the halves.
+    interleaved = indexed or getattr(config, "rope_interleave", False)
+    rope = _rotary(hf_model, config.qk_rope_head_dim, "interleaved" if interleaved else "half")
     act = _act(config.hidden_act)
     blocks = []
     for layer in hf_model.model.layers:
@@ -370,6 +379,10 @@ def _deepseek_v3(hf_model):
         _copy_norm(mla.kv_norm, src.kv_a_layernorm)
         _copy(mla.kv_b, src.kv_b_proj)
         _copy(mla.out, src.o_proj)
+        if indexed:
+            mla = _IndexedLatentAttention(
+                mla, src.indexer, _rotary(hf_model, config.qk_rope_head_dim)
+            )
         blocks.append(
             DecoderBlock(
                 mla,
@@ -379,6 +392,67 @@ def _deepseek_v3(hf_model):
             )
         )
     return _lm(hf_model, blocks, _rms(hf_model.model.norm))
+
+
+def _deepseek_v32(hf_model):
+    return _deepseek_v3(hf_model, indexed=True)
+
+
+class _IndexedLatentAttention(nn.Module):
+    """DeepSeek-V3.2's attention: latent attention (``mla``) over the tokens a lightning
+    indexer selects (:func:`~selfattn.learned_sparse.lightning_indexer_scores`, its top
+    ``top_k`` per query). The indexer reads ``mla``'s normalised low-rank query (``wq_b``),
+    its own key (``wk``, a LayerNorm ``k_norm``) and per-head weights (``weights_proj``), with
+    RoPE in the "half" layout on the first ``rope_dim`` of its ``d_I``; its scores are float32
+    whatever the dtype, as in ``transformers``."""
+
+    def __init__(self, mla: nn.Module, src: nn.Module, rope: CopiedRotary):
+        super().__init__()
+        self.mla, self.rope = mla, rope
+        self.top_k, self.index_heads, self.index_dim = src.index_topk, src.n_heads, src.head_dim
+        self.wq_b = nn.Linear(src.wq_b.in_features, src.wq_b.out_features, bias=False)
+        self.wk = nn.Linear(src.wk.in_features, src.wk.out_features, bias=False)
+        self.weights_proj = nn.Linear(src.hidden_size, src.n_heads, bias=False)
+        self.k_norm = nn.LayerNorm(src.head_dim, eps=src.k_norm.eps)
+        for name in ("wq_b", "wk", "weights_proj"):
+            _copy(getattr(self, name), getattr(src, name))
+        self.k_norm.load_state_dict(src.k_norm.state_dict())
+
+    def new_cache(self):
+        """The latent attention's cache, with room for the indexer's keys."""
+        cache = self.mla.new_cache()
+        cache.index_k = None
+        return cache
+
+    def _rotated(self, x, start):
+        r = self.rope.rotary_dim
+        positions = torch.arange(start, start + x.shape[-2], device=x.device)
+        rot, _ = self.rope(x[..., :r], x[..., :r], positions, positions)
+        return torch.cat([rot, x[..., r:]], dim=-1)
+
+    def forward(self, x: torch.Tensor, *, mask=None, cache=None) -> torch.Tensor:
+        """``x`` ``(B, n, d_model)``; ``mask`` ``"causal"`` or bool ``(B, 1, n, m)``."""
+        from .learned_sparse import lightning_indexer_scores
+
+        bsz, n, _ = x.shape
+        start = 0 if cache is None else len(cache)
+        m = start + n
+        if isinstance(mask, str) or mask is None:
+            keys = torch.arange(m, device=x.device)
+            mask = (keys[None, :] <= torch.arange(start, m, device=x.device)[:, None])[None, None]
+        q_resid = self.mla.q_norm(self.mla.q_a(x))
+        qi = self.wq_b(q_resid).view(bsz, n, self.index_heads, self.index_dim)
+        qi = self._rotated(qi.transpose(1, 2), start).transpose(1, 2)  # (B, n, H_I, d_I)
+        ki = self._rotated(self.k_norm(self.wk(x)), start)  # (B, n, d_I)
+        if cache is not None:
+            if cache.index_k is not None:
+                ki = torch.cat([cache.index_k, ki], dim=1)
+            cache.index_k = ki
+        w = self.weights_proj(x).float() * self.index_heads**-0.5
+        scores = lightning_indexer_scores(qi, ki, w, mask[:, 0])  # (B, n, m)
+        top = scores.topk(min(self.top_k, m), dim=-1).indices
+        chosen = torch.zeros_like(scores, dtype=torch.bool).scatter(-1, top, True)
+        return self.mla(x, mask=mask & chosen[:, None], cache=cache)
 
 
 def _copy_norm(dst: nn.Module, src: nn.Module) -> None:
@@ -609,6 +683,7 @@ FAMILIES = {
     "gemma2": _gemma2,
     "gpt_oss": _gpt_oss,
     "deepseek_v3": _deepseek_v3,
+    "deepseek_v32": _deepseek_v32,
     "diffllama": _diffllama,
     "qwen3_next": _qwen3_next,
 }

@@ -11,6 +11,13 @@ mixers, each one of :data:`RECALL_MIXERS`:
   (the bare rule: :class:`~selfattn.delta_net.GatedDeltaNet` adds a short convolution, an
   output gate and a norm around it);
 
+* ``"nsa"``, ``"dsa"``: learned sparse attention
+  (:class:`~selfattn.learned_sparse.NativeSparseAttention` with blocks of 8 and a window of 8;
+  :class:`~selfattn.learned_sparse.DeepSeekSparseAttention`), each query reading ``tokens``
+  selected tokens (``tokens // 8`` blocks; the top ``tokens``). DSA's indexer is trained as
+  DeepSeek-V3.2's: on its KL loss to the dense attention (input detached), with a dense
+  warm-up for the first quarter of the steps;
+
 and :data:`STACKS` names the models of the study: one layer of each, and ``"hybrid"``, a
 Gated DeltaNet layer followed by one softmax layer (Qwen3-Next's pattern, three linear
 layers to one of full attention, cut to one to one). With width ``d`` every recurrent
@@ -33,12 +40,15 @@ from ..data.mqar import mqar_batch
 from ..delta_net import l2norm
 from ..efficient.delta_rule import gated_delta_rule
 from ..efficient.linear import decayed_linear_attention, linear_attention
+from ..learned_sparse import DeepSeekSparseAttention, NativeSparseAttention
 from ..train import _keeps_rng
 
 __all__ = ["RECALL_MIXERS", "STACKS", "RecallStack", "train_recall"]
 
 #: The mixers a :class:`RecallStack` layer can use.
-RECALL_MIXERS = ("softmax", "linear", "gated_linear", "delta", "gated_delta")
+RECALL_MIXERS = ("softmax", "linear", "gated_linear", "delta", "gated_delta", "nsa", "dsa")
+#: NSA's block and window in a :class:`RecallStack` (its ``tokens`` counts the selected ones).
+NSA_BLOCK = 8
 #: The models of chapter 13's study, each name mapped to its mixers (first layer first).
 STACKS = {
     "softmax": ("softmax",),
@@ -47,13 +57,24 @@ STACKS = {
     "delta": ("delta",),
     "gated_delta": ("gated_delta",),
     "hybrid": ("gated_delta", "softmax"),
+    "nsa": ("nsa",),
+    "dsa": ("dsa",),
 }
 
 
 class _Mixer(nn.Module):
-    def __init__(self, kind: str, d: int, chunk_size: int):
+    def __init__(self, kind: str, d: int, chunk_size: int, tokens: int = 16):
         super().__init__()
         self.kind, self.chunk_size = kind, chunk_size
+        self.aux = None  # DSA: the indexer's KL loss of the last training forward
+        if kind == "nsa":
+            self.sparse = NativeSparseAttention(
+                d, 1, block_size=NSA_BLOCK, num_selected=max(1, tokens // NSA_BLOCK), window=8
+            )
+            return
+        if kind == "dsa":
+            self.sparse = DeepSeekSparseAttention(d, 1, top_k=tokens, index_dim=16)
+            return
         self.qkv = nn.Linear(d, 3 * d)
         self.out = nn.Linear(d, d)
         self.gate = nn.Linear(d, 1)
@@ -64,6 +85,10 @@ class _Mixer(nn.Module):
         nn.init.constant_(self.decay.bias, 4.0)  # sigmoid(4) ~ 0.98
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind in ("nsa", "dsa"):
+            if self.kind == "dsa" and self.training:
+                self.aux = self.sparse.indexer_kl(x.detach())
+            return self.sparse(x)
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         if self.kind == "softmax":
             o = scaled_dot_product_attention(q, k, v, "causal", kernel="torch")
@@ -93,15 +118,17 @@ class RecallStack(nn.Module):
         d_model: width (one head of this width).
         n_keys, n_values: vocabulary sizes of :func:`~selfattn.data.mqar.mqar_batch`.
         chunk_size: the delta rule's chunk.
+        tokens: the tokens each query of a ``"nsa"`` or ``"dsa"`` mixer selects.
     """
 
-    def __init__(self, mixers, *, d_model=32, n_keys=128, n_values=64, chunk_size=32):
+    def __init__(self, mixers, *, d_model=32, n_keys=128, n_values=64, chunk_size=32, tokens=16):
         super().__init__()
         mixers = tuple(mixers)
         bad = [m for m in mixers if m not in RECALL_MIXERS]
         if bad or not mixers:
             raise ValueError(f"mixers must be some of {RECALL_MIXERS}, got {mixers!r}")
         d = require_int(d_model, "d_model", 1)
+        tokens = require_int(tokens, "tokens", 1)
         self.mixers = mixers
         self.key_embed = nn.Embedding(n_keys, d)
         self.value_embed = nn.Embedding(n_values + 1, d)
@@ -109,7 +136,7 @@ class RecallStack(nn.Module):
             nn.ModuleDict(
                 {
                     "norm1": nn.LayerNorm(d),
-                    "mix": _Mixer(m, d, chunk_size),
+                    "mix": _Mixer(m, d, chunk_size, tokens),
                     "norm2": nn.LayerNorm(d),
                     "mlp": nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)),
                 }
@@ -140,29 +167,38 @@ def train_recall(
     n_keys: int = 128,
     n_values: int = 64,
     eval_batch: int = 512,
+    tokens: int = 16,
 ) -> dict:
     """Train the model ``STACKS[model]`` on fresh MQAR batches; measure held-out recall.
 
     The batches, schedule and evaluation are chapter 8's ``train_mqar``'s (same seeds).
+    ``tokens``: what each query of an NSA or DSA layer selects (see :class:`RecallStack`).
 
     Returns:
-        ``{"model", "n_pairs", "seed", "recall", "final_loss", "parameters", "seconds"}``.
+        ``{"model", "n_pairs", "seed", "recall", "final_loss", "parameters", "seconds"}``
+        (and ``"tokens"`` for NSA and DSA).
     """
     if model not in STACKS:
         raise ValueError(f"model must be one of {tuple(STACKS)}, got {model!r}")
     lr = require_number(lr, "lr", positive=True)
     torch.manual_seed(seed)
-    net = RecallStack(STACKS[model], d_model=d_model, n_keys=n_keys, n_values=n_values)
+    net = RecallStack(
+        STACKS[model], d_model=d_model, n_keys=n_keys, n_values=n_values, tokens=tokens
+    )
+    dsa = [b["mix"].sparse for b in net.blocks if b["mix"].kind == "dsa"]
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
     g = torch.Generator().manual_seed(10_000 + seed)
     start, loss = time.process_time(), torch.tensor(math.nan)
-    for _ in range(steps):
+    for step in range(steps):
+        for layer in dsa:  # DeepSeek-V3.2's dense warm-up, then sparse
+            layer.top_k = 2 * n_pairs if step < steps // 4 else tokens
         b = mqar_batch(batch, n_pairs, n_keys=n_keys, n_values=n_values, generator=g)
         logits = net(b.keys, b.values)
         loss = F.cross_entropy(logits.reshape(-1, n_values), b.targets.reshape(-1))
         opt.zero_grad()
-        loss.backward()
+        aux = sum(blk["mix"].aux for blk in net.blocks if blk["mix"].aux is not None)
+        (loss + aux).backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         sched.step()
@@ -176,7 +212,9 @@ def train_recall(
     with torch.no_grad():
         pred = net(test.keys, test.values).argmax(-1)
     asked = test.targets != -100
+    extra = {"tokens": tokens} if model in ("nsa", "dsa") else {}
     return {
+        **extra,
         "model": model,
         "n_pairs": n_pairs,
         "seed": seed,
