@@ -95,7 +95,7 @@ def test_every_key_has_a_config_for_sm75_and_h100_gets_the_fastest():
 
 
 def test_choose_config_bad_input():
-    with pytest.raises(ValueError, match="head_dim"):
+    with pytest.raises(ValueError, match="d_head"):
         choose_config("forward", 300, 64, torch.float16, False, 65536)
     with pytest.raises(TypeError, match="float64"):
         choose_config("forward", 64, 64, torch.float64, False, 65536)

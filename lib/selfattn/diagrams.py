@@ -101,11 +101,6 @@ _TIMES = "\u00d7"
 
 
 # ----------------------------------------------------------------------------- helpers
-def _checked_size(value, name: str, minimum: int = 1, maximum: int | None = None) -> int:
-    # a figure's size argument: at least 1 unless said, at most what fits the drawing
-    return require_int(value, name, minimum, maximum)
-
-
 def _shape(name: str, symbols: str, *sizes: int) -> str:
     """The book's shape label: ``Q (n × d_k) = 5 × 4``."""
     dims = f" {_TIMES} ".join(str(s) for s in sizes)
@@ -263,8 +258,8 @@ def information_paths(n: int = 6, k: int = 3) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _checked_size(n, "n", 2, 12)
-    k = _checked_size(k, "k", 2, n)
+    n = require_int(n, "n", 2, 12)
+    k = require_int(k, "k", 2, n)
     layers = math.ceil((n - 1) / (k - 1))
     fig, axes = _figure(3, size=(7.0, 3.0), xlim=(-0.7, n - 0.3), ylim=(-1.6, 4.4))
     col = PALETTE["highlight"]
@@ -527,10 +522,10 @@ def five_steps(n: int = 5, d_model: int = 6, d_k: int = 4, d_v: int = 3) -> Figu
     Returns:
         The Figure; ``fig.alt`` lists each step with its shape.
     """
-    n = _checked_size(n, "n", 1, 64)
-    d_model = _checked_size(d_model, "d_model", 1, 4096)
-    d_k = _checked_size(d_k, "d_k", 1, 4096)
-    d_v = _checked_size(d_v, "d_v", 1, 4096)
+    n = require_int(n, "n", 1, 64)
+    d_model = require_int(d_model, "d_model", 1, 4096)
+    d_k = require_int(d_k, "d_k", 1, 4096)
+    d_v = require_int(d_v, "d_v", 1, 4096)
     fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
     # one cell size for every matrix, so the widths and heights compare
     cell = max(min(1.1 / n, 1.25 / max(d_model, d_k, d_v, n)), 0.02)
@@ -569,8 +564,8 @@ def mask_grids(n: int = 5, length: int = 3) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _checked_size(n, "n", 2, 16)
-    length = _checked_size(length, "length", 1, n)
+    n = require_int(n, "n", 2, 16)
+    length = require_int(length, "length", 1, n)
     i, j = np.indices((n, n))
     causal = j <= i
     padding = np.broadcast_to(j < length, (n, n))
@@ -606,8 +601,8 @@ def cache_alignment(n: int = 2, m: int = 6) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    m = _checked_size(m, "m", 1, 16)
-    n = _checked_size(n, "n", 1, m)
+    m = require_int(m, "m", 1, 16)
+    n = require_int(n, "n", 1, m)
     i, j = np.indices((n, m))
     fig = _Diagram(figsize=(7.0, 2.6), layout="constrained")
     axes = fig.subplots(1, 2)
@@ -729,9 +724,9 @@ def multi_head(n: int = 5, d_model: int = 12, h: int = 3) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _checked_size(n, "n", 1, 64)
-    h = _checked_size(h, "h", 1, 8)
-    d_model = _checked_size(d_model, "d_model", 1, 8192)
+    n = require_int(n, "n", 1, 64)
+    h = require_int(h, "h", 1, 8)
+    d_model = require_int(d_model, "d_model", 1, 8192)
     if d_model % h:
         raise ValueError(f"d_model must be divisible by h = {h}, got d_model = {d_model}")
     d_head = d_model // h
@@ -802,8 +797,8 @@ def grouped_query(h: int = 8, h_kv: int = 2) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    h = _checked_size(h, "h", 1, 16)
-    h_kv = _checked_size(h_kv, "h_kv", 1, h)
+    h = require_int(h, "h", 1, 16)
+    h_kv = require_int(h_kv, "h_kv", 1, h)
     if h % h_kv:
         raise ValueError(f"h_kv must divide h = {h}, got h_kv = {h_kv}")
     group = h // h_kv
@@ -872,9 +867,9 @@ def kv_cache(prefill: int = 5, steps: int = 3, d_head: int = 16) -> Figure:
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    prefill = _checked_size(prefill, "prefill", 1, 16)
-    steps = _checked_size(steps, "steps", 1, 4)
-    d_head = _checked_size(d_head, "d_head", 1, 64)
+    prefill = require_int(prefill, "prefill", 1, 16)
+    steps = require_int(steps, "steps", 1, 4)
+    d_head = require_int(d_head, "d_head", 1, 64)
     total = prefill + steps
     panels = steps + 1
     cell = min(4.2 / total, 2.6 / d_head)
@@ -987,10 +982,10 @@ def rope_rotation(
     Returns:
         The Figure; ``fig.alt`` names every angle.
     """
-    d = _checked_size(d, "d", 2, 4096)
+    d = require_int(d, "d", 2, 4096)
     if d % 2:
         raise ValueError(f"d must be even (pairs of dimensions), got {d}")
-    position = _checked_size(position, "position", 0, 10**6)
+    position = require_int(position, "position", 0, 10**6)
     require_base(base)
     if not isinstance(symbol, str) or not symbol:
         raise ValueError(f"symbol must be a non-empty string, got {symbol!r}")
@@ -1097,11 +1092,11 @@ def flash_tiles(
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _checked_size(n, "n", 1, 64)
-    m = _checked_size(m, "m", 1, 64)
-    d = _checked_size(d, "d", 1, 16)
-    br = _checked_size(block_rows, "block_rows", 1, n)
-    bc = _checked_size(block_cols, "block_cols", 1, m)
+    n = require_int(n, "n", 1, 64)
+    m = require_int(m, "m", 1, 64)
+    d = require_int(d, "d", 1, 16)
+    br = require_int(block_rows, "block_rows", 1, n)
+    bc = require_int(block_cols, "block_cols", 1, m)
     tr, tc = math.ceil(n / br), math.ceil(m / bc)
     fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
     _draw_memories(ax)
@@ -1166,10 +1161,10 @@ def sparse_patterns(n: int = 16, window: int = 4, stride: int = 4, n_global: int
     Returns:
         The Figure; ``fig.alt`` gives the number of kept entries of each pattern.
     """
-    n = _checked_size(n, "n", 2, 32)
-    window = _checked_size(window, "window", 1, n)
-    stride = _checked_size(stride, "stride", 1, n)
-    n_global = _checked_size(n_global, "n_global", 0, n)
+    n = require_int(n, "n", 2, 32)
+    window = require_int(window, "window", 1, n)
+    stride = require_int(stride, "stride", 1, n)
+    n_global = require_int(n_global, "n_global", 0, n)
     i, j = np.indices((n, n))
     diff = i - j
     causal = diff >= 0
@@ -1217,9 +1212,9 @@ def receptive_field_growth(n: int = 12, window: int = 3, layers: int = 3) -> Fig
     Returns:
         The Figure; ``fig.alt`` gives the reach per layer.
     """
-    n = _checked_size(n, "n", 2, 24)
-    window = _checked_size(window, "window", 2, n)
-    layers = _checked_size(layers, "layers", 1, 6)
+    n = require_int(n, "n", 2, 24)
+    window = require_int(window, "window", 2, n)
+    layers = require_int(layers, "layers", 1, 6)
     fig, (ax,) = _figure(1, size=(7.0, 3.0), xlim=(-3.6, n), ylim=(-0.6, layers + 1.0))
     reach = {n - 1}
     cones = [set(reach)]
@@ -1351,16 +1346,16 @@ def transformer_family(
     Returns:
         The Figure; ``fig.alt`` describes it with the same numbers.
     """
-    n = _checked_size(n, "n", 2, 12)
-    padding = _checked_size(padding, "padding", 0, n - 1)
-    patch = _checked_size(patch, "patch", 1)
-    image_size = _checked_size(image_size, "image_size", patch)
+    n = require_int(n, "n", 2, 12)
+    padding = require_int(padding, "padding", 0, n - 1)
+    patch = require_int(patch, "patch", 1)
+    image_size = require_int(image_size, "image_size", patch)
     if image_size % patch or image_size // patch > 6:
         raise ValueError(
             f"image_size must be a multiple of patch = {patch} with at most 6 patches per side, "
             f"got image_size = {image_size}"
         )
-    batch = _checked_size(batch, "batch", 2, 8)
+    batch = require_int(batch, "batch", 2, 8)
     g = image_size // patch
     P = g * g
     fig, (ax,) = _figure(1, size=(7.0, 3.4), xlim=(0, 14), ylim=(0, 6.8))
@@ -1422,12 +1417,12 @@ def latent_cache(h: int = 4, d_head: int = 4, kv_rank: int = 8, rope_dim: int = 
     Returns:
         The Figure; ``fig.alt`` gives each design's count of cached numbers.
     """
-    h = _checked_size(h, "h", 2, 8)
+    h = require_int(h, "h", 2, 8)
     if h % 2:
         raise ValueError(f"h must be even (grouped-query keeps h / 2 heads), got {h}")
-    d_head = _checked_size(d_head, "d_head", 1, 8)
-    kv_rank = _checked_size(kv_rank, "kv_rank", 1, 32)
-    rope_dim = _checked_size(rope_dim, "rope_dim", 0, 8)
+    d_head = require_int(d_head, "d_head", 1, 8)
+    kv_rank = require_int(kv_rank, "kv_rank", 1, 32)
+    rope_dim = require_int(rope_dim, "rope_dim", 0, 8)
     rows = [
         ("MHA", [("K", h * d_head, PALETTE["k"]), ("V", h * d_head, PALETTE["v"])]),
         ("GQA", [("K", h // 2 * d_head, PALETTE["k"]), ("V", h // 2 * d_head, PALETTE["v"])]),
@@ -1483,9 +1478,9 @@ def block_mask_tiles(n: int = 16, block: int = 4, window: int = 8) -> Figure:
     Returns:
         The Figure; ``fig.alt`` gives the count of each kind of tile.
     """
-    n = _checked_size(n, "n", 2, 32)
-    block = _checked_size(block, "block", 1, n)
-    window = _checked_size(window, "window", 1, n)
+    n = require_int(n, "n", 2, 32)
+    block = require_int(block, "block", 1, n)
+    window = require_int(window, "window", 1, n)
     i, j = np.indices((n, n))
     allowed = (i - j >= 0) & (i - j < window)
     nb = math.ceil(n / block)
@@ -1551,7 +1546,7 @@ def ring_attention_steps(world_size: int = 4) -> Figure:
     Returns:
         The Figure; ``fig.alt`` names the ranks, the sends and the table.
     """
-    P = _checked_size(world_size, "world_size", 2, 8)
+    P = require_int(world_size, "world_size", 2, 8)
     fig, (ax,) = _figure()
     cx, cy, rad = 3.5, 3.0, 2.1
     for r in range(P):
@@ -1626,8 +1621,8 @@ def all_to_all_heads(world_size: int = 4, heads: int = 8) -> Figure:
     Returns:
         The Figure; ``fig.alt`` gives the pieces each rank sends and keeps.
     """
-    P = _checked_size(world_size, "world_size", 2, 8)
-    h = _checked_size(heads, "heads", P, 16)
+    P = require_int(world_size, "world_size", 2, 8)
+    h = require_int(heads, "heads", P, 16)
     if h % P:
         raise ValueError(f"heads must be a multiple of world_size={P}, got {h}")
     fig, (ax,) = _figure()
@@ -1692,7 +1687,7 @@ def zigzag_layout(world_size: int = 4) -> Figure:
     Returns:
         The Figure; ``fig.alt`` gives each rank's number of blocks in both layouts.
     """
-    P = _checked_size(world_size, "world_size", 2, 8)
+    P = require_int(world_size, "world_size", 2, 8)
     c = 2 * P
     fig = _Diagram(figsize=_FIGSIZE, layout="constrained")
     counts = {}

@@ -52,6 +52,20 @@ def attention_steps(X, W_q, W_k, W_v, mask=None) -> AttentionSteps:
     Returns:
         :class:`AttentionSteps` with Q, K, V, scores, scaled_scores, weights, output.
     """
+    X, W_q, W_k, W_v = _require_steps_inputs(X, W_q, W_k, W_v)
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v  # step 1: (n, d) -> (n, d_k), (n, d_k), (n, d_v)
+    scores = Q @ K.T  # step 2: (n, n), how well each query matches each key
+    scaled = scores / np.sqrt(Q.shape[1])  # step 3: keep the variance at 1 whatever d_k
+    if mask is not None:
+        scaled = np.where(_require_steps_mask(mask, scaled.shape), scaled, -np.inf)
+    weights = softmax_np(scaled, axis=-1)  # step 4: each row sums to 1
+    output = weights @ V  # step 5: (n, d_v), a weighted average of the values
+    return AttentionSteps(Q, K, V, scores, scaled, weights, output)
+
+
+def _require_steps_inputs(X, W_q, W_k, W_v) -> list[np.ndarray]:
+    """:func:`attention_steps`' inputs as float64 arrays: ``X (n, d)``, ``W_q, W_k (d, d_k)``,
+    ``W_v (d, d_v)``."""
     arrays = []
     for name, a in (("X", X), ("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
         require_real(a, name)
@@ -70,16 +84,14 @@ def attention_steps(X, W_q, W_k, W_v, mask=None) -> AttentionSteps:
             raise ValueError(f"{name} must have shape (d={d}, ·), got {W.shape}")
     if W_q.shape[1] != W_k.shape[1]:
         raise ValueError(f"W_q and W_k must give the same d_k, got {W_q.shape} and {W_k.shape}")
-    Q, K, V = X @ W_q, X @ W_k, X @ W_v  # step 1: (n, d) -> (n, d_k), (n, d_k), (n, d_v)
-    scores = Q @ K.T  # step 2: (n, n), how well each query matches each key
-    scaled = scores / np.sqrt(Q.shape[1])  # step 3: keep the variance at 1 whatever d_k
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.dtype != bool or mask.shape != scaled.shape:
-            raise ValueError(
-                f"mask must be a bool array of shape {scaled.shape}, got {mask.dtype} {mask.shape}"
-            )
-        scaled = np.where(mask, scaled, -np.inf)
-    weights = softmax_np(scaled, axis=-1)  # step 4: each row sums to 1
-    output = weights @ V  # step 5: (n, d_v), a weighted average of the values
-    return AttentionSteps(Q, K, V, scores, scaled, weights, output)
+    return [X, W_q, W_k, W_v]
+
+
+def _require_steps_mask(mask, shape: tuple[int, ...]) -> np.ndarray:
+    """:func:`attention_steps`' mask: a bool array of the scores' ``shape`` (n, n)."""
+    mask = np.asarray(mask)
+    if mask.dtype != bool or mask.shape != shape:
+        raise ValueError(
+            f"mask must be a bool array of shape {shape}, got {mask.dtype} {mask.shape}"
+        )
+    return mask

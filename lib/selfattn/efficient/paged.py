@@ -254,6 +254,35 @@ class PagedKVCache:
         return tables.to(device), lengths.to(device)
 
 
+def _require_paged_args(q, cache, seqs, layer) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`paged_attention`'s checks; returns the sequences' block tables and lengths."""
+    require_tensor(q, "q")
+    require_float(q, "q")
+    if not isinstance(cache, PagedKVCache):
+        raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
+    if q.dim() != 4 or q.shape[-1] != cache.d_head:
+        raise ValueError(
+            f"q must have shape (B, h, n, d_head={cache.d_head}), got {tuple(q.shape)}"
+        )
+    if q.dtype != cache.k_pool.dtype:
+        raise TypeError(f"q is {q.dtype} but the cache holds {cache.k_pool.dtype}")
+    cache._claim(layer)
+    batch, h, n, _ = q.shape
+    seqs = list(seqs)
+    if len(seqs) != batch:
+        raise ValueError(f"seqs must name B={batch} sequences (one per row of q), got {seqs}")
+    if h % cache.num_kv_heads:
+        raise ValueError(
+            f"q's {h} heads must be a multiple of the cache's num_kv_heads={cache.num_kv_heads}"
+        )
+    tables, lengths = cache.batch_tables(seqs)
+    if bool((lengths < n).any()):
+        raise ValueError(
+            f"every sequence must hold the n={n} new positions already, lengths {lengths.tolist()}"
+        )
+    return tables, lengths
+
+
 def paged_attention(
     q: torch.Tensor,
     cache: PagedKVCache,
@@ -292,30 +321,8 @@ def paged_attention(
             an unknown sequence id, a cache filled by another layer.
     """
     causal = require_bool(causal, "causal")
-    require_tensor(q, "q")
-    require_float(q, "q")
-    if not isinstance(cache, PagedKVCache):
-        raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
-    if q.dim() != 4 or q.shape[-1] != cache.d_head:
-        raise ValueError(
-            f"q must have shape (B, h, n, d_head={cache.d_head}), got {tuple(q.shape)}"
-        )
-    if q.dtype != cache.k_pool.dtype:
-        raise TypeError(f"q is {q.dtype} but the cache holds {cache.k_pool.dtype}")
-    cache._claim(layer)
-    batch, h, n, _ = q.shape
-    seqs = list(seqs)
-    if len(seqs) != batch:
-        raise ValueError(f"seqs must name B={batch} sequences (one per row of q), got {seqs}")
-    if h % cache.num_kv_heads:
-        raise ValueError(
-            f"q's {h} heads must be a multiple of the cache's num_kv_heads={cache.num_kv_heads}"
-        )
-    tables, lengths = cache.batch_tables(seqs)
-    if bool((lengths < n).any()):
-        raise ValueError(
-            f"every sequence must hold the n={n} new positions already, lengths {lengths.tolist()}"
-        )
+    tables, lengths = _require_paged_args(q, cache, seqs, layer)
+    h, n = q.shape[1], q.shape[2]
 
     def read(pool: torch.Tensor) -> torch.Tensor:
         # pool[tables]: (B, blocks, h_kv, bs, d) -> (B, h_kv, blocks * bs, d)

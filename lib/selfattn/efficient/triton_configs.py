@@ -117,11 +117,11 @@ _CANDIDATES: dict[tuple[str, int, int], tuple[LaunchConfig, ...]] = {
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _bucket(head_dim: int) -> int:
-    require_int(head_dim, "head_dim", 1)
-    if head_dim > 256:
-        raise ValueError(f"head_dim must be an int in 1..256, got {head_dim!r}")
-    return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
+def _bucket(d_head: int) -> int:
+    require_int(d_head, "d_head", 1)
+    if d_head > 256:
+        raise ValueError(f"d_head must be an int in 1..256, got {d_head!r}")
+    return 64 if d_head <= 64 else 128 if d_head <= 128 else 256
 
 
 def _element_bytes(dtype: torch.dtype) -> int:
@@ -137,14 +137,14 @@ def _kernel_name(kernel: str) -> str:
 
 
 def config_candidates(
-    kernel: Kernel, head_dim: int, dtype: torch.dtype, causal: bool
+    kernel: Kernel, d_head: int, dtype: torch.dtype, causal: bool
 ) -> tuple[LaunchConfig, ...]:
     """The candidate configurations for one key, fastest first.
 
-    ``head_dim`` is the larger of d_k and d_v (1..256).
+    ``d_head`` is the larger of d_k and d_v (1..256).
     """
     require_bool(causal, "causal")  # same candidates for now; kept in the key (module docstring)
-    return _CANDIDATES[_kernel_name(kernel), _bucket(head_dim), _element_bytes(dtype)]
+    return _CANDIDATES[_kernel_name(kernel), _bucket(d_head), _element_bytes(dtype)]
 
 
 def _padded(d: int) -> int:

@@ -152,7 +152,7 @@ def _constants(
 
 
 def _launch(
-    kernel, grid, leading, qf, kf, vf, x, scale, causal, diag, cfg, dot_fp32, **flags
+    kernel, grid, leading, qf, kf, vf, x, scale, causal, offset, cfg, dot_fp32, **flags
 ) -> None:
     """Launch the forward kernel, or a pass of the backward kernel, on ``grid``.
 
@@ -170,7 +170,7 @@ def _launch(
         m,
         d_k,
         d_v,
-        diag,
+        offset,
         *qf.stride()[:2],
         *kf.stride()[:2],
         *vf.stride()[:2],
@@ -182,17 +182,19 @@ def _launch(
     )
 
 
-def _forward(qf, kf, vf, scale, causal, diag, cfg, dot_fp32):
+def _forward(qf, kf, vf, scale, causal, offset, cfg, dot_fp32):
     bh, n, _ = qf.shape
     out = torch.empty(bh, n, vf.shape[2], dtype=qf.dtype, device=qf.device)
     lse = torch.empty(bh, n, dtype=torch.float32, device=qf.device)
     fwd = _kernels(qf.device).flash_fwd
     grid = launch_grid(bh, n, cfg.block_q)
-    _launch(fwd, grid, (qf, kf, vf, out, lse), qf, kf, vf, out, scale, causal, diag, cfg, dot_fp32)
+    _launch(
+        fwd, grid, (qf, kf, vf, out, lse), qf, kf, vf, out, scale, causal, offset, cfg, dot_fp32
+    )
     return out, lse
 
 
-def _backward(qf, kf, vf, out, lse, do, scale, causal, diag, cfg, dot_fp32):
+def _backward(qf, kf, vf, out, lse, do, scale, causal, offset, cfg, dot_fp32):
     kernels = _kernels(qf.device)
     delta_k, dkdv_k = kernels.flash_bwd_delta, kernels.flash_bwd
     dq_k = dkdv_k  # the backward kernel, once per pass
@@ -212,7 +214,7 @@ def _backward(qf, kf, vf, out, lse, do, scale, causal, diag, cfg, dot_fp32):
     )
     dq, dk, dv = torch.empty_like(qf), torch.empty_like(kf), torch.empty_like(vf)
     leading = (qf, kf, vf, do, lse, delta, dq, dk, dv, scale)
-    shared = (qf, kf, vf, do, scale, causal, diag, cfg, dot_fp32)
+    shared = (qf, kf, vf, do, scale, causal, offset, cfg, dot_fp32)
     _launch(dkdv_k, launch_grid(bh, m, cfg.block_k), leading, *shared, DKDV=True)  # key blocks
     _launch(dq_k, launch_grid(bh, n, cfg.block_q), leading, *shared, DKDV=False)  # query blocks
     return dq, dk, dv
@@ -222,23 +224,23 @@ class _TritonFlash(torch.autograd.Function):
     """Forward saves q, k, v, the output and the row log-sum-exp (O(n d) memory, not P)."""
 
     @staticmethod
-    def forward(ctx, qf, kf, vf, scale, causal, diag, fwd_cfg, bwd_cfg, dot_fp32):
-        out, lse = _forward(qf, kf, vf, scale, causal, diag, fwd_cfg, dot_fp32)
+    def forward(ctx, qf, kf, vf, scale, causal, offset, fwd_cfg, bwd_cfg, dot_fp32):
+        out, lse = _forward(qf, kf, vf, scale, causal, offset, fwd_cfg, dot_fp32)
         ctx.save_for_backward(qf, kf, vf, out, lse)
-        ctx.args = (scale, causal, diag, bwd_cfg, dot_fp32)
+        ctx.args = (scale, causal, offset, bwd_cfg, dot_fp32)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, do):
         qf, kf, vf, out, lse = ctx.saved_tensors
-        scale, causal, diag, cfg, dot_fp32 = ctx.args
+        scale, causal, offset, cfg, dot_fp32 = ctx.args
         if cfg is None:
             d_k, d_v = qf.shape[-1], vf.shape[-1]
             choose_config(  # raises, saying why
                 "backward", d_k, d_v, qf.dtype, causal, device_shared_memory(qf.device)
             )
-        dq, dk, dv = _backward(qf, kf, vf, out, lse, do, scale, causal, diag, cfg, dot_fp32)
+        dq, dk, dv = _backward(qf, kf, vf, out, lse, do, scale, causal, offset, cfg, dot_fp32)
         return dq, dk, dv, None, None, None, None, None, None
 
 
@@ -291,8 +293,8 @@ def triton_flash_attention(
     configs = _launch_configs(q.device, d_k, d_v, q.dtype, a.causal, block_q, block_k)
     qf, kf, vf = (t.contiguous() for t in flatten_batch(a.batch, q, k, v))
     dot_fp32 = _dot_in_fp32(q.dtype, _capability(q.device))
-    diag = a.offset if a.causal else 0
-    out = _TritonFlash.apply(qf, kf, vf, a.scale, a.causal, diag, *configs, dot_fp32)
+    offset = a.offset if a.causal else 0
+    out = _TritonFlash.apply(qf, kf, vf, a.scale, a.causal, offset, *configs, dot_fp32)
     return out.reshape(*a.batch, n, d_v)
 
 

@@ -193,22 +193,7 @@ class TransformerBlock(nn.Module):
             ``(B, h, n, m)`` and, with cross-attention, ``"cross"`` ``(B, h, n, m_context)``.
         """
         return_weights = require_bool(return_weights, "return_weights")
-        if self.cross is None and not (
-            context is None and context_mask is None and cross_cache is None
-        ):
-            raise ValueError(
-                "this block has no cross-attention (built with cross_attention=False), so "
-                "context, context_mask and cross_cache must be None; got "
-                + ", ".join(
-                    name
-                    for name, value in (
-                        ("context", context),
-                        ("context_mask", context_mask),
-                        ("cross_cache", cross_cache),
-                    )
-                    if value is not None
-                )
-            )
+        self._require_cross_args(context, context_mask, cross_cache)
         # Weights only on request: the fast kernels ("torch", "flash") return none.
         weights = {}
         out = self.attn(
@@ -238,6 +223,23 @@ class TransformerBlock(nn.Module):
         if self.mlp is not None:
             x = x + self.mlp(self.ln2(x))
         return (x, weights) if return_weights else x
+
+    def _require_cross_args(self, context, context_mask, cross_cache) -> None:
+        """A block without cross-attention takes no context, context mask or cross cache."""
+        given = [
+            name
+            for name, value in (
+                ("context", context),
+                ("context_mask", context_mask),
+                ("cross_cache", cross_cache),
+            )
+            if value is not None
+        ]
+        if self.cross is None and given:
+            raise ValueError(
+                "this block has no cross-attention (built with cross_attention=False), so "
+                "context, context_mask and cross_cache must be None; got " + ", ".join(given)
+            )
 
 
 class Encoder(nn.Module):
