@@ -75,6 +75,9 @@ NAME_GLUES = {"ch07_bench_cpu"}
 #: (texts that Sphinx's gettext does not extract; _ext/book_zh.py translates them).
 ALT_CONTEXT = "alt"
 EXERCISE_CONTEXT = "exercise"
+#: The Chinese notebook edition (tools/notebook_edition.py's ZH_EDITIONS), which the Chinese
+#: site's Colab and download buttons open.
+ZH_NOTEBOOKS = "notebooks/zh"
 
 
 def documents() -> list[str]:
@@ -499,6 +502,10 @@ def config(out_dir: Path | None = None) -> dict:
     extras.write_text(json.dumps(translated_extras(), ensure_ascii=False, indent=0) + "\n")
     conf["book_zh_extra_messages"] = str(extras)
     conf["book_edition_language"] = LANGUAGE
+    # The Colab and download buttons open the Chinese notebook edition (notebooks/zh/, written
+    # by tools/notebook_edition.py from these catalogs): its checkers speak Chinese.
+    cfg.setdefault("repository", {})["path_to_book"] = ZH_NOTEBOOKS
+    conf["book_notebook_edition"] = ZH_NOTEBOOKS
     # myst-nb's buttons on collapsed cells ("Show code cell source"), in Chinese too.
     conf["nb_code_prompt_show"] = "显示代码单元（{type}）"
     conf["nb_code_prompt_hide"] = "隐藏代码单元（{type}）"

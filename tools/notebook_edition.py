@@ -695,6 +695,16 @@ def _zh_glue() -> dict[tuple[str, str], str]:
 
 _LIST_ITEM = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)(.*)$")
 _HEADING = re.compile(r"^(#{1,6}\s+)(.*)$")
+_INTERRUPTS = re.compile(r"^\s*(?:[-*+]|1[.)])\s+")
+
+
+def _sibling(line: str, marker: str) -> bool:
+    """Whether ``line`` starts an item of the list whose item starts with ``marker``."""
+    found = _LIST_ITEM.match(line)
+    indent = len(marker) - len(marker.lstrip())
+    return bool(found) and len(found[1]) - len(found[1].lstrip()) <= indent
+
+
 _MATH_OPEN = re.compile(r"^\s*\$\$")
 _STRUCTURE = re.compile(r"^\s*(?:`{3,}|:{3,}|~{3,}|\$\$|<|\([\w:\-]+\)=\s*$|:[\w-]+:)")
 
@@ -789,7 +799,10 @@ def translate_markdown(source: str, messages: dict, titles: dict) -> str:
         while (
             j < len(lines)
             and lines[j].strip()
-            and not _LIST_ITEM.match(lines[j])
+            # a bullet or "1." interrupts a paragraph (CommonMark), and a list item ends at
+            # its list's next marker ("800." further in is a line of the item's text)
+            and not _INTERRUPTS.match(lines[j])
+            and not (item and _sibling(lines[j], item[1]))
             and not _HEADING.match(lines[j])
             and not _STRUCTURE.match(lines[j])
             and not lines[j].lstrip().startswith((">", "|"))
@@ -858,8 +871,10 @@ def convert_zh(nb: dict, doc: str, *, solutions: bool = True, chapter: int | Non
         for english, chinese in ZH_TITLES.items():
             if text.startswith(f"{TITLE_LINE}{english}\n"):
                 text = f"{TITLE_LINE}{chinese}\n" + text[len(TITLE_LINE + english) + 1 :]
-        if text.endswith(setup_cell_source()) or ZH_TITLES[SETUP_TITLE] in text.split("\n")[0]:
-            text = f"{text}\n{ZH_SETUP_LINE}"
+        if text.endswith(setup_cell_source()):  # the checkers speak Chinese from here on
+            text = text.replace(
+                "\nimport selfattn\n\n", f"\nimport selfattn\n\n{ZH_SETUP_LINE}\n", 1
+            )
         cell["source"] = text
         for output in cell.get("outputs", []):
             if output.get("output_type") == "stream":
