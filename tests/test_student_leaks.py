@@ -3,7 +3,8 @@
 The student edition (`make book-student`, ``student/chapters/``) is the book a course
 publishes (issue 34). A solution can reach a student by four roads, and this scans each:
 
-* the **student notebooks** (``student/chapters/``): no solution cell, no line of a
+* the **student notebooks** (``student/chapters/``, and the Chinese ``student/zh/chapters/``):
+  no solution cell, no line of a
   solution's code, no sentence of a solution's prose, and no predict answer in the
   exercise's own cells (the predict cell itself, which the reader runs after predicting,
   has no saved output there);
@@ -12,8 +13,9 @@ publishes (issue 34). A solution can reach a student by four roads, and this sca
   functions, the helpers) state what is checked, never the answer: no predict answer, no
   solution line, and, for a find-the-bug exercise, neither the planted bug's code nor its
   fix (the code the solution changes);
-* the **checkers' messages** for a wrong or not-attempted answer: no predict answer (a
-  message may explain a named mistake, but never prints the right value), no solution line;
+* the **checkers' messages** for a wrong or not-attempted answer, in English and in Chinese:
+  no predict answer (a message may explain a named mistake, but never prints the right
+  value), no solution line;
 * the **student site** (``_build/student/html``, when built): the chapters' pages carry no
   solution line or solution prose and show no predict answer outside the collapsed predict
   cells, and its API page carries no checker helper that computes an answer.
@@ -49,6 +51,8 @@ from tools import notebook_edition  # noqa: E402
 from tools.book import ROOT, toc_chapters
 
 STUDENT = ROOT / "student" / "chapters"
+#: The student notebooks in each language: the Chinese edition (student/zh/) is scanned too.
+STUDENT_EDITIONS = {"en": STUDENT, "zh": ROOT / "student" / "zh" / "chapters"}
 STUDENT_SITE = ROOT / "_build" / "student" / "html"
 # Lines too generic to identify a solution (tests_site/test_student.py keeps the same list).
 #: A cell that prints the data a prediction starts from, shown on purpose (tests/test_predict.py).
@@ -436,14 +440,28 @@ def test_every_exercise_has_something_to_scan_for():
 # ----------------------------------------------------------------------------- the notebooks
 
 
-def _student_exercise_cells(answer: Answer) -> list[dict]:
-    """The cells of the exercise in the student notebook: from its heading to the next one."""
+def _student_exercise_cells(answer: Answer, language: str = "en") -> list[dict]:
+    """The cells of the exercise in the student notebook: from its heading to the next one
+    (in Chinese, the heading of the same number: "### 练习 3.2：...")."""
     nb = json.loads((STUDENT / _chapter_file(answer.exercise.chapter)).read_text())
-    cells, inside = [], False
+    cells, inside, number = [], False, None
     for cell in nb["cells"]:
         src = _src(cell)
         if cell["cell_type"] == "markdown" and re.match(r"\s*#{1,4} ", src):
             inside = answer.exercise.title.split(":")[-1].strip().lower() in src.lower()
+            found = re.search(r"^#+ Exercise (\d+\.\d+)", src, re.M)
+            if inside and found and number is None:
+                number = found[1]
+        if inside:
+            cells.append(cell)
+    if language == "en":
+        return cells
+    path = STUDENT_EDITIONS[language] / _chapter_file(answer.exercise.chapter)
+    cells, inside = [], False
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        src = _src(cell)
+        if cell["cell_type"] == "markdown" and re.match(r"\s*#{1,4} ", src):
+            inside = number is not None and f"练习 {number}：" in src
         if inside:
             cells.append(cell)
     return cells
@@ -461,9 +479,10 @@ def _outputs_text(cell: dict) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.parametrize("language", list(STUDENT_EDITIONS))
 @pytest.mark.parametrize("answer", ANSWERS, ids=IDS)
-def test_student_notebook_carries_no_solution(answer):
-    path = STUDENT / _chapter_file(answer.exercise.chapter)
+def test_student_notebook_carries_no_solution(answer, language):
+    path = STUDENT_EDITIONS[language] / _chapter_file(answer.exercise.chapter)
     nb = json.loads(path.read_text(encoding="utf-8"))
     assert not [c for c in nb["cells"] if notebook_edition.SOLUTION_TAG in _tags(c)]
     text = "\n".join(_src(c) for c in nb["cells"])
@@ -471,8 +490,8 @@ def test_student_notebook_carries_no_solution(answer):
     leaked = [ln for ln in answer.lines if ln in lines]
     leaked += [s for s in answer.prose if s in re.sub(r"\s+", " ", text)]
     assert not leaked, f"{path.name}: the solution of {answer.exercise.name}: {leaked[:3]}"
-    cells = _student_exercise_cells(answer)
-    assert cells, f"{answer.exercise.name}: its heading is missing from {path.name}"
+    cells = _student_exercise_cells(answer, language)
+    assert cells, f"{answer.exercise.name}: its heading is missing from {path}"
     for cell in cells:
         if notebook_edition.PREDICT_TAG in _tags(cell):
             assert not cell.get("outputs"), f"{path.name}: a predict cell keeps its output"
@@ -547,8 +566,18 @@ def _wrong_answers(answer: Answer, checker, module):
                 yield int(c) if float(c).is_integer() else c
 
 
+@pytest.fixture(params=["en", "zh"])
+def checker_language(request):
+    """The checkers' messages in each language they speak (selfattn.set_language)."""
+    import selfattn
+
+    previous = selfattn.set_language(request.param)
+    yield request.param
+    selfattn.set_language(previous)
+
+
 @pytest.mark.parametrize("answer", ANSWERS, ids=IDS)
-def test_checker_messages_state_no_answer(answer):
+def test_checker_messages_state_no_answer(answer, checker_language):
     module = MODULES.get(answer.exercise.chapter)
     if module is None:
         pytest.skip("no checkers for this chapter")
