@@ -217,3 +217,21 @@ def test_chinese_build_leaves_no_english_checker_line():
     assert translated > 20  # every chapter with exercises shows its checkers' lines
     # the English default is untouched by the build's own copy of the module
     assert i18n.get_language() == "en"
+
+
+def test_the_chinese_build_swaps_a_stored_checker_output():
+    """_ext/book_zh.py's doctree transform: an output block's checker lines become Chinese,
+    a code block and other output lines stay as they are."""
+    from types import SimpleNamespace
+
+    from docutils import nodes
+
+    book_zh = _book_zh()
+    stored = "⏳ Exercise 3.1 (the five steps): not attempted yet\nshape (5, 6)\n"
+    output = nodes.literal_block(stored, stored, classes=["output", "stream"])
+    code = nodes.literal_block("print('Exercise 3.1 (x): passed')", "print(1)")
+    doctree = nodes.section("", output, code)
+    app = SimpleNamespace(config=SimpleNamespace(book_zh_extra_messages="extra.json"))
+    book_zh.translate_outputs(app, doctree)
+    assert output.astext() == "⏳ 练习 3.1（动手实现：五个步骤）：尚未作答\nshape (5, 6)\n"
+    assert code.astext() == "print(1)"
