@@ -65,6 +65,7 @@ LAYERS = {
     "selfattn.distributed": 4,
     "selfattn.bench": 4,
     "selfattn.bench_flex": 4,
+    "selfattn.bench_sparse": 4,
     "selfattn.widgets": 4,
     "selfattn.exercises": 4,
     # the package itself re-exports every layer

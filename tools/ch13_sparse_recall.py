@@ -26,8 +26,15 @@ import time
 from pathlib import Path
 
 import torch
-from _precompute import RESULTS, parser, write_json
+
+if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m tools.NAME
+    import _script  # tools/ is on the path of a script run as a file
+
+    _script.run_as_module(__file__)
+
 from selfattn.models.recall_stack import train_recall
+
+from tools._precompute import RESULTS, parser, write_json
 
 OUT = RESULTS / "ch13_sparse_recall.json"
 CONFIG = dict(steps=600, batch=32, lr=1e-2, d_model=32, eval_batch=512)
