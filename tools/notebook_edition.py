@@ -663,10 +663,7 @@ def _library_language():
 def _zh_catalogs(doc: str) -> tuple[dict, dict, dict]:
     """``(messages, exercise titles, alt texts)`` of ``doc``'s Chinese catalog (translated
     messages only), and the glued words ``{(key, English): Chinese}``."""
-    try:
-        from tools import i18n
-    except ImportError:  # tools/ itself on the path (python tools/notebook_edition.py)
-        import i18n
+    from tools import i18n
 
     found: dict[str, dict] = {"": {}, i18n.EXERCISE_CONTEXT: {}, i18n.ALT_CONTEXT: {}}
     path = i18n.catalog(doc)
@@ -679,10 +676,7 @@ def _zh_catalogs(doc: str) -> tuple[dict, dict, dict]:
 
 @lru_cache(maxsize=1)
 def _zh_glue() -> dict[tuple[str, str], str]:
-    try:
-        from tools import i18n
-    except ImportError:
-        import i18n
+    from tools import i18n
 
     if not i18n.GLUE_CATALOG.exists():
         return {}
