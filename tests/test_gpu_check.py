@@ -1,4 +1,5 @@
-"""tools/gpu_check.py (make gpu-check): its dry run on the CPU, and its checking helpers.
+"""tools/gpu_check.py (make gpu-check): its dry run on the CPU, its checking helpers, and the
+oracles it shares with the tests (tools/references.py).
 
 The dry run is the whole script at tiny sizes: Triton in the interpreter, two chapters
 executed from copies, the benchmark timed with a wall clock and written to a temporary path.
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tools import gpu_check
+from tools import gpu_check, references
 from tools.book import ROOT
 
 
@@ -71,16 +72,16 @@ def test_dry_run(tmp_path):
 def test_a_wrong_kernel_fails_its_case():
     report = gpu_check.Report()
     q, k, v, do = gpu_check._inputs(9, 12, 8, torch.float32, torch.device("cpu"), 0)
-    mask = gpu_check._causal_mask(9, 12, "bottom_right", q.device)
+    mask = references.causal_mask(9, 12, "bottom_right", q.device)
 
     def oracle(q, k, v):
-        return gpu_check._sdpa(q, k, v, mask)
+        return references.sdpa(q, k, v, mask)
 
     gpu_check.run_case(report, "k", oracle, oracle, q, k, v, do, "float32", "right", True)
     assert (report.passed, report.failed) == (4, 0)  # out, dq, dk, dv
 
     def top_left(q, k, v):  # the classic mistake: top-left alignment against a cache
-        return gpu_check._sdpa(q, k, v, gpu_check._causal_mask(9, 12, "top_left", q.device))
+        return references.sdpa(q, k, v, references.causal_mask(9, 12, "top_left", q.device))
 
     gpu_check.run_case(report, "k", top_left, oracle, q, k, v, do, "float32", "wrong", True)
     assert report.failed == 4 and report.failures[0].startswith("k wrong out error")
@@ -99,14 +100,19 @@ def test_masks_match_torch(n, m):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         lower_right = causal_lower_right(n, m)._materialize()
-    assert torch.equal(gpu_check._causal_mask(n, m, "bottom_right", "cpu"), lower_right)
+    assert torch.equal(references.causal_mask(n, m, "bottom_right", "cpu"), lower_right)
     upper_left = causal_upper_left(n, m)._materialize()
-    assert torch.equal(gpu_check._causal_mask(n, m, "top_left", "cpu"), upper_left)
-    band = gpu_check._band(n, m, m - n, 3, True, "cpu")
-    assert torch.equal(band, lower_right & ~gpu_check._band(n, m, m - n - 3, m + n, True, "cpu"))
+    assert torch.equal(references.causal_mask(n, m, "top_left", "cpu"), upper_left)
+    assert references.causal_mask(n, m, "none") is None
+    # a causal band of 3 keys: the bottom-right causal mask less every key 3 or more behind
+    band = references.band_mask(n, m, 3, True, "bottom_right", "cpu")
+    behind = torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n - 3)
+    assert torch.equal(band, lower_right & ~behind)
+    wide = references.band_mask(n, m, m + n, False, "top_left", "cpu")
+    assert wide.all()  # a window wider than the matrix: every key
 
 
 def test_sdpa_oracle_zeroes_rows_without_keys():
     q, k, v, _ = gpu_check._inputs(6, 2, 4, torch.float64, torch.device("cpu"), 1)
-    out = gpu_check._sdpa(q, k, v, gpu_check._causal_mask(6, 2, "bottom_right", "cpu"))
+    out = references.sdpa(q, k, v, references.causal_mask(6, 2, "bottom_right", "cpu"))
     assert out[..., :4, :].eq(0).all() and out[..., 4:, :].ne(0).all()

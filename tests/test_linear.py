@@ -14,13 +14,13 @@ from selfattn.efficient import (
     linear_attention_step,
 )
 
+from tools import references
+
 
 def oracle(q, k, v, causal, phi=elu_feature_map, eps=1e-6):
-    """The definition in matrix form: sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j)."""
-    a = phi(q) @ phi(k).transpose(-2, -1)
-    if causal:
-        a = a.tril()
-    return (a @ v) / (a.sum(-1, keepdim=True) + eps)
+    """The definition in matrix form (tools/references.py), causal = the top-left mask."""
+    mask = references.causal_mask(q.shape[-2], k.shape[-2]) if causal else None
+    return references.linear_attention(q, k, v, mask, phi=phi, eps=eps)
 
 
 @given(

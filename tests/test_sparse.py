@@ -26,6 +26,8 @@ from tiled_attention_checks import (
     torch_attention,
 )
 
+from tools.references import band_mask
+
 
 @given(
     n=st.integers(1, 60),
@@ -134,13 +136,6 @@ def test_bad_input(call, err, match):
 
 
 # --- the reference, alignments with n != m, the backward pass, robustness -----------------------
-
-
-def band_mask(n, m, window, causal, alignment):
-    """The band written out: key j is in query i's band when -(w-1) <= j - (i + off) <= hi."""
-    off = m - n if alignment == "bottom_right" else 0
-    rel = torch.arange(m)[None, :] - torch.arange(n)[:, None] - off
-    return (rel >= -(window - 1)) & (rel <= (0 if causal else window - 1))
 
 
 def dense(q, k, v, window, causal, alignment):

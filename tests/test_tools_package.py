@@ -60,6 +60,24 @@ def test_every_tool_that_imports_a_sibling_runs_as_a_file_too():
     assert not missing, f"no `python tools/NAME.py` guard before the sibling imports: {missing}"
 
 
+def test_no_tool_imports_a_sibling_by_its_bare_name():
+    """``from _precompute import ...`` works only in the file form: ``python -m tools.NAME``
+    (and so ``SELFATTN_LIVE=1``, which runs the studies that way) needs ``from tools...``."""
+    names = {p.stem for p in TOOLS}
+    bare = []
+    for path in TOOLS:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                found = [node.module] if node.module in names else []
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names if a.name in names]
+            else:
+                continue
+            if found and not (found == ["_script"] and path.stem != "_script"):
+                bare.append(f"{path.name}:{node.lineno} {found}")
+    assert not bare, f"import these as `from tools import ...`: {bare}"
+
+
 @pytest.mark.parametrize("form", ["module", "file"])
 def test_a_tool_runs_in_both_forms_from_another_folder(form, tmp_path):
     """apply_setup_cell imports tools.book: as `-m` from the root, as a file from anywhere."""

@@ -17,15 +17,11 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from selfattn.efficient import triton_available, triton_flash_attention  # noqa: E402
 
+from tools.references import grads as _grads  # noqa: E402
+
 needs_triton = pytest.mark.skipif(not triton_available(), reason="Triton is not installed")
 
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3}
-
-
-def _grads(fn, q, k, v, do):
-    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
-    out = fn(q, k, v)
-    return (out, *torch.autograd.grad(out, (q, k, v), do))
 
 
 @needs_triton

@@ -4,11 +4,10 @@ Not a test module (pytest does not collect it): ``tests/`` is on ``sys.path`` be
 ``conftest.py``, so the tests import it by name.
 """
 
-import warnings
-
 import pytest
 import torch
-import torch.nn.functional as F
+
+from tools.references import torch_attention  # noqa: F401  (the oracle, shared with gpu_check)
 
 ALIGN = ["top_left", "bottom_right"]
 
@@ -21,18 +20,6 @@ def qkv(n, m, d=8, dv=5, batch=(2,), dtype=torch.float32, seed=0, requires_grad=
         for length, width in ((n, d), (m, d), (m, dv))
     ]
     return [t.requires_grad_(requires_grad) for t in out]
-
-
-def torch_attention(q, k, v, causal=False, alignment="top_left", scale=None):
-    """torch's own: SDPA's is_causal (top-left) or the causal_lower_right bias (bottom-right)."""
-    if causal and alignment == "bottom_right":
-        from torch.nn.attention.bias import causal_lower_right
-
-        with warnings.catch_warnings():  # torch warns about n > m; its result is still defined
-            warnings.simplefilter("ignore")
-            bias = causal_lower_right(q.shape[-2], k.shape[-2])
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
 
 
 def assert_gradients_match(ours, oracle, q, k, v, seed, *, tol=1e-5):

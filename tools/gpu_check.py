@@ -6,18 +6,21 @@
 Five steps:
 
 1. versions: the GPU, its compute capability, torch, Triton, CUDA, Python;
-2. the kernel suite against a float64 SDPA oracle: ``triton_flash_attention`` forward and
-   backward over dtype {fp16, bf16 where native, fp32} x head dim {32, 64, 128, 256} x causal
-   {none, top_left, bottom_right} x (n, m) in {1, 17, 113 x 203, 1023 x 1024, 4096}; the same
-   for ``flash_attention``, ``sliding_window_attention`` and ``linear_attention`` on CUDA
-   tensors. A case passes when its error is at most ``max(floor, 4 x`` the error of the same
-   computation done by torch in that dtype``)``, so the bar follows the dtype's rounding;
+2. the kernel suite against float64 oracles (``tools/references.py``, the tests' too):
+   ``triton_flash_attention`` forward and backward over dtype {fp16, bf16 where native, fp32}
+   x head dim {32, 64, 128, 256} x causal {none, top_left, bottom_right} x (n, m) in
+   {1, 17, 113 x 203, 1023 x 1024, 4096}; the same for ``flash_attention``,
+   ``sliding_window_attention`` and ``linear_attention`` on CUDA tensors. A case passes when
+   its error is at most ``max(floor, 4 x`` the error of the same computation done by torch in
+   that dtype``)``, so the bar follows the dtype's rounding;
 3. every chapter executed top to bottom on the GPU in a fresh kernel (nbclient), from a copy
    in a temporary folder; any error or any stderr output fails it; each chapter's time;
-4. ``triton_flash_attention`` against torch SDPA's flash backend, n = 1k..16k, d = 64 and
-   128, bf16 (fp16 where bf16 is not native), forward and forward + backward, timed with
-   ``triton.testing.do_bench``; written to ``chapters/results/bench_gpu.json`` (GPU name,
-   date, versions, TFLOP/s, ratio);
+4. the GPU table, by the book's one GPU benchmark (``selfattn.bench.run_gpu``, which
+   ``python -m selfattn.bench --gpu`` runs alone): ``triton_flash_attention`` against torch
+   SDPA's flash backend, n = 1k..16k, d = 64 and 128, bf16 (fp16 where bf16 is not native),
+   forward and forward + backward, timed with ``triton.testing.do_bench``; written to
+   ``chapters/results/bench_gpu.json`` (GPU name, date, versions, TFLOP/s, ratio), with this
+   run's check results added;
 5. one summary line: passed/failed counts and the worst errors. Exit status 1 on any failure.
 
 The dry run does the same at tiny sizes on the CPU: the Triton kernels in the interpreter,
@@ -29,10 +32,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
-import functools
 import inspect
-import json
 import math
 import multiprocessing
 import os
@@ -50,6 +50,8 @@ if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m to
     import _script  # tools/ is on the path of a script run as a file
 
     _script.run_as_module(__file__)
+
+from tools import references  # noqa: E402  (the oracles, shared with tests/)
 
 
 def _use_source_tree(argv: list[str]) -> None:
@@ -201,66 +203,6 @@ def _inputs(n, m, d, dtype, device, seed):
     return [t.to(device=device, dtype=dtype) for t in (q, k, v, do)]
 
 
-def _band(n, m, diag, window, causal, device):
-    """Sliding-window mask, True = may attend: the band around each query's diagonal."""
-    import torch
-
-    i = torch.arange(n, device=device)[:, None] + diag
-    j = torch.arange(m, device=device)[None, :]
-    if causal:
-        return (j <= i) & (j > i - window)
-    return (j - i).abs() < window
-
-
-def _causal_mask(n, m, mode, device):
-    import torch
-
-    if mode == "none":
-        return None
-    diag = 0 if mode == "top_left" else m - n
-    i = torch.arange(n, device=device)[:, None]
-    return torch.arange(m, device=device)[None, :] <= i + diag
-
-
-def _sdpa(q, k, v, mask):
-    import torch
-    import torch.nn.functional as F
-
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v)
-    # Rows with no visible key: 0 (as flash-attn and causal_lower_right do), not NaN.
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    return torch.where(mask.any(-1, keepdim=True), out, torch.zeros_like(out))
-
-
-def _linear_ref(q, k, v, mask, eps=1e-6):
-    """Linear attention by its definition: phi(q) phi(k)^T (masked), normalised; phi = elu + 1."""
-    import torch
-    import torch.nn.functional as F
-
-    a = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)
-    if mask is not None:
-        a = torch.where(mask, a, torch.zeros_like(a))
-    return (a @ v) / (a.sum(-1, keepdim=True) + eps)
-
-
-def _grads(fn, q, k, v, do):
-    import torch
-
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    out = fn(q, k, v)
-    grads = torch.autograd.grad(out, (q, k, v), do)
-    return out.detach(), grads
-
-
-def _maxerr(a, b) -> float:
-    """max |a - b| / max(1, max |b|)."""
-    if not a.numel():
-        return 0.0
-    b = b.double()
-    return float((a.double() - b).abs().max() / b.abs().max().clamp(min=1.0))
-
-
 def run_case(report, kernel, fn, oracle, q, k, v, do, dtype_name, label, backward):
     """One case: forward (and backward) of ``fn`` against ``oracle`` in float64 and in dtype."""
     import torch
@@ -268,9 +210,9 @@ def run_case(report, kernel, fn, oracle, q, k, v, do, dtype_name, label, backwar
     q64, k64, v64, do64 = (t.double() for t in (q, k, v, do))
     try:
         if backward:
-            out, grads = _grads(fn, q, k, v, do)
-            ref, ref_grads = _grads(oracle, q64, k64, v64, do64)
-            low, low_grads = _grads(oracle, q, k, v, do)
+            out, *grads = references.grads(fn, q, k, v, do)
+            ref, *ref_grads = references.grads(oracle, q64, k64, v64, do64)
+            low, *low_grads = references.grads(oracle, q, k, v, do)
         else:
             with torch.no_grad():
                 out, ref, low = fn(q, k, v), oracle(q64, k64, v64), oracle(q, k, v)
@@ -288,8 +230,8 @@ def run_case(report, kernel, fn, oracle, q, k, v, do, dtype_name, label, backwar
         (f"d{name}", g, r, lo) for name, g, r, lo in zip("qkv", grads, ref_grads, low_grads)
     ]
     for part, got, want, torch_low in parts:
-        err = _maxerr(got, want)
-        bar = max(FLOOR[dtype_name], SLACK * _maxerr(torch_low, want))
+        err = references.max_error(got, want)
+        bar = max(FLOOR[dtype_name], SLACK * references.max_error(torch_low, want))
         ok = got.shape == want.shape and err <= bar and not math.isnan(err)
         report.error(f"{kernel} {dtype_name}", err, f"{label} {part}")
         report.check(ok, f"{kernel} {label} {part}", f"error {err:.2e} > bar {bar:.2e}")
@@ -346,8 +288,9 @@ def _suite_task(dry_run: bool, dtype_name: str, head_dim: int, deadline_wall: fl
     """One (dtype, head dim) slice of the kernel suite, in a worker process of its own.
 
     Slices run in parallel so that Triton compiles their kernel variants on several cores.
+    (A spawned worker starts with the parent's ``sys.path``: lib/ too, where the parent ran
+    again with it, see :func:`_use_source_tree`.)
     """
-    _use_source_tree()
     if dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -412,24 +355,23 @@ def _kernel_pair(name, fn, mode, n, m, window, device):
     causal = mode != "none"
     kw = {"alignment": mode} if causal else {}
     if name in ("triton_flash_attention", "flash_attention"):
-        mask = _causal_mask(n, m, mode, device)
+        mask = references.causal_mask(n, m, mode, device)
         return (lambda q, k, v: fn(q, k, v, causal=causal, **kw)), (
-            lambda q, k, v: _sdpa(q, k, v, mask)
+            lambda q, k, v: references.sdpa(q, k, v, mask)
         )
     if name == "sliding_window_attention":
-        diag = m - n if mode == "bottom_right" else 0
-        if not causal and n != m:  # non-causal bands are defined for n == m only
-            diag = 0
-        band = _band(n, m, diag, window, causal, device)
+        # non-causal bands are defined for n == m only: their alignment is top-left
+        align = "bottom_right" if mode == "bottom_right" else "top_left"
+        band = references.band_mask(n, m, window, causal, align, device)
         return (lambda q, k, v: fn(q, k, v, window, causal=causal, **kw)), (
-            lambda q, k, v: _sdpa(q, k, v, band)
+            lambda q, k, v: references.sdpa(q, k, v, band)
         )
-    mask = _causal_mask(n, m, mode, device)
+    mask = references.causal_mask(n, m, mode, device)
 
     def oracle(q, k, v):  # sums of n terms overflow float16: the baseline works in float32
         if q.dtype == torch.float64:
-            return _linear_ref(q, k, v, mask)
-        return _linear_ref(q.float(), k.float(), v.float(), mask).to(q.dtype)
+            return references.linear_attention(q, k, v, mask)
+        return references.linear_attention(q.float(), k.float(), v.float(), mask).to(q.dtype)
 
     return (lambda q, k, v: fn(q, k, v, causal=causal, **kw)), oracle
 
@@ -569,120 +511,28 @@ def report_chapters(futures, report: Report, deadline: float) -> list[dict]:
 # ---------------------------------------------------------------- step 4: benchmark
 
 
-def _timer(device):
-    """Milliseconds per call, by the book's one timer (:func:`selfattn.bench.timeit`):
-    ``triton.testing.do_bench`` on a GPU, a wall clock (median of 3) in the dry run."""
-    from selfattn.bench import timeit
+def benchmark(plan: Plan, device, report: Report, deadline: float, out: Path, extra) -> dict:
+    """The GPU table (``selfattn.bench.run_gpu``, the book's one GPU benchmark and the one
+    writer of ``bench_gpu.json``) at the plan's sizes, this run's results added to its record;
+    its errors and an unfinished table count as failed cases."""
+    from selfattn.bench import run_gpu
 
-    return lambda fn: 1e3 * timeit(fn, rounds=3, warmup=1, stat="median", device=device)
-
-
-def _time_both(bench, fn, q, k, v, do) -> tuple[float, float]:
-    """(forward ms, forward + backward ms) of ``fn(q, k, v)``."""
-    import torch
-
-    with torch.no_grad():
-        fwd_ms = bench(lambda: fn(q, k, v))
-
-    def step():
-        fn(q, k, v).backward(do)
-        q.grad = k.grad = v.grad = None
-
-    return fwd_ms, bench(step)
-
-
-def benchmark(plan: Plan, device, info: dict, report: Report, deadline: float) -> dict:
-    import torch
-    import torch.nn.functional as F
-    from selfattn.efficient import triton_flash_attention
-    from selfattn.runtime import preferred_dtype
-
-    dtype = preferred_dtype(device) if device.type == "cuda" else torch.float16
-    backend = "default (CPU)"
-    if device.type == "cuda":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        # torch's flash backend needs sm80; on a T4 the memory-efficient one stands in.
-        backend = "flash" if torch.cuda.get_device_capability(device)[0] >= 8 else "efficient"
-        chosen = (
-            SDPBackend.FLASH_ATTENTION if backend == "flash" else SDPBackend.EFFICIENT_ATTENTION
-        )
-
-        def sdpa(q, k, v, causal):
-            with sdpa_kernel(chosen):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    else:  # the CPU has no flash backend: the dry run times the default one
-
-        def sdpa(q, k, v, causal):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    bench = _timer(device)
-    rows = []
-    for d in plan.bench_d:
-        heads = max(1, plan.bench_width // d)
-        for n in plan.bench_n:
-            batch = max(1, plan.bench_tokens // n)
-            for causal in (False, True):
-                if time.perf_counter() > deadline:
-                    report.check(False, "benchmark", "not finished: out of time")
-                    return _bench_json(info, dtype, rows, backend)
-                g = torch.Generator().manual_seed(n + d)
-                q, k, v = (
-                    torch.randn(batch, heads, n, d, generator=g).to(device, dtype).requires_grad_()
-                    for _ in range(3)
-                )
-                do = torch.randn_like(q)
-                flops = 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
-                row = {"n": n, "d": d, "batch": batch, "heads": heads, "causal": causal}
-                impls = {
-                    "triton": functools.partial(triton_flash_attention, causal=causal),
-                    "sdpa_flash": functools.partial(sdpa, causal=causal),
-                }
-                for impl, fn in impls.items():
-                    try:
-                        fwd_ms, both_ms = _time_both(bench, fn, q, k, v, do)
-                    except Exception as e:  # noqa: BLE001  (reported as a failed case)
-                        report.check(False, f"benchmark {impl} n={n} d={d}", repr(e)[:200])
-                        fwd_ms = both_ms = float("nan")
-                    row[f"{impl}_fwd_ms"] = fwd_ms
-                    row[f"{impl}_fwd_bwd_ms"] = both_ms
-                    # backward = 2.5 forwards of matmul work (FlashAttention-2's count)
-                    row[f"{impl}_fwd_tflops"] = flops / fwd_ms * 1e-9
-                    row[f"{impl}_fwd_bwd_tflops"] = 3.5 * flops / both_ms * 1e-9
-                row["fwd_ratio"] = row["triton_fwd_tflops"] / row["sdpa_flash_fwd_tflops"]
-                row["fwd_bwd_ratio"] = (
-                    row["triton_fwd_bwd_tflops"] / row["sdpa_flash_fwd_bwd_tflops"]
-                )
-                rows.append(row)
-                print(
-                    f"  n={n:>5} d={d:>3} causal={causal!s:<5} fwd: Triton "
-                    f"{row['triton_fwd_tflops']:7.3g} SDPA {row['sdpa_flash_fwd_tflops']:7.3g} "
-                    f"TFLOP/s ({row['fwd_ratio']:.2f}x)  fwd+bwd: "
-                    f"{row['triton_fwd_bwd_tflops']:7.3g} / "
-                    f"{row['sdpa_flash_fwd_bwd_tflops']:7.3g} ({row['fwd_bwd_ratio']:.2f}x)",
-                    flush=True,
-                )
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-    return _bench_json(info, dtype, rows, backend)
-
-
-def _bench_json(info, dtype, rows, backend) -> dict:
-    target = [r["fwd_ratio"] for r in rows if r["n"] >= 4096 and r["d"] == 64 and not r["causal"]]
-    return {
-        "gpu": info.get("gpu"),
-        "capability": info.get("capability"),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "versions": {k: info.get(k) for k in ("python", "torch", "triton", "cuda")},
-        "dtype": str(dtype).removeprefix("torch."),
-        "sdpa_backend": backend,
-        "timer": "triton.testing.do_bench (median ms)" if info.get("gpu") else "wall clock",
-        "flops": "forward 4 B H n^2 d (half when causal); forward+backward 3.5 x that",
-        "rows": rows,
-        "target": "Triton forward >= 0.7 x SDPA flash throughput at n >= 4096, d = 64",
-        "target_min_ratio": min(target) if target else None,
-        "target_met": bool(target) and min(target) >= 0.7,
-    }
+    result = run_gpu(
+        out=out,
+        ns=plan.bench_n,
+        ds=plan.bench_d,
+        tokens=plan.bench_tokens,
+        width=plan.bench_width,
+        device=device,
+        deadline=deadline,
+        extra=extra,
+        log=lambda line: print(f"  {line}", flush=True),
+    )
+    for error in result["errors"]:
+        report.check(False, "benchmark", error)
+    if not result["complete"]:
+        report.check(False, "benchmark", "not finished: out of time")
+    return result
 
 
 # ---------------------------------------------------------------- main
@@ -763,13 +613,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[4/5] benchmark: Triton vs SDPA flash -> {out_path}", flush=True)
     result = {}
     try:
-        result = benchmark(plan, device, info, report, deadline)
-        result["kernel_suite"] = {"passed": report.passed, "failed": report.failed}
-        result["shared_memory"] = smem
-        result["launch_configs"] = configs
-        result["chapters"] = chapter_rows
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(result, indent=1) + "\n")
+        extra = {
+            "kernel_suite": {"passed": report.passed, "failed": report.failed},
+            "shared_memory": smem,
+            "launch_configs": configs,
+            "chapters": chapter_rows,
+        }
+        result = benchmark(plan, device, report, deadline, out_path, extra)
     except Exception:  # noqa: BLE001
         traceback.print_exc()
         report.check(False, "benchmark", "crashed")

@@ -2,7 +2,7 @@
 
     python -m selfattn.bench                  # CPU table -> chapters/results/bench_cpu.json
     python -m selfattn.bench --quick          # tiny sizes (harness check) -> a temp file
-    python -m selfattn.bench --gpu            # GPU table: Triton kernel vs SDPA flash, bf16
+    python -m selfattn.bench --gpu            # GPU table (forward): Triton vs SDPA flash, bf16
     python -m selfattn.bench --threads 2      # torch threads for every case (default 1)
     python -m selfattn.bench --only linear_decode --memory-only   # merged into the file
 
@@ -1070,82 +1070,194 @@ def format_targets(report: dict) -> str:
 
 # -- GPU: the Triton kernel against SDPA's flash backend --------------------------------
 
+#: The GPU table's sizes: sequence lengths and head dims.
+GPU_NS = (1024, 2048, 4096, 8192, 16384)
+GPU_DS = (64, 128)
+
+
+def _sdpa_backend(device: torch.device):
+    """``(name, q, k, v, causal -> out)``: torch's flash backend (sm80 and later), the
+    memory-efficient one on older GPUs (a T4), the default one on the CPU (a dry run)."""
+    if device.type != "cuda":
+        return "default (CPU)", lambda q, k, v, causal: F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal
+        )
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    flash = torch.cuda.get_device_capability(device)[0] >= 8
+    chosen = SDPBackend.FLASH_ATTENTION if flash else SDPBackend.EFFICIENT_ATTENTION
+
+    def sdpa(q, k, v, causal):
+        with sdpa_kernel(chosen):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return ("flash" if flash else "efficient"), sdpa
+
+
+def _gpu_row(n, d, causal, *, tokens, width, dtype, device, sdpa, rounds, backward) -> dict:
+    """One row of the GPU table: both kernels timed in interleaved rounds (see run_gpu)."""
+    from .efficient import triton_flash_attention
+
+    batch, heads = max(1, tokens // n), max(1, width // d)
+    g = torch.Generator().manual_seed(n + d)
+    q, k, v = (
+        torch.randn(batch, heads, n, d, generator=g).to(device, dtype).requires_grad_()
+        for _ in range(3)
+    )
+    do = torch.randn_like(q)
+    impls = {
+        "sdpa_flash": functools.partial(sdpa, causal=causal),
+        "triton": functools.partial(triton_flash_attention, causal=causal),
+    }
+    row = {"n": n, "d": d, "batch": batch, "heads": heads, "causal": causal}
+    with torch.no_grad():
+        outs = [fn(q, k, v).float() for fn in impls.values()]
+        row["max_abs_diff"] = (outs[1] - outs[0]).abs().max().item()
+        del outs
+        fwd = [functools.partial(fn, q, k, v) for fn in impls.values()]
+        times = {"fwd": timeit(fwd, rounds=rounds, warmup=1, stat="median", device=device)}
+
+    def step(fn):
+        fn(q, k, v).backward(do)
+        q.grad = k.grad = v.grad = None
+
+    if backward:
+        steps = [functools.partial(step, fn) for fn in impls.values()]
+        times["fwd_bwd"] = timeit(steps, rounds=rounds, warmup=1, stat="median", device=device)
+    # 4 B h n^2 d for the two matmuls of the forward (half when causal); the backward does
+    # 2.5 forwards of matmul work (FlashAttention-2's count): forward + backward = 3.5 x.
+    flops = 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+    for part, seconds in times.items():
+        for name, t in zip(impls, seconds):
+            row[f"{name}_{part}_ms"] = 1e3 * t
+            row[f"{name}_{part}_tflops"] = (3.5 if part == "fwd_bwd" else 1.0) * flops / t / 1e12
+        row[f"{part}_ratio"] = row[f"triton_{part}_tflops"] / row[f"sdpa_flash_{part}_tflops"]
+    return row
+
+
+def _gpu_line(row: dict) -> str:
+    """One row of the GPU table as :func:`run_gpu` prints it."""
+    both = (
+        f"; fwd+bwd {row['triton_fwd_bwd_tflops']:.3g} / "
+        f"{row['sdpa_flash_fwd_bwd_tflops']:.3g} ({row['fwd_bwd_ratio']:.2f} x)"
+        if "fwd_bwd_ratio" in row
+        else ""
+    )
+    return (
+        f"n={row['n']:>5} d={row['d']:>3} causal={row['causal']!s:<5} fwd TFLOP/s: Triton "
+        f"{row['triton_fwd_tflops']:.3g}, SDPA {row['sdpa_flash_fwd_tflops']:.3g} "
+        f"({row['fwd_ratio']:.2f} x){both}, max |diff| {row['max_abs_diff']:.1e}"
+    )
+
+
+def _gpu_record(device: torch.device, dtype, backend: str, rows: list[dict]) -> dict:
+    """The GPU table's record around its rows: the machine, versions, units and the target."""
+    target = [r["fwd_ratio"] for r in rows if r["n"] >= 4096 and r["d"] == 64 and not r["causal"]]
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    on_gpu = device.type == "cuda"
+    report = {
+        "gpu": torch.cuda.get_device_name(device) if on_gpu else None,
+        "capability": ".".join(map(str, torch.cuda.get_device_capability(device)))
+        if on_gpu
+        else None,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "triton": triton_version,
+            "cuda": torch.version.cuda,
+        },
+        "dtype": str(dtype).removeprefix("torch."),
+        "sdpa_backend": backend,
+        "timer": "triton.testing.do_bench (median)" if on_gpu else "wall clock (median)",
+        "flops": "forward 4 B H n^2 d (half when causal); forward+backward 3.5 x that",
+        "rows": rows,
+        "target": "Triton forward >= 0.7 x SDPA flash throughput at n >= 4096, d = 64",
+        "target_min_ratio": min(target) if target else None,
+        "target_met": bool(target) and min(target) >= 0.7,
+    }
+    return report
+
 
 def run_gpu(
     *,
     out: Path | str | None = DEFAULT_GPU_OUT,
-    ns=(1024, 2048, 4096, 8192, 16384),
-    heads: int = 16,
+    ns=GPU_NS,
+    ds=GPU_DS,
     tokens: int = 16384,
-    repeats: int = 3,
+    width: int = 2048,
+    backward: bool = True,
+    device: str | torch.device | None = None,
+    rounds: int = 3,
+    deadline: float | None = None,
+    extra: dict | None = None,
     log=print,
 ) -> dict:
-    """bf16 forward: ``triton_flash_attention`` vs SDPA's flash backend, d = 64, tokens // n batch.
+    """The GPU table: ``triton_flash_attention`` against torch SDPA's flash backend.
 
-    Times with :func:`timeit` on the GPU (``triton.testing.do_bench``; the median of
-    ``repeats`` interleaved rounds after 5 warm-up calls, autotuning included in the
-    warm-up) and reports TFLOP/s = 4 B h n^2 d / t (halved for causal).
+    The book's one GPU benchmark and the one writer of ``bench_gpu.json``: ``make
+    gpu-check`` (``tools/gpu_check.py``) calls it after its checks, and ``python -m
+    selfattn.bench --gpu`` runs it alone, forward only. For each head dim ``d`` in ``ds`` and
+    length ``n`` in ``ns``, causal and not: ``tokens // n`` sequences of ``width // d`` heads in
+    bf16 (fp16 on GPUs without native bf16), forward and forward + backward timed by
+    :func:`timeit` (``triton.testing.do_bench``, the median of ``rounds`` interleaved rounds
+    after a warm-up call that includes Triton's autotuning), reported in TFLOP/s and as the
+    ratio Triton / SDPA. On GPUs before sm80 torch's memory-efficient backend stands in for
+    flash (the record says which).
+
+    Args:
+        out: the JSON file to write (``None``: write nothing).
+        ns, ds: sequence lengths and head dims.
+        tokens, width: tokens per batch (``batch = tokens // n``), heads x head dim.
+        backward: also time forward + backward (``False``: the forward table alone).
+        device: a CUDA device (default ``cuda``); ``"cpu"`` only for ``make gpu-check
+            DRY_RUN=1`` (tiny sizes, Triton's interpreter, a wall clock, SDPA's default).
+        rounds: timed rounds per row.
+        deadline: a ``time.perf_counter()`` value after which no new row starts (the record
+            then says ``"complete": false``).
+        extra: more keys for the record (``make gpu-check``'s check results).
+        log: called with one line per row.
+
+    Returns:
+        The record written: the GPU, its compute capability, the date, ``versions``
+        (python, torch, triton, cuda), ``dtype``, ``sdpa_backend``, ``rows`` (per row ``n``,
+        ``d``, ``batch``, ``heads``, ``causal``, ``max_abs_diff``, and for ``fwd`` and
+        ``fwd_bwd`` each kernel's ``{name}_{part}_ms`` and ``{name}_{part}_tflops``, with
+        ``{part}_ratio``), the target and whether it is met, ``complete`` and ``errors``.
     """
-    if not torch.cuda.is_available():
+    device = torch.device("cuda" if device is None else device)
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("run_gpu needs a CUDA GPU; this machine has none")
-    import triton
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from .runtime import preferred_dtype
 
-    from .efficient import triton_flash_attention
-
-    dev = torch.device("cuda")
-    rows = []
-    for causal in (False, True):
+    dtype = preferred_dtype(device) if device.type == "cuda" else torch.float16
+    backend, sdpa = _sdpa_backend(device)
+    rows, errors, complete = [], [], True
+    for d in ds:
         for n in ns:
-            b = max(1, tokens // n)
-            q, k, v = (
-                torch.randn(b, heads, n, D_HEAD, device=dev, dtype=torch.bfloat16)
-                for _ in range(3)
-            )
-
-            # Bind this iteration's tensors now: the loop deletes them before the next size.
-            def sdpa(q=q, k=k, v=v, causal=causal):
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-            def tri(q=q, k=k, v=v, causal=causal):
-                return triton_flash_attention(q, k, v, causal=causal)
-
-            err = (tri().float() - sdpa().float()).abs().max().item()
-            row = {
-                "n": n,
-                "batch": b,
-                "heads": heads,
-                "d": D_HEAD,
-                "causal": causal,
-                "max_abs_diff": err,
-            }
-            # interleaved rounds of do_bench (each a median over ~100 ms of calls)
-            times = timeit([sdpa, tri], rounds=repeats, warmup=5, stat="median", device=dev)
-            for name, t in zip(("sdpa_flash", "triton"), times):
-                flops = 4 * b * heads * n * n * D_HEAD / (2 if causal else 1)
-                row[f"{name}_s"] = t
-                row[f"{name}_tflops"] = flops / t / 1e12
-            row["triton_over_sdpa_throughput"] = row["triton_tflops"] / row["sdpa_flash_tflops"]
-            rows.append(row)
-            log(
-                f"n={n:>6} causal={causal!s:>5}: "
-                f"SDPA flash {row['sdpa_flash_tflops']:.1f} TFLOP/s, "
-                f"Triton {row['triton_tflops']:.1f} TFLOP/s "
-                f"({row['triton_over_sdpa_throughput']:.2f} x), max |diff| {err:.2e}"
-            )
-            del q, k, v
-            torch.cuda.empty_cache()
-    report = {
-        "kind": "gpu",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "dtype": "bfloat16",
-        "target": "triton throughput >= 0.7 x SDPA flash",
-        "rows": rows,
-    }
+            for causal in (False, True):
+                if deadline is not None and time.perf_counter() > deadline:
+                    complete = False
+                    break
+                try:
+                    row = _gpu_row(
+                        n, d, causal, tokens=tokens, width=width, dtype=dtype, device=device,
+                        sdpa=sdpa, rounds=rounds, backward=backward,
+                    )  # fmt: skip
+                except Exception as e:  # noqa: BLE001  (the record lists it; the table goes on)
+                    errors.append(f"n={n} d={d} causal={causal}: {e!r}"[:300])
+                    continue
+                rows.append(row)
+                log(_gpu_line(row))
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    report = {**_gpu_record(device, dtype, backend, rows), "complete": complete}
+    report.update(errors=errors, **(extra or {}))
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(report, indent=1) + "\n")
@@ -1225,8 +1337,8 @@ def main(argv: list[str] | None = None) -> dict | None:
             parser.error(
                 f"--only: unknown methods {unknown}; expected some of {', '.join(METHODS)}"
             )
-    if args.gpu:
-        return run_gpu(out=out)
+    if args.gpu:  # the forward table alone; `make gpu-check` adds forward + backward
+        return run_gpu(out=out, backward=False)
     report = run_cpu(
         quick=args.quick,
         threads=args.threads,
