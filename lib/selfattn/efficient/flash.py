@@ -262,7 +262,6 @@ def flash_attention(
     return _flash_forward(q, k, v, a)[0].to(q.dtype)
 
 
-
 def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block_k: int) -> list[dict]:
     """The online-softmax recurrence for ONE query, block by block, with every intermediate kept.
 
