@@ -29,6 +29,7 @@ from .attention import *  # noqa: F401,F403
 from .attention import __all__ as _attention_all
 from .costs import *  # noqa: F401,F403
 from .costs import __all__ as _costs_all
+from .i18n import set_language  # noqa: F401  (selfattn.set_language("zh"): Chinese checkers)
 from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .multihead import *  # noqa: F401,F403
@@ -48,7 +49,6 @@ from .results import (
     recorder,
     recording,
 )
-from .i18n import set_language  # noqa: F401  (selfattn.set_language("zh"): Chinese checkers)
 from .runtime import get_device, setup
 from .train import train_loop
 from .viz import plot_attention
