@@ -146,8 +146,7 @@ def _count_mask_builds(run):
     patched = [
         m
         for m in list(sys.modules.values())
-        if getattr(m, "__name__", "").startswith("selfattn")
-        and vars(m).get("causal_mask") is real
+        if getattr(m, "__name__", "").startswith("selfattn") and vars(m).get("causal_mask") is real
     ]
     for m in patched:
         m.causal_mask = counted
@@ -196,3 +195,20 @@ def test_the_language_models_build_one_mask_per_call():
     with torch.no_grad():
         builds, _ = _count_mask_builds(lambda: model(ids))
     assert len(builds) == 1
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 8), (1, 5, 8)])
+def test_the_flash_kernel_checks_once_and_equals_flash_attention(shape):
+    from selfattn.efficient.flash import flash_attention
+
+    torch.manual_seed(0)
+    q = torch.randn(*shape[:-2], 4, shape[-1], requires_grad=True)
+    k, v = torch.randn(*shape), torch.randn(*shape)
+    with _counting(_validators()) as calls:
+        out = attention.scaled_dot_product_attention(q, k, v, "causal", kernel="flash")
+    assert calls[("require_qkv", None)] == 1
+    want = flash_attention(q, k, v, causal=True, alignment="bottom_right")
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    (grad,) = torch.autograd.grad(out.sum(), q)
+    (grad_want,) = torch.autograd.grad(want.sum(), q)
+    torch.testing.assert_close(grad, grad_want, rtol=0, atol=0)

@@ -319,8 +319,17 @@ def online_softmax_steps(scores: torch.Tensor, values: torch.Tensor, block_k: in
 
 def _flash_kernel(a) -> Tensor:
     """``kernel="flash"`` of :func:`selfattn.attention.scaled_dot_product_attention`: the same
-    attention computed tile by tile, on the arguments that function has already checked."""
-    return flash_attention(a.q, a.k, a.v, causal=a.causal, alignment="bottom_right", scale=a.scale)
+    attention computed tile by tile, on the arguments that function has already checked
+    (trusting: :func:`flash_attention`'s default tiles, the diagonal aligned bottom-right)."""
+    q, k, v = a.q, a.k, a.v
+    batch = q.shape[:-2]
+    if not batch == k.shape[:-2] == v.shape[:-2]:
+        batch = torch.broadcast_shapes(batch, k.shape[:-2], v.shape[:-2])
+    offset = k.shape[-2] - q.shape[-2]  # causal_diagonal(n, m, "bottom_right")
+    t = TiledArgs(tuple(batch), a.causal, offset, a.scale, 256, 512, hi=0 if a.causal else None)
+    if needs_grad(q, k, v):
+        return Recompute.apply(q, k, v, _flash_forward, t)
+    return _flash_forward(q, k, v, t)[0].to(q.dtype)
 
 
 # The kernel registers itself (the core's registry never imports the kernels above it).
