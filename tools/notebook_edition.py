@@ -707,6 +707,10 @@ def _zh_text(text: str, messages: dict) -> str | None:
     key = " ".join(text.split())
     if key in messages:
         return messages[key]
+    # A theorem's title: Sphinx's message is in parentheses, "(A causal mask ...)".
+    titled = messages.get(f"({key})")
+    if titled:
+        return re.sub(r"^[（(](.*)[）)]$", r"\1", titled)
     # A proof's first paragraph: Sphinx's message starts with the proof's title.
     proof = messages.get(f"Proof. {key}")
     return re.sub(r"^证明[。.：:]\s*", "", proof) if proof else None
