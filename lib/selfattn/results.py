@@ -90,9 +90,10 @@ STUDIES = {
     "ch08_sinks": ("tools.ch08_sinks", {}),
     "ch09_experiments": ("tools.ch09_experiments", {}),
     "ch11_logit_growth": ("tools.ch11_logit_growth", {}),
+    "ch11_retrieval": ("tools.ch11_retrieval", {}),
+    "ch11_sinks_gates": ("tools.ch11_sinks_gates", {}),
     "ch12_packing": ("tools.ch12_packing", {}),
     "ch13_recall": ("tools.ch13_recall", {}),
-    "ch13_sparse_recall": ("tools.ch13_sparse_recall", {}),
 }
 
 
