@@ -94,6 +94,7 @@ STUDIES = {
     "ch11_sinks_gates": ("tools.ch11_sinks_gates", {}),
     "ch12_packing": ("tools.ch12_packing", {}),
     "ch13_recall": ("tools.ch13_recall", {}),
+    "ch13_sparse_recall": ("tools.ch13_sparse_recall", {}),
 }
 
 
