@@ -143,12 +143,16 @@ def test_bytes_against_formulas(run):
             assert row["sent_forward"] == fwd, row
             assert row["sent_backward"] == fwd, row  # the inverse all-to-alls
         elif row["strategy"] == "tensor":
-            assert row["sent_forward"] == D.tensor_parallel_bytes(
-                n, h * d, batch=B, bytes_per=size
-            )
+            # One ring all-reduce of B n d in the forward, one more (x's gradient) backward.
+            fwd = D.tensor_parallel_bytes(n, h * d, P, batch=B, bytes_per=size)
+            assert row["sent_forward"] == fwd, row
+            assert row["sent_backward"] == fwd, row
             # CommDebugMode sees the one all-reduce of the forward.
             assert list(row["comm_debug"].values()) == [1], row
             assert "all_reduce" in next(iter(row["comm_debug"])), row
+        # Every rank: the library's count, the kernel's count of bytes written (payload plus
+        # gloo's headers) and CommDebugMode's collectives agree with the formula.
+        assert D.count_problems(row, P) == [], row
 
 
 def test_zigzag_balances_causal_work(run):
@@ -225,7 +229,8 @@ def test_ring_work_formula():
 def test_formulas():
     assert D.ring_bytes(1024, 64, 4) == 2 * 3 * 256 * 64 * 4
     assert D.ulysses_bytes(1024, 512, 4) == 4 * 3 * 256 * 512 * 4 // 4
-    assert D.tensor_parallel_bytes(1024, 512, batch=2) == 2 * 1024 * 512 * 4
+    assert D.tensor_parallel_bytes(1024, 512, 4, batch=2) == 2 * 3 * 2 * 1024 * 512 * 4 // 4
+    assert D.tensor_parallel_bytes(1024, 512, 1) == 0  # one rank sends nothing
 
 
 def test_bad_input():

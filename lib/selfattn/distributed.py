@@ -40,6 +40,7 @@ import contextlib
 import math
 import os
 import queue as queue_mod
+import re
 import socket
 import time
 import traceback
@@ -64,6 +65,8 @@ from .efficient.decoding import merge_attention_states, partial_attention
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = [
+    "chapter_worker",
+    "HEADER_BYTES",
     "LAYOUTS",
     "check_worker",
     "hello_worker",
@@ -74,6 +77,10 @@ __all__ = [
     "TensorParallelAttention",
     "chunk_ids",
     "comm_log",
+    "count_collectives",
+    "count_problems",
+    "expected_bytes",
+    "expected_collectives",
     "launch",
     "parallelize_heads",
     "ring_attention",
@@ -85,6 +92,7 @@ __all__ = [
     "ulysses_attention",
     "ulysses_bytes",
     "unshard",
+    "written_bytes",
 ]
 
 #: The ways to cut a sequence into ``P`` shards: ``"contiguous"`` (rank ``r`` holds positions
@@ -296,12 +304,115 @@ def ulysses_bytes(n: int, d_model: int, world_size: int, *, batch: int = 1, byte
     return 4 * (P - 1) * batch * (n // P) * d_model * bytes_per // P
 
 
-def tensor_parallel_bytes(n: int, d_model: int, *, batch: int = 1, bytes_per: int = 4) -> int:
-    """The tensor one all-reduce sums per layer in tensor parallelism: ``B n d_model`` elements.
+def tensor_parallel_bytes(
+    n: int, d_model: int, world_size: int, *, batch: int = 1, bytes_per: int = 4
+) -> int:
+    """Bytes one rank sends in tensor parallelism's forward: one ring all-reduce of ``B n d``.
 
-    (A ring all-reduce moves ``2 (P - 1) / P`` of it out of each rank.)
+    The all-reduce sums ``B n d_model`` elements over ``P`` ranks. In a ring all-reduce (the
+    algorithm gloo runs; NCCL's ring too) each rank sends ``(P - 1) / P`` of the tensor to
+    reduce-scatter it and as much again to all-gather the sums: ``2 (P - 1) / P * B n d_model``
+    elements of ``bytes_per`` bytes. The backward sends as much again (one all-reduce of the
+    gradient of the layer's input).
     """
-    return batch * n * d_model * bytes_per
+    P = require_int(world_size, "world_size", 1)
+    return 2 * (P - 1) * batch * n * d_model * bytes_per // P
+
+
+def written_bytes() -> int | None:
+    """Bytes this process has written so far, as the Linux kernel counts them.
+
+    The ``wchar`` line of ``/proc/self/io``: every byte passed to ``write``/``writev``, which
+    is how gloo's TCP transport puts messages on the wire (payload and its own headers). The
+    difference across a call is what went out of this rank during it, counted by the kernel
+    rather than by this module. ``None`` where ``/proc`` does not exist (macOS, Windows).
+    """
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+#: The names of the collective ops :func:`count_collectives` counts (not waits, not wrappers).
+_COLLECTIVE = re.compile(r"all_?reduce|gather|scatter|all_?to_?all|broadcast")
+
+
+def _collective_bytes(name: str, nbytes: int, P: int) -> int:
+    """Bytes one rank sends in a collective over ``P`` ranks whose input has ``nbytes``."""
+    if "reduce_scatter" in name:
+        return nbytes * (P - 1) // P
+    if "all_reduce" in name or "allreduce" in name:
+        return 2 * (P - 1) * nbytes // P  # ring: reduce-scatter, then all-gather
+    if "gather" in name:
+        return nbytes * (P - 1)  # every other rank gets this rank's input
+    if "all_to_all" in name or "alltoall" in name:
+        return nbytes * (P - 1) // P
+    return nbytes * (P - 1)  # broadcast and the rest: at most this
+
+
+@contextlib.contextmanager
+def count_collectives():
+    """Count the collectives torch dispatches inside (DTensor's), into :func:`comm_log`.
+
+    A ``TorchDispatchMode`` sees every collective op (``all_reduce``, ``all_gather``,
+    ``reduce_scatter``, ``all_to_all``; functional or not) with its input tensor and logs
+    the bytes this rank sends in it as a ``"collective"`` event: ``2 (P - 1) / P`` of the
+    input for an all-reduce (the ring algorithm), ``(P - 1) / P`` for a reduce-scatter or an
+    all-to-all, ``P - 1`` times it for an all-gather. It counts what is called, not what a
+    module says it does: a stray collective shows up. Point-to-point sends are not seen
+    (the ring logs its own). Without an active :func:`comm_log`, it counts nothing.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch < 2.4
+        DTensor = ()
+
+    dist = _dist()
+
+    def group_size(args) -> int:
+        for a in args:
+            if isinstance(a, str):  # a functional collective's group name
+                with contextlib.suppress(Exception):
+                    from torch.distributed.distributed_c10d import _resolve_process_group
+
+                    return _resolve_process_group(a).size()
+            size = getattr(a, "size", None)
+            if a is not None and not isinstance(a, torch.Tensor) and callable(size):
+                with contextlib.suppress(Exception):
+                    return int(size())
+        return dist.get_world_size()
+
+    def tensor_bytes(x) -> int:
+        if isinstance(x, torch.Tensor):
+            return _nbytes(x)
+        if isinstance(x, (list, tuple)):
+            return sum(tensor_bytes(t) for t in x)
+        return 0
+
+    class _Counter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if DTensor and any(isinstance(t, type) and issubclass(t, DTensor) for t in types):
+                return NotImplemented  # let DTensor desugar into collectives first
+            out = func(*args, **(kwargs or {}))
+            name = func.__name__.split(".")[0]
+            if "c10d" in func.namespace and _LOG is not None and _COLLECTIVE.search(name):
+                P = group_size(args)
+                nbytes = tensor_bytes(args[0] if args else None)
+                if "gather" in name and func.namespace == "c10d":
+                    nbytes //= P  # c10d's own all-gathers take the output first
+                _LOG._add(
+                    "collective", name, _collective_bytes(name, nbytes, P), time.perf_counter()
+                )
+            return out
+
+    with _Counter():
+        yield
 
 
 # ----------------------------------------------------------------------------- the ring
@@ -809,12 +920,6 @@ def parallelize_heads(module: TensorParallelAttention, mesh=None) -> TensorParal
             f"the module was built for P={module.world_size}, the mesh has {mesh.size()}"
         )
     parallelize_module(module, mesh, {"qkv": ColwiseParallel(), "out": RowwiseParallel()})
-
-    def log_reduce(_mod, _inp, y):
-        if _LOG is not None:
-            _LOG._add("collective", "all-reduce", _nbytes(y), time.perf_counter())
-
-    module.out.register_forward_hook(log_reduce)
     return module
 
 
@@ -1006,18 +1111,25 @@ def _gather(t: torch.Tensor) -> list[torch.Tensor]:
 
 
 def check_worker(
-    rank: int, world_size: int, cases: Sequence[dict], refusals: bool = False
+    rank: int,
+    world_size: int,
+    cases: Sequence[dict],
+    refusals: bool = False,
 ) -> list[dict]:
     """Run each strategy on this rank and compare with one-device SDPA, forward and backward.
 
     Each case is a dict: ``strategy`` (``"ring"``, ``"ulysses"``, ``"tensor"``), ``causal``,
     ``layout`` (ring), ``B, h, n, d`` (``h_kv`` optional), ``dtype`` (``"float32"`` or
-    ``"float64"``), ``seed``. Returns, per case, the largest absolute errors of the output
-    and of the gradients, the bytes this rank sent in the forward and the backward, and the
-    score entries it computed (rank 0's; every rank computes the same comparisons).
-    Errors are relative to the largest entry of the reference (at least 1). With
-    ``refusals``, a last row ``{"strategy": "refusals", "messages": ...}`` holds
-    :func:`refusals_worker`'s messages.
+    ``"float64"``), ``seed``; ``extra_collective=True`` adds a stray all-reduce of 16 KiB
+    to the forward (the counts must show it). Returns, per case, the largest errors of the
+    output and of the gradients, the bytes this rank sent in the forward and the backward
+    as the library counts them (``sent_*``) and as the kernel counts the bytes written
+    (``wire_*``, :func:`written_bytes`; ``None`` without ``/proc``), every rank's forward
+    counts (``sent_forward_ranks``, ``wire_forward_ranks``), ``CommDebugMode``'s collective
+    counts (``comm_debug``, forward), and the score entries rank 0 computed. Errors are
+    relative to the largest entry of the reference (at least 1). With ``refusals``, a last
+    row ``{"strategy": "refusals", "messages": ...}`` holds :func:`refusals_worker`'s
+    messages.
     """
     refusals = require_bool(refusals, "refusals")
     rows = []
@@ -1038,14 +1150,114 @@ def check_worker(
                 **err,
                 "sent_forward": log.sent_bytes("forward"),
                 "sent_backward": log.sent_bytes("backward"),
+                "messages_forward": sum(
+                    1
+                    for e in log.events
+                    if e[0] in ("send", "collective") and e[1].startswith("forward")
+                ),
                 "work_forward": log.work["forward"],
                 "compute_s": log.seconds("compute"),
                 "wait_s": log.seconds("wait"),
             }
         )
+    counts = [(r["sent_forward"], r["wire_forward"]) for r in rows if "sent_forward" in r]
+    every = [None] * world_size
+    _dist().all_gather_object(every, counts)
+    for i, row in enumerate(r for r in rows if "sent_forward" in r):
+        row["sent_forward_ranks"] = [e[i][0] for e in every]
+        row["wire_forward_ranks"] = [e[i][1] for e in every]
     if refusals:
         rows.append({"strategy": "refusals", "messages": refusals_worker(rank, world_size)})
     return rows
+
+
+def chapter_worker(
+    rank: int, world_size: int, cases: Sequence[dict], timeline: dict | None = None
+) -> dict:
+    """A chapter's whole distributed work in one launch (each launch costs seconds).
+
+    Returns ``{"ranks": ..., "rows": ..., "refusals": ..., "timeline": ...}``: the result of
+    :func:`hello_worker`, :func:`check_worker`'s rows for ``cases``, :func:`refusals_worker`'s
+    messages and, with ``timeline`` (keyword arguments of :func:`timeline_worker`), its
+    result (else ``None``).
+    """
+    if timeline is not None and not isinstance(timeline, dict):
+        raise TypeError(f"timeline must be a dict of keyword arguments, got {describe(timeline)}")
+    ranks = hello_worker(rank, world_size)
+    rows = check_worker(rank, world_size, cases, refusals=True)
+    return {
+        "ranks": ranks,
+        "rows": rows[:-1],
+        "refusals": rows[-1]["messages"],
+        "timeline": None if timeline is None else timeline_worker(rank, world_size, **timeline),
+    }
+
+
+def expected_bytes(row: dict, world_size: int) -> int:
+    """The formula's bytes one rank sends in the forward of a :func:`check_worker` row."""
+    if not isinstance(row, dict) or row.get("strategy") not in ("ring", "ulysses", "tensor"):
+        raise ValueError(f"row must be a check_worker row of a strategy, got {describe(row)}")
+    P = require_int(world_size, "world_size", 1)
+    size = getattr(torch, row.get("dtype", "float32")).itemsize
+    B, h, n, d = row["B"], row["h"], row["n"], row["d"]
+    h_kv = row.get("h_kv") or h
+    if row["strategy"] == "ring":
+        return ring_bytes(n, d, P, batch=B, heads=h_kv, bytes_per=size)
+    if row["strategy"] == "ulysses":  # q with h heads; k and v with h_kv; the output
+        q_o = ulysses_bytes(n, h * d, P, batch=B, bytes_per=size) // 2
+        return q_o + ulysses_bytes(n, h_kv * d, P, batch=B, bytes_per=size) // 2
+    return tensor_parallel_bytes(n, h * d, P, batch=B, bytes_per=size)
+
+
+#: Gloo's own bytes per message (headers), at most, on top of the payload: measured 144 to
+#: 576 per message and peer on torch 2.13; the check allows this much per logged message.
+HEADER_BYTES = 1024
+
+
+def expected_collectives(row: dict) -> dict[str, int]:
+    """The collectives ``CommDebugMode`` should see in the forward of a :func:`check_worker` row.
+
+    By kind: Ulysses 4 all-to-alls, tensor parallelism 1 all-reduce, the ring none (its
+    point-to-point sends are not collectives, and ``CommDebugMode`` does not see them).
+    """
+    return {"ring": {}, "ulysses": {"all_to_all": 4}, "tensor": {"all_reduce": 1}}[row["strategy"]]
+
+
+def _collective_kinds(comm_debug: dict) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    for name, count in comm_debug.items():
+        kind = "all_reduce" if re.search("all_?reduce", name) else name.split(".")[-1]
+        kind = "all_to_all" if re.search("all_?to_?all", name) else kind
+        kinds[kind] = kinds.get(kind, 0) + count
+    return kinds
+
+
+def count_problems(row: dict, world_size: int) -> list[str]:
+    """What disagrees in a :func:`check_worker` row's forward communication; ``[]``: nothing.
+
+    Three counts, each against what the formula expects, on every rank: the library's
+    bytes must equal :func:`expected_bytes`; the bytes the kernel saw written (where it
+    counts them) must exceed it by no more than gloo's headers, at most
+    :data:`HEADER_BYTES` per logged message and peer; and ``CommDebugMode``'s collectives
+    must be :func:`expected_collectives`. A stray collective, a wrong formula or a count
+    that logs the wrong tensor each show up here.
+    """
+    P = require_int(world_size, "world_size", 1)
+    want = expected_bytes(row, P)
+    problems = []
+    for r, (sent, wire) in enumerate(zip(row["sent_forward_ranks"], row["wire_forward_ranks"])):
+        if sent != want:
+            problems.append(f"rank {r}: the library counted {sent} bytes, the formula {want}")
+        slack = HEADER_BYTES * max(P - 1, 1) * max(row["messages_forward"], 1)
+        if wire is not None and not 0 <= wire - want <= slack:
+            problems.append(
+                f"rank {r}: the kernel saw {wire} bytes written, the formula {want} "
+                f"(plus at most {slack} of headers)"
+            )
+    seen, expected = _collective_kinds(row["comm_debug"]), expected_collectives(row)
+    if seen != expected:
+        problems.append(f"CommDebugMode saw {seen}, expected {expected}")
+    return problems
 
 
 def _err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -1062,16 +1274,21 @@ def _sequence_case(P, rank, B, h, n, d, causal, dtype, case, log):
     q, k, v = _inputs(case.get("seed", 0), B, h, n, d, dtype, case.get("h_kv"))
     ref, d_out, ref_grads = _reference(q, k, v, causal)
     mine = [shard(t, P, layout)[rank].detach().requires_grad_() for t in (q, k, v)]
-    t0 = time.perf_counter()
-    if strategy == "ring":
-        out = ring_attention(*mine, causal=causal, layout=layout)
-    elif strategy == "ulysses":
-        out = ulysses_attention(*mine, causal=causal)
-    else:
+    if strategy not in ("ring", "ulysses"):
         raise ValueError(f"strategy must be 'ring', 'ulysses' or 'tensor', got {strategy!r}")
-    t1 = time.perf_counter()
-    out.backward(shard(d_out, P, layout)[rank])
-    t2 = time.perf_counter()
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    w0, t0 = written_bytes(), time.perf_counter()
+    with CommDebugMode() as mode:
+        if strategy == "ring":
+            out = ring_attention(*mine, causal=causal, layout=layout)
+        else:
+            out = ulysses_attention(*mine, causal=causal)
+        _stray(case)
+    w1, t1 = written_bytes(), time.perf_counter()
+    with _backward_phase():
+        out.backward(shard(d_out, P, layout)[rank])
+    w2, t2 = written_bytes(), time.perf_counter()
     full = unshard(_gather(out.detach()), layout)
     grads = [unshard(_gather(t.grad), layout) for t in mine]
     return {
@@ -1079,6 +1296,8 @@ def _sequence_case(P, rank, B, h, n, d, causal, dtype, case, log):
         "grad_err": max(_err(g, r) for g, r in zip(grads, ref_grads)),
         "forward_s": t1 - t0,
         "backward_s": t2 - t1,
+        **_wire(w0, w1, w2),
+        "comm_debug": {str(k): v for k, v in mode.get_comm_counts().items()},
     }
 
 
@@ -1097,12 +1316,15 @@ def _tensor_case(rank, P, B, h, n, d, causal, dtype, case, log):
     xt = x.clone().requires_grad_()
     from torch.distributed.tensor.debug import CommDebugMode
 
-    t0 = time.perf_counter()
-    with CommDebugMode() as mode:
-        y = tp(xt, causal=causal)
-    t1 = time.perf_counter()
-    y.backward(d_y)
-    t2 = time.perf_counter()
+    w0, t0 = written_bytes(), time.perf_counter()
+    with CommDebugMode() as mode, count_collectives():
+        y = _waited(tp(xt, causal=causal))  # DTensor's all-reduce runs asynchronously
+        _stray(case)
+    w1, t1 = written_bytes(), time.perf_counter()
+    with _backward_phase(), count_collectives():
+        y.backward(d_y)
+        xt.grad = _waited(xt.grad)
+    w2, t2 = written_bytes(), time.perf_counter()
     # Each rank's gradient shard of W_qkv against the matching rows of the full layer's.
     w_grad = tp.qkv.weight.grad
     w_grad = w_grad.to_local() if hasattr(w_grad, "to_local") else w_grad
@@ -1117,8 +1339,27 @@ def _tensor_case(rank, P, B, h, n, d, causal, dtype, case, log):
         "grad_err": max(errs),
         "forward_s": t1 - t0,
         "backward_s": t2 - t1,
+        **_wire(w0, w1, w2),
         "comm_debug": {str(k): v for k, v in mode.get_comm_counts().items()},
     }
+
+
+def _stray(case: dict) -> None:
+    """A collective the formulas do not expect, when a case asks for one (for the tests)."""
+    if case.get("extra_collective"):
+        _dist().all_reduce(torch.ones(4096))
+
+
+def _waited(t: torch.Tensor) -> torch.Tensor:
+    """The tensor once its pending collective is done (an op on an AsyncCollectiveTensor
+    waits for it; ``clone`` keeps the autograd history, which ``wait()`` would drop)."""
+    return t.clone() if callable(getattr(t, "wait", None)) else t
+
+
+def _wire(w0, w1, w2) -> dict:
+    if None in (w0, w1, w2):
+        return {"wire_forward": None, "wire_backward": None}
+    return {"wire_forward": w1 - w0, "wire_backward": w2 - w1}
 
 
 def raising_worker(rank: int, world_size: int, bad_rank: int = 1) -> int:
