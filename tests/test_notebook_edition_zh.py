@@ -108,6 +108,7 @@ def test_the_chinese_student_edition_has_no_solution(chapter):
     for i, cell in enumerate(_zh("student/zh", chapter)["cells"]):
         assert edition.SOLUTION_TAG not in cell["metadata"].get("tags", []), (chapter, i)
         assert "#### 解答" not in _text(cell) and "显示解答" not in _text(cell), (chapter, i)
+        assert "参考答案默认折叠" not in _text(cell), (chapter, i)
 
 
 def test_the_chinese_site_buttons_open_the_chinese_edition(tmp_path):

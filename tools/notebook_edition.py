@@ -620,6 +620,10 @@ ZH_TITLES = {
     FIGURE_TITLE: "图：绘制它的代码（可以不读）",
     BOOKKEEPING_TITLE: "记录：正文用到的图和检查（可以不读）",
 }
+#: The student edition has no solutions: what the Chinese chapters say of them there.
+ZH_STUDENT_WORDING = [
+    (re.compile(r"参考答案默认折叠，并使用自己的变量名，所以"), "这个版本不含参考答案，所以")
+]
 ZH_DEEPER_COMMENT = "# @title 深入（可选）：第一次阅读时可以跳过这个单元格。\n"
 ZH_MARKDOWN = [
     (re.compile(r"^### Exercise (\d+\.\d+): ", re.M), r"### 练习 \1："),
@@ -857,7 +861,7 @@ def convert_zh(nb: dict, doc: str, *, solutions: bool = True, chapter: int | Non
     for cell in out["cells"]:
         if cell["cell_type"] == "markdown":
             text = cell["source"]
-            for pattern, replacement in ZH_MARKDOWN:
+            for pattern, replacement in ZH_MARKDOWN + ([] if solutions else ZH_STUDENT_WORDING):
                 text = pattern.sub(replacement, text)
             cell["source"] = text
             continue
