@@ -17,13 +17,18 @@ changes, ``update`` adds the new messages (untranslated) and marks the changed o
 ``tests/test_translations.py`` fails until each is translated and its fuzzy flag removed,
 and ``check`` (run by ``make book-zh``) fails when the catalogs were not updated at all.
 
-Two kinds of text are not Sphinx messages, and the catalogs hold them too:
+Three kinds of text are not Sphinx messages, and the catalogs hold them too:
 
 * **figure alt texts** (``metadata.mystnb.image.alt`` of a code cell) and **exercise titles**
   (the argument of ``{exercise-start}``, which sphinx-exercise keeps out of gettext):
   ``update`` adds each to its chapter's catalog with the context ``alt`` or ``exercise``;
   the Chinese build swaps them for their translations (``_ext/book_zh.py``, fed by
   :func:`config`);
+* **explorers and diagrams**: a chapter's explorers keep their texts in the notebook's saved
+  widget state (control names, option labels, each view's alt text as one template per
+  sentence, context ``widget``) and its diagrams draw theirs (context ``diagram``):
+  ``update`` adds both to the chapter's catalog (``_ext/book_zh_widgets.py`` finds them),
+  and the Chinese build translates the widget state and redraws the diagrams in Chinese;
 * **glued words**: a ``{glue:text}`` role stands for a value the notebook recorded, a number
   (the same in both editions) or words ("meets", "none", chapter 10's summary lines).
   Every glued value with words is a message of ``locales/zh_CN/glue.po``: its context is
@@ -75,6 +80,9 @@ NAME_GLUES = {"ch07_bench_cpu"}
 #: (texts that Sphinx's gettext does not extract; _ext/book_zh.py translates them).
 ALT_CONTEXT = "alt"
 EXERCISE_CONTEXT = "exercise"
+#: The contexts of an explorer's texts and of a diagram's labels (_ext/book_zh_widgets.py).
+WIDGET_CONTEXT = "widget"
+DIAGRAM_CONTEXT = "diagram"
 #: The Chinese notebook edition (tools/notebook_edition.py's ZH_EDITIONS), which the Chinese
 #: site's Colab and download buttons open.
 ZH_NOTEBOOKS = "notebooks/zh"
@@ -151,7 +159,22 @@ def extra_messages(doc: str) -> list[tuple[str, str]]:
             text = "".join(cell["source"])
             for title in re.findall(r"^[`:]{3,}\{exercise-start\}[ \t]*(\S.*?)\s*$", text, re.M):
                 found.append((title, EXERCISE_CONTEXT))
+    # The explorers' texts and the diagrams' labels (contexts widget and diagram).
+    found += _zh_widgets().notebook_messages(json.loads(source.read_text(encoding="utf-8")))
     return list(dict.fromkeys(found))
+
+
+def _zh_widgets():
+    """_ext/book_zh_widgets.py (the explorers' and diagrams' texts), loaded from its file."""
+    import importlib.util
+
+    if "book_zh_widgets" not in sys.modules:
+        path = ROOT / "_ext" / "book_zh_widgets.py"
+        spec = importlib.util.spec_from_file_location("book_zh_widgets", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["book_zh_widgets"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["book_zh_widgets"]
 
 
 def alt_texts(doc: str) -> list[str]:
@@ -170,7 +193,9 @@ def add_extra_messages(doc: str, pot: Path) -> None:
 def translated_extras() -> dict[str, dict[str, str]]:
     """``{context: {English: Chinese}}`` of the alt texts and exercise titles over every
     catalog (translated, not fuzzy), for _ext/book_zh.py."""
-    found: dict[str, dict[str, str]] = {ALT_CONTEXT: {}, EXERCISE_CONTEXT: {}}
+    found: dict[str, dict[str, str]] = {
+        c: {} for c in (ALT_CONTEXT, EXERCISE_CONTEXT, WIDGET_CONTEXT, DIAGRAM_CONTEXT)
+    }
     for doc in documents():
         if catalog(doc).exists():
             for m in read(catalog(doc)):
@@ -515,6 +540,8 @@ def config(out_dir: Path | None = None) -> dict:
         name: str((ROOT / path).resolve()) for name, path in local.items()
     }
     sphinx["local_extensions"]["book_zh"] = str((ROOT / "_ext").resolve())
+    # Explorers and diagrams in Chinese (_ext/book_zh_widgets.py).
+    sphinx["local_extensions"]["book_zh_widgets"] = str((ROOT / "_ext").resolve())
     return cfg
 
 
