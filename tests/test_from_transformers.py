@@ -23,6 +23,21 @@ from selfattn.hf import FAMILIES, from_transformers  # noqa: E402
 V = 97  # vocabulary
 WINDOW = 4  # sliding window of the local layers (n = 9 goes beyond it)
 LENGTHS = (1, 3, 9)
+#: DeepSeek-V3 and V3.2's latent attention (and their MoE, which the book refuses).
+MLA = dict(
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    q_lora_rank=16,
+    kv_lora_rank=12,
+    qk_nope_head_dim=8,
+    qk_rope_head_dim=4,
+    v_head_dim=6,
+    moe_intermediate_size=16,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+)
 TOP_K = 4  # DeepSeek-V3.2's indexer: each query attends to 4 tokens (n = 9 goes beyond it)
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 #: Where a step runs in float32 in a float64 model, which the float64 comparison cannot undo
@@ -111,43 +126,16 @@ def _configs():
             )
         ),
         "deepseek_v3": lambda: T.DeepseekV3ForCausalLM(
-            T.DeepseekV3Config(
-                num_hidden_layers=2,
-                first_k_dense_replace=2,
-                num_attention_heads=4,
-                num_key_value_heads=4,
-                q_lora_rank=16,
-                kv_lora_rank=12,
-                qk_nope_head_dim=8,
-                qk_rope_head_dim=4,
-                v_head_dim=6,
-                moe_intermediate_size=16,
-                n_routed_experts=4,
-                num_experts_per_tok=2,
-                n_group=1,
-                topk_group=1,
-                **small,
-            )
+            T.DeepseekV3Config(num_hidden_layers=2, first_k_dense_replace=2, **MLA, **small)
         ),
         "deepseek_v32": lambda: T.DeepseekV32ForCausalLM(
             T.DeepseekV32Config(
                 num_hidden_layers=2,
                 mlp_layer_types=["dense", "dense"],
-                num_attention_heads=4,
-                num_key_value_heads=4,
-                q_lora_rank=16,
-                kv_lora_rank=12,
-                qk_nope_head_dim=8,
-                qk_rope_head_dim=4,
-                v_head_dim=6,
                 index_n_heads=4,
                 index_head_dim=8,
                 index_topk=TOP_K,
-                moe_intermediate_size=16,
-                n_routed_experts=4,
-                num_experts_per_tok=2,
-                n_group=1,
-                topk_group=1,
+                **MLA,
                 **small,
             )
         ),
@@ -432,28 +420,24 @@ def test_unknown_family_is_refused_naming_the_supported_ones():
 
 def test_deepseek_moe_layers_are_refused():
     T = transformers
+    small = dict(vocab_size=V, hidden_size=32, intermediate_size=64)
     hf = T.DeepseekV3ForCausalLM(
-        T.DeepseekV3Config(
-            vocab_size=V,
-            hidden_size=32,
-            intermediate_size=64,
-            moe_intermediate_size=16,
-            num_hidden_layers=2,
-            first_k_dense_replace=1,
-            num_attention_heads=4,
-            num_key_value_heads=4,
-            q_lora_rank=16,
-            kv_lora_rank=12,
-            qk_nope_head_dim=8,
-            qk_rope_head_dim=4,
-            v_head_dim=6,
-            n_routed_experts=4,
-            num_experts_per_tok=2,
-            n_group=1,
-            topk_group=1,
-        )
+        T.DeepseekV3Config(num_hidden_layers=2, first_k_dense_replace=1, **MLA, **small)
     )
     with pytest.raises(ValueError, match="first_k_dense_replace"):
+        from_transformers(hf)
+    hf = T.DeepseekV32ForCausalLM(
+        T.DeepseekV32Config(
+            num_hidden_layers=2,
+            mlp_layer_types=["dense", "sparse"],
+            index_n_heads=4,
+            index_head_dim=8,
+            index_topk=TOP_K,
+            **MLA,
+            **small,
+        )
+    )
+    with pytest.raises(ValueError, match="mlp_layer_types"):
         from_transformers(hf)
 
 
