@@ -249,14 +249,14 @@ SETUP_CLASS = "setup-cell"
 
 
 def _setup_source() -> str:
-    import sys
+    # tools/book.py by its path (stdlib and yaml only): no sys.path edit, whatever the cwd.
+    import importlib.util
 
-    tools = str(Path(__file__).resolve().parent.parent / "tools")
-    if tools not in sys.path:
-        sys.path.insert(0, tools)
-    from book import setup_cell_source
-
-    return setup_cell_source()
+    path = Path(__file__).resolve().parent.parent / "tools" / "book.py"
+    spec = importlib.util.spec_from_file_location("_book_tools", path)
+    book = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(book)
+    return book.setup_cell_source()
 
 
 def _cell_source(node) -> str | None:

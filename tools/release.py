@@ -54,8 +54,9 @@ CONFIG = ROOT / "_config.yml"
 CITATION = ROOT / "CITATION.cff"
 CHANGELOG = ROOT / "CHANGELOG.md"
 DIST = ROOT / "dist"
-#: The notebook editions (tools/notebook_edition.py): the chapters at the same relative paths.
-EDITIONS = ("notebooks", "student")
+#: The notebook editions (tools/notebook_edition.py), English and Chinese: the chapters at the
+#: same relative paths.
+EDITIONS = ("notebooks", "student", "notebooks/zh", "student/zh")
 
 VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 TAG = re.compile(r"^v\d+\.\d+\.\d+$")
