@@ -304,7 +304,7 @@ def name_mistake(got, mistakes, *, case: str, atol: float = 1e-5, rtol: float = 
     for diagnosis, wrong in mistakes.items():
         w = _as_array(wrong)
         if w.shape == g.shape and np.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True):
-            raise Mismatch(f"case {case}: {diagnosis}")
+            raise Mismatch(_("case {case}: {diagnosis}", case=case, diagnosis=diagnosis))
 
 
 def expect_close(
@@ -371,15 +371,16 @@ def expect_true(condition: bool, message: str) -> None:
         raise Mismatch(message)
 
 
-def read_prediction(prediction, what: str = "your prediction") -> float:
+def read_prediction(prediction, what: str | None = None) -> float:
     """The number a "predict, then run" exercise's reader wrote down.
 
     ``prediction`` is the number itself or a function returning it (the checkers' usual
     form, called through :func:`call_answer`); a 0-d tensor or a one-element array is read as
     the number it holds. The stub's ``None`` or ``...`` raises :class:`NotAttempted`; anything
     that is not a real number (a bool, a string) raises :class:`Mismatch` starting with
-    ``what``.
+    ``what`` (by default "your prediction", in the current language).
     """
+    what = _("your prediction") if what is None else what
     value = call_answer(prediction) if callable(prediction) else prediction
     if value is None or value is ...:
         raise NotAttempted()

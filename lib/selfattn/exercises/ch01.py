@@ -22,6 +22,7 @@ import math
 import torch
 
 from ..gradient_reach import gradient_reach
+from ..i18n import _
 from ._core import (
     Mismatch,
     call_answer,
@@ -108,15 +109,23 @@ def _dilated_float_log(n: int, k: int) -> int:
     return math.ceil(math.log(n + 1, k)) if n else 0
 
 
-_DILATED_MISTAKES = {
-    "this is the count without dilation: your layers reach k - 1 positions further each, "
-    "as if every layer read neighbouring inputs": _dilated_no_dilation,
-    "one layer short where n is an exact power of k: your receptive field spans n tokens, "
-    "and positions 0 to n are n + 1": _dilated_span_n,
-    "a floating-point logarithm: math.log(n + 1, k) is not exact (math.log(125, 5) is "
-    "3.0000000000000004), so its ceiling is one too many here; the exercise asks for "
-    "integers only": _dilated_float_log,
-}
+def _dilated_mistakes() -> dict:
+    # a function, not a constant: the diagnoses speak the language of the moment they are used
+    return {
+        _(
+            "this is the count without dilation: your layers reach k - 1 positions further each, "
+            "as if every layer read neighbouring inputs"
+        ): _dilated_no_dilation,
+        _(
+            "one layer short where n is an exact power of k: your receptive field spans n tokens, "
+            "and positions 0 to n are n + 1"
+        ): _dilated_span_n,
+        _(
+            "a floating-point logarithm: math.log(n + 1, k) is not exact (math.log(125, 5) is "
+            "3.0000000000000004), so its ceiling is one too many here; the exercise asks for "
+            "integers only"
+        ): _dilated_float_log,
+    }
 
 
 @checker("dilated", "dilated convolution layers")
@@ -138,10 +147,19 @@ def check_dilated_layers(answer):
         got = call_answer(answer, n, k)
         expected = dilated_layers_needed(n, k)
         if got != expected:
-            for diagnosis, mistake in _DILATED_MISTAKES.items():
+            for diagnosis, mistake in _dilated_mistakes().items():
                 if got == mistake(n, k):
-                    raise Mismatch(f"case n={n}, k={k}: {diagnosis}")
-            raise Mismatch(f"case n={n}, k={k}: expected {expected} layers, got {got}")
+                    raise Mismatch(
+                        _("case {case}: {diagnosis}", case=f"n={n}, k={k}", diagnosis=diagnosis)
+                    )
+            raise Mismatch(
+                _(
+                    "case {case}: expected {expected} layers, got {got}",
+                    case=f"n={n}, k={k}",
+                    expected=expected,
+                    got=got,
+                )
+            )
 
 
 def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -177,20 +195,22 @@ def _softmax_on(dim: int):
 def check_attention_weights_fixed(answer):
     generator = torch.Generator().manual_seed(4)
     cases = {
-        "one sequence, n=3, m=5": ((3, 4), (5, 4), (5, 2)),
-        "a batch of 2 sequences, n=4, m=4": ((2, 4, 3), (2, 4, 3), (2, 4, 6)),
+        _("one sequence, n=3, m=5"): ((3, 4), (5, 4), (5, 2)),
+        _("a batch of 2 sequences, n=4, m=4"): ((2, 4, 3), (2, 4, 3), (2, 4, 6)),
     }
     for case, shapes in cases.items():
         q, k, v = (torch.randn(*s, generator=generator) for s in shapes)
         got = call_answer(answer, q.clone(), k.clone(), v.clone())
         mistakes = {
-            "the softmax still runs over dim=0: for one sequence that is the queries' "
-            "axis (each column of weights sums to 1), for a batch the batch axis": _softmax_on(0)(
-                q, k, v
-            ),
-            "your softmax runs over dim=1, which is the keys' axis only without a batch "
-            "dimension; with one it is the queries' axis, and each key's weights sum to "
-            "1 instead of each query's": _softmax_on(1)(q, k, v),
+            _(
+                "the softmax still runs over dim=0: for one sequence that is the queries' "
+                "axis (each column of weights sums to 1), for a batch the batch axis"
+            ): _softmax_on(0)(q, k, v),
+            _(
+                "your softmax runs over dim=1, which is the keys' axis only without a batch "
+                "dimension; with one it is the queries' axis, and each key's weights sum to "
+                "1 instead of each query's"
+            ): _softmax_on(1)(q, k, v),
         }
         expect_close(got, attention(q, k, v), case=case, mistakes=mistakes)
 
@@ -220,13 +240,15 @@ def check_reach_to_first(answer):
             # function could change (zeroing their weights) while it runs.
             reach = gradient_reach(encoder, x)
             mistakes = {
-                "this is the norm of the gradient of y[-1].sum(), the Jacobian's rows "
-                "added up first (rows of opposite sign cancel in it)": (_summed_reach(encoder, x)),
+                _(
+                    "this is the norm of the gradient of y[-1].sum(), the Jacobian's rows "
+                    "added up first (rows of opposite sign cancel in it)"
+                ): (_summed_reach(encoder, x)),
             }
             if n > 1:  # for one token the first input is the last
-                mistakes["this is the reach to the last input x[-1], not to the first, x[0]"] = (
-                    reach[-1]
-                )
+                mistakes[
+                    _("this is the reach to the last input x[-1], not to the first, x[0]")
+                ] = reach[-1]
             got = call_answer(answer, encoder, x.clone())
             expect_close(
                 torch.as_tensor(got, dtype=torch.float64).reshape(()),
@@ -283,27 +305,39 @@ def widths_reach(n: int, widths: tuple[int, ...], layers: int, *, seed: int = 0)
 @checker("predict-layers", "predict: layers for distance 100")
 def check_predicted_layers(answer):
     n, widths = PREDICT_N, PREDICT_WIDTHS
-    case = f"n={n}, widths {', '.join(map(str, widths))}, ..."
+    case = _("n={n}, widths {widths}, ...", n=n, widths=", ".join(map(str, widths)))
     first, second = widths
     mean = (first + second) // 2
     variants = {
         "right": layers_for_widths(n, widths),
-        f"that is the count for a stack of the average width {mean}; but the stack starts "
-        f"with width {first}, and the last layers decide: the average does not see which "
-        "width comes last": (conv_layers_needed(n, mean)),
-        "you let each layer of width k reach k positions further back; a width-k window "
-        "holds the current position too": layers_for_widths(n, tuple(w + 1 for w in widths)),
-        "that counts pairs of layers, but the question asks for layers": -(
+        _(
+            "that is the count for a stack of the average width {mean}; but the stack starts "
+            "with width {first}, and the last layers decide: the average does not see which "
+            "width comes last",
+            mean=mean,
+            first=first,
+        ): (conv_layers_needed(n, mean)),
+        _(
+            "you let each layer of width k reach k positions further back; a width-k window "
+            "holds the current position too"
+        ): layers_for_widths(n, tuple(w + 1 for w in widths)),
+        _("that counts pairs of layers, but the question asks for layers"): -(
             -n // (first + second - 2)
         ),
-        f"that is a stack of width {second} only; every other layer has width {first}": (
-            conv_layers_needed(n, second)
-        ),
-        f"that is a stack of width {first} only; every other layer has width {second}": (
-            conv_layers_needed(n, first)
-        ),
-        "that is a recurrent network's path length, one step per token; a convolution "
-        "layer of width k covers k - 1 new tokens at once": n,
+        _(
+            "that is a stack of width {width} only; every other layer has width {other}",
+            width=second,
+            other=first,
+        ): (conv_layers_needed(n, second)),
+        _(
+            "that is a stack of width {width} only; every other layer has width {other}",
+            width=first,
+            other=second,
+        ): (conv_layers_needed(n, first)),
+        _(
+            "that is a recurrent network's path length, one step per token; a convolution "
+            "layer of width k covers k - 1 new tokens at once"
+        ): n,
     }
     expect_predicted(answer, variants, case=case)
 
@@ -318,20 +352,29 @@ def check_accuracy_by_distance(answer):
     got = call_answer(answer, predictions.clone(), targets.clone(), distances.clone())
     expected = accuracy_by_distance(predictions, targets, distances)
     expect_true(
-        isinstance(got, dict), f"expected a dict {{distance: accuracy}}, got {type(got).__name__}"
+        isinstance(got, dict),
+        _("expected a dict {{distance: accuracy}}, got {what}", what=type(got).__name__),
     )
     not_int = [k for k in got if not isinstance(k, int) or isinstance(k, bool)]
     expect_true(
         not not_int,
-        f"the keys must be plain ints; got a key of type {type(not_int[0]).__name__} "
-        f"({not_int[0]!r}), which a dict lookup by the int distance does not find"
+        _(
+            "the keys must be plain ints; got a key of type {type} ({key}), which a dict "
+            "lookup by the int distance does not find",
+            type=type(not_int[0]).__name__,
+            key=repr(not_int[0]),
+        )
         if not_int
         else "",
     )
     keys = [int(k) for k in got]
     expect_true(
         sorted(keys) == list(expected),
-        f"expected the distances {list(expected)} as keys, got {keys}",
+        _(
+            "expected the distances {expected} as keys, got {got}",
+            expected=list(expected),
+            got=keys,
+        ),
     )
     overall = float((predictions == targets).float().mean())
     for dist, acc in expected.items():
@@ -340,12 +383,27 @@ def check_accuracy_by_distance(answer):
             in_group = (distances == dist).float().mean().item()
             if math.isclose(value, overall, abs_tol=1e-6):
                 raise Mismatch(
-                    f"distance {dist}: {value:.4g} is the accuracy over all examples, at "
-                    "every distance"
+                    _(
+                        "distance {dist}: {value} is the accuracy over all examples, at "
+                        "every distance",
+                        dist=dist,
+                        value=f"{value:.4g}",
+                    )
                 )
             if math.isclose(value, acc * in_group, abs_tol=1e-6):
                 raise Mismatch(
-                    f"distance {dist}: {value:.4g} divides the correct answers at this "
-                    "distance by all N examples"
+                    _(
+                        "distance {dist}: {value} divides the correct answers at this "
+                        "distance by all N examples",
+                        dist=dist,
+                        value=f"{value:.4g}",
+                    )
                 )
-            raise Mismatch(f"distance {dist}: expected accuracy {acc:.4g}, got {value:.4g}")
+            raise Mismatch(
+                _(
+                    "distance {dist}: expected accuracy {expected}, got {got}",
+                    dist=dist,
+                    expected=f"{acc:.4g}",
+                    got=f"{value:.4g}",
+                )
+            )

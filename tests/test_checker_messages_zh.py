@@ -1,0 +1,84 @@
+"""The checkers' own diagnoses speak Chinese after ``selfattn.set_language("zh")`` (issue 51).
+
+One wrong answer per chapter's checkers: its failure message in English is as before, and in
+Chinese it holds Chinese text and no English sentence (code identifiers, shapes and numbers
+stay as they are: a run of three English words is what this test calls a sentence).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import selfattn
+import torch
+from selfattn.exercises import ch01
+
+#: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
+ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _dim1(q, k, v):
+    return torch.softmax(q @ k.transpose(-2, -1), dim=1) @ v
+
+
+#: (id, checker, wrong answer, a fragment of its English diagnosis)
+CASES = [
+    (
+        "ch01-dilated",
+        ch01.check_dilated_layers,
+        lambda n, k: math.ceil(n / (k - 1)) if n else 0,
+        "without dilation",
+    ),
+    (
+        "ch01-dilated-float",
+        ch01.check_dilated_layers,
+        lambda n, k: math.ceil(math.log(n + 1, k)) if n else 0,
+        "floating-point logarithm",
+    ),
+    ("ch01-dilated-plain", ch01.check_dilated_layers, lambda n, k: 7, "layers, got 7"),
+    ("ch01-softmax", ch01.check_attention_weights_fixed, ch01.buggy_attention, "dim=0"),
+    ("ch01-softmax-dim1", ch01.check_attention_weights_fixed, _dim1, "a batch of 2 sequences"),
+    ("ch01-predict", ch01.check_predicted_layers, lambda: 100, "recurrent network"),
+    ("ch01-predict-word", ch01.check_predicted_layers, lambda: "many", "your prediction"),
+    (
+        "ch01-accuracy-type",
+        ch01.check_accuracy_by_distance,
+        lambda p, t, d: [1.0],
+        "expected a dict",
+    ),
+    (
+        "ch01-accuracy-overall",
+        ch01.check_accuracy_by_distance,
+        lambda p, t, d: {int(x): float((p == t).float().mean()) for x in sorted(set(d.tolist()))},
+        "accuracy over all examples",
+    ),
+]
+
+
+@pytest.fixture
+def chinese():
+    previous = selfattn.set_language("zh")
+    yield
+    selfattn.set_language(previous)
+
+
+def _message(check, answer) -> str:
+    result = check(answer)
+    assert result.status == "failed", result
+    return result.message
+
+
+@pytest.mark.parametrize(
+    ("check", "answer", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_a_wrong_answer_is_diagnosed_in_chinese(check, answer, fragment, chinese):
+    selfattn.set_language("en")
+    english = _message(check, answer)
+    assert fragment in english
+    selfattn.set_language("zh")
+    text = _message(check, answer)
+    assert CJK.search(text), text
+    assert not ENGLISH.search(text), (ENGLISH.search(text).group(), text)
