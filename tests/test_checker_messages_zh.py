@@ -13,7 +13,7 @@ import re
 import pytest
 import selfattn
 import torch
-from selfattn.exercises import ch01
+from selfattn.exercises import ch01, ch02
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -54,6 +54,27 @@ CASES = [
         ch01.check_accuracy_by_distance,
         lambda p, t, d: {int(x): float((p == t).float().mean()) for x in sorted(set(d.tolist()))},
         "accuracy over all examples",
+    ),
+    ("ch02-score", ch02.check_predicted_score, 7, "scaling step is missing"),
+    ("ch02-score-embeddings", ch02.check_predicted_score, 3 / math.sqrt(2), "embeddings"),
+    (
+        "ch02-soft",
+        ch02.check_soft_lookup,
+        lambda q, k, v, t: torch.softmax(k @ q * t, -1) @ v,
+        "multiplied by the temperature",
+    ),
+    (
+        "ch02-soft-naive",
+        ch02.check_soft_lookup,
+        lambda q, k, v, t: (torch.exp(k @ q / t) / torch.exp(k @ q / t).sum()) @ v,
+        "overflows",
+    ),
+    ("ch02-cross", ch02.check_cross_attention, ch02.buggy_cross_attention, "sqrt(d)"),
+    (
+        "ch02-share",
+        ch02.check_antecedent_share,
+        lambda w, i, a: w[:, i, a].mean(),
+        "mixes sentences",
     ),
 ]
 

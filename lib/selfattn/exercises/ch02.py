@@ -24,6 +24,7 @@ import math
 import torch
 
 from .._checks import require_number
+from ..i18n import _
 from ._core import (
     call_answer,
     checker,
@@ -77,20 +78,21 @@ def _worked_score(query_x: torch.Tensor, key_x: torch.Tensor, *, scaled: bool = 
 @checker("predict-score", "predict: a score by hand")
 def check_predicted_score(answer):
     x_it = WORKED_X[WORKED_TOKENS.index("it")]
-    case = "'it' (query) against 'tired' (key)"
+    case = _("'it' (query) against 'tired' (key)")
     mistakes = {
-        "this is the raw score q . k: the scaling step is missing": _worked_score(
+        _("this is the raw score q . k: the scaling step is missing"): _worked_score(
             x_it, TIRED_X, scaled=False
         ),
-        "this scores the embeddings x_it and x_tired themselves, not the query of 'it' "
-        "and the key of 'tired'": float(x_it @ TIRED_X) / math.sqrt(2),
-        "query and key swapped: this is the query of 'tired' against the key of 'it'": (
+        _(
+            "this scores the embeddings x_it and x_tired themselves, not the query of 'it' "
+            "and the key of 'tired'"
+        ): float(x_it @ TIRED_X) / math.sqrt(2),
+        _("query and key swapped: this is the query of 'tired' against the key of 'it'"): (
             _worked_score(TIRED_X, x_it)
         ),
-        "this divides the raw score by d_k = 2, which is not the formula's scale": _worked_score(
-            x_it, TIRED_X, scaled=False
-        )
-        / 2,
+        _(
+            "this divides the raw score by d_k = 2, which is not the formula's scale"
+        ): _worked_score(x_it, TIRED_X, scaled=False) / 2,
     }
     expected = _worked_score(x_it, TIRED_X)
     # A number, or what holds one (a 0-d tensor, as chapter 3's checker reads it).
@@ -160,10 +162,12 @@ def _soft_naive(query, keys, values, temperature):
     return (e / e.sum()) @ values
 
 
-_SOFT_MISTAKES = {
-    "the scores are multiplied by the temperature": _soft_times,
-    "exp(s) / exp(s).sum() overflows to inf / inf = nan for large scores": _soft_naive,
-}
+def _soft_mistakes() -> dict:
+    # a function, not a constant: the diagnoses speak the language of the moment they are used
+    return {
+        _("the scores are multiplied by the temperature"): _soft_times,
+        _("exp(s) / exp(s).sum() overflows to inf / inf = nan for large scores"): _soft_naive,
+    }
 
 
 @checker("soft", "soft lookup with a temperature")
@@ -179,14 +183,14 @@ def check_soft_lookup(answer):
             got,
             soft_lookup(query, keys, values, temperature),
             case=case,
-            mistakes={d: f(query, keys, values, temperature) for d, f in _SOFT_MISTAKES.items()},
+            mistakes={d: f(query, keys, values, temperature) for d, f in _soft_mistakes().items()},
         )
     big = torch.full((4,), 300.0)  # scores near 1e5 at temperature 0.01: a naive exp overflows
     expect_close(
         call_answer(answer, big, keys.clone(), values.clone(), 0.01),
         soft_lookup(big, keys, values, 0.01),
-        case="large scores (about 1e5 at temperature 0.01)",
-        mistakes={d: f(big, keys, values, 0.01) for d, f in _SOFT_MISTAKES.items()},
+        case=_("large scores (about 1e5 at temperature 0.01)"),
+        mistakes={d: f(big, keys, values, 0.01) for d, f in _soft_mistakes().items()},
     )
 
 
@@ -207,11 +211,15 @@ def check_cross_attention(answer):
         expect_shape(got, (n, d_v), case=case)
         q, k, v = x @ w_q, context @ w_k, context @ w_v
         mistakes = {
-            "still scaled by sqrt(d), with d the token width (the planted bug is still "
-            "there; it shows where d != d_k)": buggy_cross_attention(x, context, w_q, w_k, w_v),
-            "the scale is gone: these scores are not scaled at all": torch.softmax(q @ k.T, dim=-1)
+            _(
+                "still scaled by sqrt(d), with d the token width (the planted bug is still "
+                "there; it shows where d != d_k)"
+            ): buggy_cross_attention(x, context, w_q, w_k, w_v),
+            _("the scale is gone: these scores are not scaled at all"): torch.softmax(
+                q @ k.T, dim=-1
+            )
             @ v,
-            "divided by d_k itself, which is not the formula's scale": torch.softmax(
+            _("divided by d_k itself, which is not the formula's scale"): torch.softmax(
                 q @ k.T / k.shape[-1], dim=-1
             )
             @ v,
@@ -229,25 +237,25 @@ def check_antecedent_share(answer):
     expected = antecedent_share(weights, it_position, antecedent_position)
     b = torch.arange(5)
     mistakes = {
-        "rows and columns swapped: this is the weight from the noun to 'it'": weights[
+        _("rows and columns swapped: this is the weight from the noun to 'it'"): weights[
             b, antecedent_position, it_position
         ].mean(),
-        "this averages the weight on the noun over every query, not only from 'it'": weights[
+        _("this averages the weight on the noun over every query, not only from 'it'"): weights[
             b, :, antecedent_position
         ].mean(),
-        "the indexing mixes sentences: each sentence's weights are read at the positions "
-        "of every sentence (a 5 x 5 table, not one weight per sentence)": weights[
-            :, it_position, antecedent_position
-        ].mean(),
-        "the indexing mixes sentences: the rows of 'it' are taken per sentence, then the "
-        "noun's column of every sentence is read from each (5 x 5 per sentence)": weights[
-            b, it_position
-        ][:, antecedent_position].mean(),
+        _(
+            "the indexing mixes sentences: each sentence's weights are read at the positions "
+            "of every sentence (a 5 x 5 table, not one weight per sentence)"
+        ): weights[:, it_position, antecedent_position].mean(),
+        _(
+            "the indexing mixes sentences: the rows of 'it' are taken per sentence, then the "
+            "noun's column of every sentence is read from each (5 x 5 per sentence)"
+        ): weights[b, it_position][:, antecedent_position].mean(),
     }
     expect_close(
         torch.as_tensor(got, dtype=torch.float64).reshape(()),
         torch.tensor(expected),
-        case="5 sentences of 7 tokens",
+        case=_("5 sentences of 7 tokens"),
         atol=1e-6,
         mistakes={d: torch.as_tensor(float(v), dtype=torch.float64) for d, v in mistakes.items()},
     )
