@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import selfattn
 import torch
-from selfattn.exercises import ch01, ch02
+from selfattn.exercises import ch01, ch02, ch03
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -22,6 +23,13 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 
 def _dim1(q, k, v):
     return torch.softmax(q @ k.transpose(-2, -1), dim=1) @ v
+
+
+def _steps_unscaled(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    s = q @ k.T
+    w = np.exp(s - s.max(axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True) @ v
 
 
 #: (id, checker, wrong answer, a fragment of its English diagnosis)
@@ -75,6 +83,23 @@ CASES = [
         ch02.check_antecedent_share,
         lambda w, i, a: w[:, i, a].mean(),
         "mixes sentences",
+    ),
+    ("ch03-steps", ch03.check_five_steps, _steps_unscaled, "not divided by sqrt(d_k)"),
+    ("ch03-steps-type", ch03.check_stable_softmax, lambda x: x.numpy(), "return a torch.Tensor"),
+    (
+        "ch03-softmax",
+        ch03.check_stable_softmax,
+        lambda x: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(-1, keepdim=True),
+        "one maximum for the whole tensor",
+    ),
+    ("ch03-scale", ch03.check_scale_bug, ch03.buggy_attention_layer, "still multiplied"),
+    ("ch03-variance", ch03.check_scaled_variance_prediction, 4.0, "variance of one component"),
+    ("ch03-variance-other", ch03.check_scaled_variance_prediction, 0.3, "not the variance"),
+    (
+        "ch03-temperature",
+        ch03.check_temperature,
+        lambda q, k, v, t: selfattn.scaled_dot_product_attention(q, k, v, scale=1.0 / t),
+        "1/sqrt(d_k) is gone",
     ),
 ]
 

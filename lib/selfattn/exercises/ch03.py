@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..attention import scaled_dot_product_attention, softmax
+from ..i18n import _
 from ..reference import attention_steps
 from ._core import (
     Mismatch,
@@ -66,8 +67,8 @@ def check_five_steps(answer) -> None:
     Named mistakes: the scale forgotten, and the softmax taken over the queries (axis 0)."""
     cases = [
         ("n=5, d=6, d_k=4, d_v=3", 5, 6, 4, 3),
-        ("one token, n=1", 1, 4, 4, 2),
-        ("d_k=64, where the scale matters", 6, 8, 64, 3),
+        (_("one token, n=1"), 1, 4, 4, 2),
+        (_("d_k=64, where the scale matters"), 6, 8, 64, 3),
         ("n=7, d=3, d_k=5, d_v=2", 7, 3, 5, 2),
     ]
     for i, (name, n, d, d_k, d_v) in enumerate(cases):
@@ -77,11 +78,13 @@ def check_five_steps(answer) -> None:
         expected = attention_steps(X, W_q, W_k, W_v).output
         got = call_answer(answer, X.copy(), W_q.copy(), W_k.copy(), W_v.copy())
         mistakes = {
-            "the scores are not divided by sqrt(d_k) (step 3 is missing)": _steps_np(
+            _("the scores are not divided by sqrt(d_k) (step 3 is missing)"): _steps_np(
                 X, W_q, W_k, W_v, scale=1.0
             ),
-            "your softmax runs over axis 0, the queries: each key's weights sum to 1, "
-            "not each query's": _steps_np(X, W_q, W_k, W_v, axis=0),
+            _(
+                "your softmax runs over axis 0, the queries: each key's weights sum to 1, "
+                "not each query's"
+            ): _steps_np(X, W_q, W_k, W_v, axis=0),
         }
         expect_close(got, expected, case=name, atol=1e-6, rtol=1e-6, mistakes=mistakes)
 
@@ -105,23 +108,23 @@ def check_stable_softmax(answer) -> None:
     reported by the NaN its overflow produces."""
     cases = [
         (
-            "random scores (3, 5)",
+            _("random scores (3, 5)"),
             torch.randn(3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64),
         ),
         (
-            "large scores [1000, 1001, 1002]",
+            _("large scores [1000, 1001, 1002]"),
             torch.tensor([[1000.0, 1001.0, 1002.0]], dtype=torch.float64),
         ),
         (
-            "very negative scores [-1000, -1001, -1002]",
+            _("very negative scores [-1000, -1001, -1002]"),
             torch.tensor([[-1000.0, -1001.0, -1002.0]], dtype=torch.float64),
         ),
         (
-            "rows far apart [[0, 1], [-1000, -999]]",
+            _("rows far apart [[0, 1], [-1000, -999]]"),
             torch.tensor([[0.0, 1.0], [-1000.0, -999.0]], dtype=torch.float64),
         ),
         (
-            "batched input (2, 3, 4), softmax over the last dim",
+            _("batched input (2, 3, 4), softmax over the last dim"),
             torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64),
         ),
     ]
@@ -129,15 +132,22 @@ def check_stable_softmax(answer) -> None:
         got = call_answer(answer, x.clone())
         expect_true(
             isinstance(got, torch.Tensor),
-            f"case {name}: return a torch.Tensor, got {type(got).__name__}",
+            _(
+                "case {case}: return a torch.Tensor, got {what}",
+                case=name,
+                what=type(got).__name__,
+            ),
         )
         mistakes = {
             # First: on rows far apart the global maximum gives 0/0 = NaN, as the naive
             # formula does, and this is the more specific diagnosis there.
-            "you subtract one maximum for the whole tensor: a row far below it "
-            "underflows to 0/0": _softmax_global_max(x),
-            "your softmax runs over the first dimension: each row's weights do not sum "
-            "to 1": _softmax_first_dim(x),
+            _(
+                "you subtract one maximum for the whole tensor: a row far below it "
+                "underflows to 0/0"
+            ): _softmax_global_max(x),
+            _(
+                "your softmax runs over the first dimension: each row's weights do not sum to 1"
+            ): _softmax_first_dim(x),
         }
         expect_close(got, softmax(x), case=name, atol=1e-9, rtol=1e-7, mistakes=mistakes)
 
@@ -170,10 +180,10 @@ def check_scale_bug(answer) -> None:
     of which hides the bug). The likely mistakes, the bug left in among them, are named."""
     g = torch.Generator().manual_seed(33)
     cases = [
-        ("d_k=1, where the bug is invisible", 2, 5, 8, 1, 3),
-        ("d_model=32, d_k=8, one sequence of 5", 1, 5, 32, 8, 4),
-        ("batch of 3, d_model=64, d_k=16", 3, 6, 64, 16, 5),
-        ("d_model=8, d_k=128 (d_k larger than d_model)", 2, 4, 8, 128, 3),
+        (_("d_k=1, where the bug is invisible"), 2, 5, 8, 1, 3),
+        (_("d_model=32, d_k=8, one sequence of 5"), 1, 5, 32, 8, 4),
+        (_("batch of 3, d_model=64, d_k=16"), 3, 6, 64, 16, 5),
+        (_("d_model=8, d_k=128 (d_k larger than d_model)"), 2, 4, 8, 128, 3),
     ]
     for name, b, n, d_model, d_k, d_v in cases:
         x = torch.randn(b, n, d_model, generator=g, dtype=torch.float64)
@@ -185,17 +195,26 @@ def check_scale_bug(answer) -> None:
         got = call_answer(answer, *(a.clone() for a in args))
         expect_true(
             isinstance(got, torch.Tensor),
-            f"case {name}: return a torch.Tensor, got {type(got).__name__}",
+            _(
+                "case {case}: return a torch.Tensor, got {what}",
+                case=name,
+                what=type(got).__name__,
+            ),
         )
         mistakes = {
-            f"the scores are still multiplied by sqrt(d_k) = {math.sqrt(d_k):.3g}: the "
-            "scale stretches scores whose spread already grows like sqrt(d_k), and the "
-            "weights saturate": (buggy_attention_layer(*args)),
-            "divided by d_k instead of sqrt(d_k): the scores come out too small and "
-            "the weights too flat": _layer(*args, scale=1 / d_k),
-            "not divided at all: the scale is missing": _layer(*args, scale=1.0),
-            "divided by sqrt(d_model), the width of x, not a width of the queries and "
-            "keys": _layer(*args, scale=1 / math.sqrt(d_model)),
+            _(
+                "the scores are still multiplied by sqrt(d_k) = {root}: the scale stretches "
+                "scores whose spread already grows like sqrt(d_k), and the weights saturate",
+                root=f"{math.sqrt(d_k):.3g}",
+            ): (buggy_attention_layer(*args)),
+            _(
+                "divided by d_k instead of sqrt(d_k): the scores come out too small and "
+                "the weights too flat"
+            ): _layer(*args, scale=1 / d_k),
+            _("not divided at all: the scale is missing"): _layer(*args, scale=1.0),
+            _(
+                "divided by sqrt(d_model), the width of x, not a width of the queries and keys"
+            ): _layer(*args, scale=1 / math.sqrt(d_model)),
         }
         expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6, mistakes=mistakes)
 
@@ -219,21 +238,32 @@ def check_scaled_variance_prediction(prediction) -> None:
     value = read_prediction(prediction)
     sigma, d_k = PREDICTION_SIGMA, PREDICTION_D_K
     mistakes = {
-        f"{sigma**2:g} is sigma², the variance of one component; q·k sums products "
-        "q_i k_i, and a product of two components does not have a component's "
-        "variance": sigma**2,
-        f"{sigma**4 * d_k:g} is the variance of q·k before the division by sqrt(d_k); "
-        "the prediction is about the scaled score": sigma**4 * d_k,
-        "1 would need components of variance 1; the scale removes the d_k, not the sigma": 1.0,
-        f"{sigma**4 * math.sqrt(d_k):g} divides the variance by sqrt(d_k); dividing a "
-        "number by c divides its variance by c²": sigma**4 * math.sqrt(d_k),
+        _(
+            "{value} is sigma², the variance of one component; q·k sums products q_i k_i, "
+            "and a product of two components does not have a component's variance",
+            value=f"{sigma**2:g}",
+        ): sigma**2,
+        _(
+            "{value} is the variance of q·k before the division by sqrt(d_k); the "
+            "prediction is about the scaled score",
+            value=f"{sigma**4 * d_k:g}",
+        ): sigma**4 * d_k,
+        _("1 would need components of variance 1; the scale removes the d_k, not the sigma"): 1.0,
+        _(
+            "{value} divides the variance by sqrt(d_k); dividing a number by c divides its "
+            "variance by c²",
+            value=f"{sigma**4 * math.sqrt(d_k):g}",
+        ): sigma**4 * math.sqrt(d_k),
     }
     expected = sigma**4
     if not math.isclose(float(value), expected, rel_tol=1e-6):
-        name_mistake(float(value), mistakes, case="your prediction", atol=0, rtol=1e-6)
+        name_mistake(float(value), mistakes, case=_("your prediction"), atol=0, rtol=1e-6)
         raise Mismatch(
-            f"your prediction {float(value):g} is not the variance; go over the theorem "
-            "again before running the next cell"
+            _(
+                "your prediction {value} is not the variance; go over the theorem again "
+                "before running the next cell",
+                value=f"{float(value):g}",
+            )
         )
 
 
@@ -248,12 +278,12 @@ def check_temperature(answer) -> None:
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 4, 16, generator=g, dtype=torch.float64) for _ in range(3))
     cases = [
-        ("temperature 3", q, k, v, 3.0),
-        ("temperature 10 (flat)", q, k, v, 10.0),
-        ("temperature 0.05 (sharp)", q, k, v, 0.05),
-        ("temperature 1 (plain scaled attention)", q, k, v, 1.0),
+        (_("temperature 3"), q, k, v, 3.0),
+        (_("temperature 10 (flat)"), q, k, v, 10.0),
+        (_("temperature 0.05 (sharp)"), q, k, v, 0.05),
+        (_("temperature 1 (plain scaled attention)"), q, k, v, 1.0),
         (
-            "n=3 queries, m=5 keys, d_v=2",
+            _("n=3 queries, m=5 keys, d_v=2"),
             q[:, :3],
             torch.randn(2, 5, 16, generator=g, dtype=torch.float64),
             torch.randn(2, 5, 2, generator=g, dtype=torch.float64),
@@ -265,13 +295,13 @@ def check_temperature(answer) -> None:
         expected = scaled_dot_product_attention(q_, k_, v_, scale=1.0 / (t * root))
         got = call_answer(answer, q_.clone(), k_.clone(), v_.clone(), t)
         mistakes = {
-            "the temperature multiplies the scores: a high temperature then sharpens the "
-            "weights instead of flattening them": scaled_dot_product_attention(
-                q_, k_, v_, scale=t / root
-            ),
-            "the scores are divided by the temperature only: the 1/sqrt(d_k) is gone, so "
-            "temperature 1 is no longer this chapter's attention": scaled_dot_product_attention(
-                q_, k_, v_, scale=1.0 / t
-            ),
+            _(
+                "the temperature multiplies the scores: a high temperature then sharpens the "
+                "weights instead of flattening them"
+            ): scaled_dot_product_attention(q_, k_, v_, scale=t / root),
+            _(
+                "the scores are divided by the temperature only: the 1/sqrt(d_k) is gone, so "
+                "temperature 1 is no longer this chapter's attention"
+            ): scaled_dot_product_attention(q_, k_, v_, scale=1.0 / t),
         }
         expect_close(got, expected, case=name, atol=1e-8, rtol=1e-6, mistakes=mistakes)
