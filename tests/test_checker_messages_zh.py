@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import selfattn
 import torch
-from selfattn.exercises import ch01, ch02, ch03
+from selfattn.exercises import ch01, ch02, ch03, ch04
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -101,6 +101,45 @@ CASES = [
         lambda q, k, v, t: selfattn.scaled_dot_product_attention(q, k, v, scale=1.0 / t),
         "1/sqrt(d_k) is gone",
     ),
+    (
+        "ch04-padding-flipped",
+        ch04.check_padding_mask,
+        lambda lengths, n: torch.arange(n)[None, :] >= torch.tensor(lengths)[:, None],
+        "flipped",
+    ),
+    (
+        "ch04-padding",
+        ch04.check_padding_mask,
+        lambda lengths, n: torch.arange(n)[None, :] <= torch.tensor(lengths)[:, None],
+        "first pad",
+    ),
+    (
+        "ch04-padding-dtype",
+        ch04.check_padding_mask,
+        lambda lengths, n: (torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]).int(),
+        "return a bool mask",
+    ),
+    (
+        "ch04-padding-other",
+        ch04.check_padding_mask,
+        lambda lengths, n: torch.zeros(len(lengths), n, dtype=torch.bool),
+        "entries differ",
+    ),
+    (
+        "ch04-window",
+        ch04.check_sliding_window,
+        lambda n, w: (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs() < w,
+        "not causal",
+    ),
+    (
+        "ch04-convention",
+        ch04.check_mask_convention_bug,
+        ch04.buggy_masked_attention,
+        "still masks",
+    ),
+    ("ch04-decoding", ch04.check_decoding_bug, ch04.buggy_decoding_attention, "top-left"),
+    ("ch04-pairs", ch04.check_allowed_pairs_prediction, 28, "padded queries"),
+    ("ch04-pairs-other", ch04.check_allowed_pairs_prediction, 3, "not the count"),
 ]
 
 

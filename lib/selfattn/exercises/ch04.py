@@ -17,6 +17,7 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention, softmax
+from ..i18n import _
 from ..masks import causal_mask, padding_mask, sliding_window_mask
 from ._core import (
     Mismatch,
@@ -50,27 +51,43 @@ def _expect_bool_mask(
 ) -> None:
     expect_true(
         isinstance(got, torch.Tensor),
-        f"case {case}: return a torch.Tensor, got {type(got).__name__}",
+        _("case {case}: return a torch.Tensor, got {what}", case=case, what=type(got).__name__),
     )
     expect_shape(got, expected.shape, case=case)
     expect_true(
         got.dtype == torch.bool,
-        f"case {case}: return a bool mask (True = may attend), got dtype {got.dtype}",
+        _(
+            "case {case}: return a bool mask (True = may attend), got dtype {dtype}",
+            case=case,
+            dtype=got.dtype,
+        ),
     )
     if torch.equal(got, expected):
         return
     expect_true(
         not torch.equal(~got, expected),
-        f"case {case}: every entry is flipped: this book's masks use True = may attend "
-        "(SDPA's convention)",
+        _(
+            "case {case}: every entry is flipped: this book's masks use True = may attend "
+            "(SDPA's convention)",
+            case=case,
+        ),
     )
     for diagnosis, wrong in (mistakes or {}).items():
-        expect_true(not torch.equal(got, wrong), f"case {case}: {diagnosis}")
+        expect_true(
+            not torch.equal(got, wrong),
+            _("case {case}: {diagnosis}", case=case, diagnosis=diagnosis),
+        )
     idx = tuple((got != expected).nonzero()[0].tolist())
     expect_true(
         False,
-        f"case {case}: {int((got != expected).sum())} entries differ, e.g. at {idx}: "
-        f"expected {bool(expected[idx])}, got {bool(got[idx])}",
+        _(
+            "case {case}: {count} entries differ, e.g. at {idx}: expected {expected}, got {got}",
+            case=case,
+            count=int((got != expected).sum()),
+            idx=idx,
+            expected=bool(expected[idx]),
+            got=bool(got[idx]),
+        ),
     )
 
 
@@ -86,8 +103,10 @@ def check_padding_mask(answer) -> None:
         expected = padding_mask(lengths, max_len)[:, 0]
         positions, lens = torch.arange(max_len)[None, :], torch.tensor(lengths)[:, None]
         mistakes = {
-            "one position too many per sequence: position `length`, the first pad, is "
-            "marked as a real token": positions <= lens,
+            _(
+                "one position too many per sequence: position `length`, the first pad, is "
+                "marked as a real token"
+            ): positions <= lens,
         }
         got = call_answer(answer, list(lengths), max_len)
         _expect_bool_mask(
@@ -105,8 +124,8 @@ def check_sliding_window(answer) -> None:
     for n, window in ((6, 3), (5, 1), (4, 4), (3, 10), (1, 1), (8, 2)):
         i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
         mistakes = {
-            "each query sees window + 1 keys, itself included": (j <= i) & (i - j <= window),
-            "the band is not causal: it also lets a query see the next window - 1 keys": (
+            _("each query sees window + 1 keys, itself included"): (j <= i) & (i - j <= window),
+            _("the band is not causal: it also lets a query see the next window - 1 keys"): (
                 i - j
             ).abs()
             < window,
@@ -155,26 +174,39 @@ def check_mask_convention_bug(answer) -> None:
     no_keys = causal_mask(4).clone()
     no_keys[2] = False  # query 2 may attend to nothing
     cases = [
-        ("a causal mask (5, 5)", qkv(n=5, m=5), causal_mask(5)),
-        ("a padding mask (2, 1, 6), lengths 4 and 6", qkv(2, n=6, m=6), padding_mask([4, 6], 6)),
-        ("query 2 may attend to no key", qkv(n=4, m=4), no_keys),
+        (_("a causal mask (5, 5)"), qkv(n=5, m=5), causal_mask(5)),
+        (
+            _("a padding mask (2, 1, 6), lengths 4 and 6"),
+            qkv(2, n=6, m=6),
+            padding_mask([4, 6], 6),
+        ),
+        (_("query 2 may attend to no key"), qkv(n=4, m=4), no_keys),
     ]
     for name, (q, k, v), mask in cases:
         expected = scaled_dot_product_attention(q, k, v, mask)
         got = call_answer(answer, q.clone(), k.clone(), v.clone(), mask.clone())
         expect_true(
             isinstance(got, torch.Tensor),
-            f"case {name}: return a torch.Tensor, got {type(got).__name__}",
+            _(
+                "case {case}: return a torch.Tensor, got {what}",
+                case=name,
+                what=type(got).__name__,
+            ),
         )
         s = _scores(q, k)
         mistakes = {
-            "still masks where the mask is True, at the keys each query may attend to "
-            "(this book's and SDPA's convention)": buggy_masked_attention(q, k, v, mask),
-            "you mask the weights after the softmax: the forbidden keys took part in "
-            "the normalisation, so each row no longer sums to 1": (torch.softmax(s, dim=-1) * mask)
-            @ v,
-            "the query that may attend to no key comes out NaN (torch.softmax of a row "
-            "that is all -inf)": torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v,
+            _(
+                "still masks where the mask is True, at the keys each query may attend to "
+                "(this book's and SDPA's convention)"
+            ): buggy_masked_attention(q, k, v, mask),
+            _(
+                "you mask the weights after the softmax: the forbidden keys took part in "
+                "the normalisation, so each row no longer sums to 1"
+            ): (torch.softmax(s, dim=-1) * mask) @ v,
+            _(
+                "the query that may attend to no key comes out NaN (torch.softmax of a row "
+                "that is all -inf)"
+            ): torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v,
         }
         expect_close(got, expected, case=name, atol=1e-9, rtol=1e-7, mistakes=mistakes)
 
@@ -206,23 +238,27 @@ def check_decoding_bug(answer) -> None:
         got = call_answer(answer, q_new.clone(), k.clone(), v.clone())
         expect_true(
             isinstance(got, torch.Tensor),
-            f"case n={n}, m={m}: return a torch.Tensor, got {type(got).__name__}",
+            _(
+                "case {case}: return a torch.Tensor, got {what}",
+                case=f"n={n}, m={m}",
+                what=type(got).__name__,
+            ),
         )
         ones = torch.ones(n, m, dtype=torch.bool)
         mistakes = {
-            "the triangle is still aligned top-left (is_causal=True's alignment): the new "
-            "queries, the last n positions, do not see the keys just before them": (
-                buggy_decoding_attention(q_new, k, v)
-            ),
-            "the offset has the wrong sign: the triangle moved the other way, and each new "
-            "query sees even fewer keys": scaled_dot_product_attention(
-                q_new, k, v, ones.tril(n - m)
-            ),
-            "no mask: the earlier new queries now see the newer positions": (
+            _(
+                "the triangle is still aligned top-left (is_causal=True's alignment): the new "
+                "queries, the last n positions, do not see the keys just before them"
+            ): (buggy_decoding_attention(q_new, k, v)),
+            _(
+                "the offset has the wrong sign: the triangle moved the other way, and each new "
+                "query sees even fewer keys"
+            ): scaled_dot_product_attention(q_new, k, v, ones.tril(n - m)),
+            _("no mask: the earlier new queries now see the newer positions"): (
                 scaled_dot_product_attention(q_new, k, v)
             ),
         }
-        case = f"n={n} new queries, m={m} keys"
+        case = _("n={n} new queries, m={m} keys", n=n, m=m)
         expect_close(got, expected, case=case, atol=1e-9, rtol=1e-7, mistakes=mistakes)
 
 
@@ -245,20 +281,29 @@ def check_allowed_pairs_prediction(prediction) -> None:
     L, M = PREDICTION_LENGTH, PREDICTION_MAX_LEN
     expected = sum(min(i + 1, L) for i in range(M))
     mistakes = {
-        L * (L + 1) // 2: "you counted only the real queries; the padding mask removes "
-        "padded keys (columns), so the padded queries (rows) still attend to the real keys",
-        M * (M + 1) // 2: "that is the causal mask alone; the padding mask also removes "
-        "the padded keys",
-        M * L: "that is the padding mask alone; the causal mask also removes every key "
-        "after the query",
-        sum(min(i, L) for i in range(M)): "you left out the diagonal: a query may "
-        "attend to its own position",
+        L * (L + 1) // 2: _(
+            "you counted only the real queries; the padding mask removes padded keys "
+            "(columns), so the padded queries (rows) still attend to the real keys"
+        ),
+        M * (M + 1) // 2: _(
+            "that is the causal mask alone; the padding mask also removes the padded keys"
+        ),
+        M * L: _(
+            "that is the padding mask alone; the causal mask also removes every key after "
+            "the query"
+        ),
+        sum(min(i, L) for i in range(M)): _(
+            "you left out the diagonal: a query may attend to its own position"
+        ),
     }
     if value == expected:
         return
     if value in mistakes:
         raise Mismatch(f"{value:g}: {mistakes[value]}")
     raise Mismatch(
-        f"your prediction {value:g} is not the count; draw the mask row by row before "
-        "running the next cell"
+        _(
+            "your prediction {value} is not the count; draw the mask row by row before "
+            "running the next cell",
+            value=f"{value:g}",
+        )
     )
