@@ -1224,7 +1224,7 @@ def run_gpu(
         log: called with one line per row.
 
     Returns:
-        The record written: the GPU, its compute capability, the date, ``versions``
+        The record it writes, holding the GPU, its compute capability, the date, ``versions``
         (python, torch, triton, cuda), ``dtype``, ``sdpa_backend``, ``rows`` (per row ``n``,
         ``d``, ``batch``, ``heads``, ``causal``, ``max_abs_diff``, and for ``fwd`` and
         ``fwd_bwd`` each kernel's ``{name}_{part}_ms`` and ``{name}_{part}_tflops``, with

@@ -1209,7 +1209,7 @@ def expected_bytes(row: dict, world_size: int) -> int:
     return tensor_parallel_bytes(n, h * d, P, batch=B, bytes_per=size)
 
 
-#: Gloo's own bytes per message (headers), at most, on top of the payload: measured 144 to
+#: Gloo's own bytes per message (headers) on top of the payload, at most. Measured 144 to
 #: 576 per message and peer on torch 2.13; the check allows this much per logged message.
 HEADER_BYTES = 1024
 

@@ -12,7 +12,7 @@ What speaks it: the exercise checkers (:mod:`selfattn.exercises`: passed, failed
 attempted, ``progress``, the errors of the reader's code, the common failure texts), and the
 exercise names in their lines, which in Chinese are the book's Chinese exercise titles.
 
-The texts are a gettext catalog (stdlib :mod:`gettext`), domain ``selfattn``:
+The texts are a gettext catalog (the standard library's ``gettext``), domain ``selfattn``:
 ``selfattn/locale/zh_CN/LC_MESSAGES/selfattn.po``, compiled to the ``.mo`` next to it that
 the wheel ships (``tools/i18n.py library`` writes the exercise titles into the ``.po`` from
 the chapters' catalogs and compiles it; ``tests/test_library_language.py`` checks both are
