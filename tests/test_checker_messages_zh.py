@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import selfattn
 import torch
-from selfattn.exercises import ch01, ch02, ch03, ch04
+from selfattn.exercises import ch01, ch02, ch03, ch04, ch05
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -140,6 +140,22 @@ CASES = [
     ("ch04-decoding", ch04.check_decoding_bug, ch04.buggy_decoding_attention, "top-left"),
     ("ch04-pairs", ch04.check_allowed_pairs_prediction, 28, "padded queries"),
     ("ch04-pairs-other", ch04.check_allowed_pairs_prediction, 3, "not the count"),
+    ("ch05-head", ch05.check_predicted_head, 18, "x.reshape(B, h, n, d_head)"),
+    ("ch05-head-strided", ch05.check_predicted_head, 8, "strided split"),
+    ("ch05-gqa", ch05.check_gqa_fixed, ch05.buggy_gqa_attention, "repeat tiles"),
+    (
+        "ch05-merge",
+        ch05.check_merge_states,
+        lambda oa, la, ob, lb: (oa + ob, la + lb),
+        "without rescaling",
+    ),
+    ("ch05-heads", ch05.check_heads_fixed, ch05.buggy_heads, "the bug is still there"),
+    (
+        "ch05-cache",
+        ch05.check_cached_attention_fixed,
+        ch05.buggy_cached_attention,
+        "right here only because",
+    ),
 ]
 
 

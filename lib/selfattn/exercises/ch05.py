@@ -18,6 +18,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..costs import kv_cache_bytes, mha_param_count
 from ..efficient.decoding import partial_attention
+from ..i18n import _
 from ..masks import causal_mask
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from ._core import (
@@ -90,19 +91,25 @@ def check_predicted_head(answer) -> None:
     h = PREDICT_HEAD_HEADS
     x = torch.arange(float(B * n * d)).reshape(B, n, d)
     dh = d // h
-    _, head, pos, feat = PREDICT_HEAD_INDEX
+    _batch, head, pos, feat = PREDICT_HEAD_INDEX
     variants = {
         "right": int(split_heads(x, h)[PREDICT_HEAD_INDEX]),
-        "that is what x.reshape(B, h, n, d_head) holds there: it cuts the flattened "
-        "tensor into h pieces, so a head gets whole positions, not a slice of each "
-        "position's features": int(x.reshape(B, h, n, dh)[PREDICT_HEAD_INDEX]),
-        f"that is a strided split, head j taking features j, j + h, ...: the split "
-        f"gives head j the d_head = {dh} consecutive features j * d_head to "
-        f"(j + 1) * d_head - 1": int(
-            x.reshape(B, n, dh, h).permute(0, 3, 1, 2)[PREDICT_HEAD_INDEX]
-        ),
-        f"head and position swapped: that is head {pos} at position {head}; the axes "
-        "are (B, h, n, d_head)": int(split_heads(x, h)[0, pos, head, feat]),
+        _(
+            "that is what x.reshape(B, h, n, d_head) holds there: it cuts the flattened "
+            "tensor into h pieces, so a head gets whole positions, not a slice of each "
+            "position's features"
+        ): int(x.reshape(B, h, n, dh)[PREDICT_HEAD_INDEX]),
+        _(
+            "that is a strided split, head j taking features j, j + h, ...: the split gives head "
+            "j the d_head = {dh} consecutive features j * d_head to (j + 1) * d_head - 1",
+            dh=dh,
+        ): int(x.reshape(B, n, dh, h).permute(0, 3, 1, 2)[PREDICT_HEAD_INDEX]),
+        _(
+            "head and position swapped: that is head {pos} at position {head}; the axes are (B, "
+            "h, n, d_head)",
+            pos=pos,
+            head=head,
+        ): int(split_heads(x, h)[0, pos, head, feat]),
     }
     expect_predicted(answer, variants, case=f"x = arange(24).reshape{(B, n, d)}, h = {h}")
 
@@ -148,14 +155,18 @@ def check_gqa_fixed(answer) -> None:
         got = call_answer(answer, q, k, v)
         group = h // h_kv
         mistakes = {
-            f"the bug is still there: repeat tiles the {h_kv} key/value heads, so query "
-            f"head i reads head i % {h_kv}, so the {group} consecutive query heads of a "
-            "group read different key/value heads": _gqa(q, k, v, tiled=True),
+            _(
+                "the bug is still there: repeat tiles the {h_kv} key/value heads, so query head "
+                "i reads head i % {h_kv}, so the {group} consecutive query heads of a group read "
+                "different key/value heads",
+                h_kv=h_kv,
+                group=group,
+            ): _gqa(q, k, v, tiled=True),
         }
         expect_close(
             got,
             _gqa(q, k, v),
-            case=f"h={h} query heads, h_kv={h_kv} key/value heads",
+            case=_("h={h} query heads, h_kv={h_kv} key/value heads", h=h, h_kv=h_kv),
             atol=1e-9,
             rtol=1e-9,
             mistakes=mistakes,
@@ -186,7 +197,7 @@ def check_cross_projections(answer) -> None:
         got = call_answer(answer, x.clone(), ctx.clone(), w.clone(), b.clone())
         expect_true(
             isinstance(got, (tuple, list)) and len(got) == 3,
-            f"case B={B}, n={n}, m={m}, d={d}: return a tuple (q, k, v)",
+            _("case B={B}, n={n}, m={m}, d={d}: return a tuple (q, k, v)", B=B, n=n, m=m, d=d),
         )
         for name, g_, e in zip("qkv", got, expected):
             expect_close(g_, e, case=f"{name}, B={B}, n={n}, m={m}, d={d}", atol=1e-9, rtol=1e-9)
@@ -210,8 +221,15 @@ def check_cache_bytes(answer) -> None:
         expect_int(
             got,
             expected,
-            case=f"layers={L}, heads={h}, d_head={dh}, n={n}, {nbytes} bytes, batch={B} "
-            "(in bytes)",
+            case=_(
+                "layers={L}, heads={h}, d_head={dh}, n={n}, {nbytes} bytes, batch={B} (in bytes)",
+                L=L,
+                h=h,
+                dh=dh,
+                n=n,
+                nbytes=nbytes,
+                B=B,
+            ),
         )
 
 
@@ -248,10 +266,10 @@ def _merge_cases():
     of the keys, and attention over all of them computed in one piece."""
     cases = []
     for name, B, n, m, split, d, gain, dtype in (
-        ("2 x 3 queries, 10 keys split 4 + 6", 2, 3, 10, 4, 5, 1.0, torch.float64),
-        ("1 query, 8 keys split 1 + 7", 1, 1, 8, 1, 4, 2.0, torch.float64),
+        (_("2 x 3 queries, 10 keys split 4 + 6"), 2, 3, 10, 4, 5, 1.0, torch.float64),
+        (_("1 query, 8 keys split 1 + 7"), 1, 1, 8, 1, 4, 2.0, torch.float64),
         (
-            "4 queries, 12 keys split 6 + 6, scores above 300, float32",
+            _("4 queries, 12 keys split 6 + 6, scores above 300, float32"),
             1,
             4,
             12,
@@ -286,7 +304,7 @@ def _merge_cases():
     )
     cases.append(
         (
-            "3 queries, part a sees no key of query 1 (lse -inf)",
+            _("3 queries, part a sees no key of query 1 (lse -inf)"),
             (out_a, lse_a, out_b, lse_b),
             (full, lse),
         )
@@ -305,7 +323,7 @@ def check_merge_states(answer) -> None:
         got = call_answer(answer, out_a, lse_a, out_b, lse_b)
         expect_true(
             isinstance(got, (tuple, list)) and len(got) == 2,
-            f"case {name}: return a tuple (out, lse)",
+            _("case {name}: return a tuple (out, lse)", name=name),
         )
         got_out, got_lse = got
         tol = 1e-4 if out.dtype == torch.float32 else 1e-9
@@ -316,47 +334,54 @@ def check_merge_states(answer) -> None:
             )
             expect_true(
                 finite,
-                f"case {name}: your result has inf or NaN: exp(lse) overflowed (the "
-                "log-sum-exps here are above 300)",
+                _(
+                    "case {name}: your result has inf or NaN: exp(lse) overflowed (the "
+                    "log-sum-exps here are above 300)",
+                    name=name,
+                ),
             )
         if not _matches(got_out, out):
             w_a, w_b = (torch.exp(t - lse).unsqueeze(-1) for t in (lse_a, lse_b))
             named = (
                 (
                     (out_a + out_b) / 2,
-                    "you averaged the outputs, as if both parts held the same share of "
-                    "the softmax mass",
+                    _(
+                        "you averaged the outputs, as if both parts held the same share of "
+                        "the softmax mass"
+                    ),
                 ),
                 (
                     out_a + out_b,
-                    "you added the outputs without rescaling them, although each part's "
-                    "output is normalised over its own keys only",
+                    _(
+                        "you added the outputs without rescaling them, although each part's "
+                        "output is normalised over its own keys only"
+                    ),
                 ),
                 (
                     torch.exp(lse_a).unsqueeze(-1) * out_a
                     + torch.exp(lse_b).unsqueeze(-1) * out_b,
-                    "you weighted by exp(lse_i), and the weights do not sum to 1",
+                    _("you weighted by exp(lse_i), and the weights do not sum to 1"),
                 ),
-                (w_b * out_a + w_a * out_b, "you swapped the weights of the two parts"),
+                (w_b * out_a + w_a * out_b, _("you swapped the weights of the two parts")),
             )
             for candidate, message in named:
                 if _matches(got_out, torch.nan_to_num(candidate)):
-                    raise Mismatch(f"case {name}: {message}")
+                    raise Mismatch(_("case {case}: {diagnosis}", case=name, diagnosis=message))
             expect_close(got_out, out, case=f"{name} (out)", atol=tol, rtol=tol)
         if not _matches(got_lse, lse):
             named_lse = (
                 (
                     lse_a + lse_b,
-                    "you added the two log-sum-exps, which multiplies the two sums",
+                    _("you added the two log-sum-exps, which multiplies the two sums"),
                 ),
                 (
                     torch.maximum(lse_a, lse_b),
-                    "you kept the larger lse, which leaves out the other part's mass",
+                    _("you kept the larger lse, which leaves out the other part's mass"),
                 ),
             )
             for candidate, message in named_lse:
                 if _matches(got_lse, candidate):
-                    raise Mismatch(f"case {name}: {message}")
+                    raise Mismatch(_("case {case}: {diagnosis}", case=name, diagnosis=message))
             expect_close(got_lse, lse, case=f"{name} (lse)", atol=tol, rtol=tol)
 
 
@@ -396,7 +421,7 @@ def _cached_step(q_new, k_new, v_new, k_cache, v_cache, *, new_first=False, top_
 def _as_triple(got, case: str):
     expect_true(
         isinstance(got, (tuple, list)) and len(got) == 3,
-        f"case {case}: return a tuple (out, k, v)",
+        _("case {case}: return a tuple (out, k, v)", case=case),
     )
     return got
 
@@ -420,15 +445,17 @@ def check_cached_attention_fixed(answer) -> None:
     for size in (4, 1, 1, 3):
         stop = start + size
         args = (q[:, start:stop], k[:, start:stop], v[:, start:stop], k_cache, v_cache)
-        case = f"{size} new position(s) after {start} cached"
+        case = _("{size} new position(s) after {start} cached", size=size, start=start)
         got_out, got_k, got_v = _as_triple(call_answer(answer, *args), case)
         mistakes = {
-            "the new keys and values are still put before the cached ones: a chunk of "
-            "new queries then sees the wrong keys through the causal mask": _cached_step(
-                *args, new_first=True
-            )[0],
-            "the causal mask is aligned top-left, so the new queries cannot see the "
-            "cache: new query i is position c + i": _cached_step(*args, top_left=True)[0],
+            _(
+                "the new keys and values are still put before the cached ones: a chunk of "
+                "new queries then sees the wrong keys through the causal mask"
+            ): _cached_step(*args, new_first=True)[0],
+            _(
+                "the causal mask is aligned top-left, so the new queries cannot see the "
+                "cache: new query i is position c + i"
+            ): _cached_step(*args, top_left=True)[0],
         }
         expect_close(
             got_out,
@@ -442,20 +469,26 @@ def check_cached_attention_fixed(answer) -> None:
             wrong_order = torch.cat([ref[:, start:stop], ref[:, :start]], dim=-2)
             if size == 1 and start > 0:
                 mistakes = {
-                    "the output is right here only because one new query sees every key, "
-                    "and attention does not depend on the order of keys it sees all of; "
-                    f"but the cache {name} you return puts the new position before the "
-                    "cached ones, which breaks the next chunk": wrong_order
+                    _(
+                        "the output is right here only because one new query sees every key, and "
+                        "attention does not depend on the order of keys it sees all of; but the "
+                        "cache {name} you return puts the new position before the cached ones, "
+                        "which breaks the next chunk",
+                        name=name,
+                    ): wrong_order
                 }
             else:
                 mistakes = {
-                    f"the cache {name} you return puts the new positions before the "
-                    "cached ones": wrong_order
+                    _(
+                        "the cache {name} you return puts the new positions before the cached "
+                        "ones",
+                        name=name,
+                    ): wrong_order
                 }
             expect_close(
                 got_t,
                 ref[:, :stop],
-                case=f"{case} (the returned cache {name}, oldest first)",
+                case=_("{case} (the returned cache {name}, oldest first)", case=case, name=name),
                 atol=0,
                 rtol=0,
                 mistakes=mistakes,
@@ -517,13 +550,17 @@ def check_heads_fixed(answer) -> None:
             x = torch.randn(B, n, d, generator=_gen(n * 10 + d), dtype=torch.float64) * 2
             expected = layer(x)
             mistakes = {
-                "the bug is still there: (B, h, n, d_head) reshaped straight to (B, n, d) "
-                "cuts the heads' outputs into rows that mix positions": _heads_attention(
-                    x, layer, merge="reshape"
-                ),
-                "the merge is right now, but the scale changed: the scores are scaled by "
-                f"sqrt(d_model) = sqrt({d}), while each head's scores are dot products of "
-                f"d_head = {d // h} numbers": _heads_attention(x, layer, scale=d**-0.5),
+                _(
+                    "the bug is still there: (B, h, n, d_head) reshaped straight to (B, n, d) "
+                    "cuts the heads' outputs into rows that mix positions"
+                ): _heads_attention(x, layer, merge="reshape"),
+                _(
+                    "the merge is right now, but the scale changed: the scores are scaled by "
+                    "sqrt(d_model) = sqrt({d}), while each head's scores are dot products of "
+                    "d_head = {value} numbers",
+                    d=d,
+                    value=d // h,
+                ): _heads_attention(x, layer, scale=d**-0.5),
             }
             got = call_answer(answer, x.clone(), layer)
             expect_close(
@@ -633,8 +670,8 @@ def check_decode_loop(answer) -> None:
         prompt = torch.randint(0, 11, (B, p), generator=_gen(seed + 7))
         expected = model.generate(prompt, steps, greedy=True, use_cache=False)
         counting, fed = _counting_copy(model)
-        case = f"batch {B}, prompt of {p} tokens, {steps} steps"
-        whole = (
+        case = _("batch {B}, prompt of {p} tokens, {steps} steps", B=B, p=p, steps=steps)
+        whole = _(
             "the whole sequence went into the model again although its caches already "
             "held all of it but the newest token"
         )
@@ -646,51 +683,87 @@ def check_decode_loop(answer) -> None:
                 raise
             # The model's own error (too many positions) hides the mistake: name it.
             raise Mismatch(
-                f"case {case}: {whole}: a call fed {again[0]} positions into caches holding "
-                f"{again[1]}, so positions were cached twice, until the model refused "
-                f"({type(err.error).__name__})"
+                _(
+                    "case {case}: {whole}: a call fed {value} positions into caches holding "
+                    "{value2}, so positions were cached twice, until the model refused ({type})",
+                    case=case,
+                    whole=whole,
+                    value=again[0],
+                    value2=again[1],
+                    type=type(err.error).__name__,
+                )
             ) from None
         try:
             got = torch.as_tensor(got)
         except Exception:
-            raise Mismatch(f"case {case}: return a tensor of ids (B, p + steps)") from None
+            raise Mismatch(
+                _("case {case}: return a tensor of ids (B, p + steps)", case=case)
+            ) from None
         mistakes = {
-            "you did not prefill: only the prompt's last token went into the empty cache": (
+            _("you did not prefill: only the prompt's last token went into the empty cache"): (
                 _wrong_decode(model, prompt, steps, "no_prefill")
             ),
-            "you made a new cache at every step, so each new token sees only itself": (
+            _("you made a new cache at every step, so each new token sees only itself"): (
                 _wrong_decode(model, prompt, steps, "fresh_cache")
             ),
         }
         if tuple(got.shape) == (B, p) or tuple(got.shape) == (B, steps):
             raise Mismatch(
-                f"case {case}: return the prompt followed by the {steps} new tokens, shape "
-                f"{(B, p + steps)}; got {tuple(got.shape)}"
+                _(
+                    "case {case}: return the prompt followed by the {steps} new tokens, shape "
+                    "{value}; got {shape}",
+                    case=case,
+                    steps=steps,
+                    value=(B, p + steps),
+                    shape=tuple(got.shape),
+                )
             )
         expect_true(
             tuple(got.shape) == (B, p + steps),
-            f"case {case}: expected ids of shape {(B, p + steps)}, got {tuple(got.shape)}",
+            _(
+                "case {case}: expected ids of shape {value}, got {shape}",
+                case=case,
+                value=(B, p + steps),
+                shape=tuple(got.shape),
+            ),
         )
         again = _fed_again(fed)
         if again is not None:
             raise Mismatch(
-                f"case {case}: {whole}: a call fed {again[0]} positions into caches holding "
-                f"{again[1]}, so those positions were cached twice"
+                _(
+                    "case {case}: {whole}: a call fed {value} positions into caches holding "
+                    "{value2}, so those positions were cached twice",
+                    case=case,
+                    whole=whole,
+                    value=again[0],
+                    value2=again[1],
+                )
             )
         if not torch.equal(got.long(), expected):
             for diagnosis, wrong in mistakes.items():
                 if wrong is not None and torch.equal(got.long(), wrong):
-                    raise Mismatch(f"case {case}: {diagnosis}")
+                    raise Mismatch(_("case {case}: {diagnosis}", case=case, diagnosis=diagnosis))
             bad = (got.long() != expected).nonzero()[0].tolist()
             raise Mismatch(
-                f"case {case}: token {tuple(bad)} should be {int(expected[tuple(bad)])}, got "
-                f"{int(got[tuple(bad)])}"
+                _(
+                    "case {case}: token {bad} should be {value}, got {value2}",
+                    case=case,
+                    bad=tuple(bad),
+                    value=int(expected[tuple(bad)]),
+                    value2=int(got[tuple(bad)]),
+                )
             )
         expect_true(
             sum(fed) <= p + steps,
-            f"case {case}: right tokens, but your model read {sum(fed)} positions in "
-            f"{len(fed)} calls: with a cache it needs only the prompt once, then one new "
-            f"token per step ({p + steps - 1} positions in all); you recomputed the prefix",
+            _(
+                "case {case}: right tokens, but your model read {fed} positions in {fed2} calls: "
+                "with a cache it needs only the prompt once, then one new token per step "
+                "({value} positions in all); you recomputed the prefix",
+                case=case,
+                fed=sum(fed),
+                fed2=len(fed),
+                value=p + steps - 1,
+            ),
         )
 
 
@@ -725,36 +798,65 @@ def check_cache_prediction(
     prediction is never told the right value."""
     L, d, p, T, nb = num_layers, d_model, prompt_len, new_tokens, bytes_per_number
     expected = lm_cache_bytes(L, d, p, T, nb)
-    case = (
-        f"{L} layers, d_model = {d}, {num_heads} heads, prompt {p}, {T} new tokens, "
-        f"{nb} bytes per number"
+    case = _(
+        "{L} layers, d_model = {d}, {num_heads} heads, prompt {p}, {T} new tokens, {nb} bytes "
+        "per number",
+        L=L,
+        d=d,
+        num_heads=num_heads,
+        p=p,
+        T=T,
+        nb=nb,
     )
     if isinstance(prediction, torch.Tensor) and prediction.numel() == 1:
         prediction = prediction.item()
     if isinstance(prediction, bool) or not isinstance(prediction, numbers.Real):
-        raise Mismatch(f"case {case}: write a number of bytes, got {prediction!r:.60}")
+        raise Mismatch(
+            _(
+                "case {case}: write a number of bytes, got {prediction}",
+                case=case,
+                prediction=f"{prediction!r:.60}",
+            )
+        )
     mistakes = {
-        expected // 2: "half the right size: the cache holds keys AND values, in every one "
-        f"of the {L} layers",
-        2 * L * d * (p + T) * nb: "one position too many: the last generated token is "
-        "returned but never fed back, so the cache holds p + T - 1 positions",
-        2 * L * d * (T - 1) * nb: "you left out the prompt: its positions are cached too "
-        "(by the prefill)",
-        2 * L * d * T * nb: "you counted only the generated tokens: the prompt's positions "
-        "are cached too, and the last token is never fed back (p + T - 1 positions)",
-        expected * num_heads: f"too large by the number of heads: the {num_heads} heads of "
-        f"d_head = {d // num_heads} together make d_model = {d} numbers per position",
-        expected * 8: "that is bits: divide by 8 for bytes",
+        expected // 2: _(
+            "half the right size: the cache holds keys AND values, in every one of the {L} layers",
+            L=L,
+        ),
+        2 * L * d * (p + T) * nb: _(
+            "one position too many: the last generated token is "
+            "returned but never fed back, so the cache holds p + T - 1 positions"
+        ),
+        2 * L * d * (T - 1) * nb: _(
+            "you left out the prompt: its positions are cached too (by the prefill)"
+        ),
+        2 * L * d * T * nb: _(
+            "you counted only the generated tokens: the prompt's positions "
+            "are cached too, and the last token is never fed back (p + T - 1 positions)"
+        ),
+        expected * num_heads: _(
+            "too large by the number of heads: the {num_heads} heads of d_head = {value} "
+            "together make d_model = {d} numbers per position",
+            num_heads=num_heads,
+            value=d // num_heads,
+            d=d,
+        ),
+        expected * 8: _("that is bits: divide by 8 for bytes"),
     }
     if prediction == expected:
         return
     for value, diagnosis in mistakes.items():
         if prediction == value:
-            raise Mismatch(f"case {case}: {diagnosis}")
+            raise Mismatch(_("case {case}: {diagnosis}", case=case, diagnosis=diagnosis))
     ratio = prediction / expected if expected else float("nan")
     raise Mismatch(
-        f"case {case}: your prediction {prediction!r} is {ratio:.3g} times the size the "
-        "caches hold; count what each cached position stores, in every layer"
+        _(
+            "case {case}: your prediction {prediction} is {ratio} times the size the caches "
+            "hold; count what each cached position stores, in every layer",
+            case=case,
+            prediction=f"{prediction!r}",
+            ratio=f"{ratio:.3g}",
+        )
     )
 
 
@@ -769,25 +871,46 @@ def check_block_prediction(
     ``block_size`` positions takes for sequences of the given ``lengths``. The likely
     mistakes are named; a wrong prediction is never told the right value."""
     expected = sum(-(-n // block_size) for n in lengths)
-    case = f"sequences of {', '.join(map(str, lengths))} positions, blocks of {block_size}"
+    case = _(
+        "sequences of {value} positions, blocks of {block_size}",
+        value=", ".join(map(str, lengths)),
+        block_size=block_size,
+    )
     if isinstance(prediction, torch.Tensor) and prediction.numel() == 1:
         prediction = prediction.item()
     if isinstance(prediction, bool) or not isinstance(prediction, numbers.Real):
-        raise Mismatch(f"case {case}: write a number of blocks, got {prediction!r:.60}")
+        raise Mismatch(
+            _(
+                "case {case}: write a number of blocks, got {prediction}",
+                case=case,
+                prediction=f"{prediction!r:.60}",
+            )
+        )
     if prediction == expected:
         return
     mistakes = {
-        sum(n // block_size for n in lengths): "you rounded down: a partly filled block is "
-        "still a whole block, taken by its sequence alone",
-        -(-sum(lengths) // block_size): "you pooled the sequences: blocks are never shared, "
-        "each sequence takes whole blocks of its own",
-        sum(n // block_size + 1 for n in lengths): "one block too many for a sequence that "
-        f"fills its blocks exactly: {block_size} positions fit in one block of {block_size}",
+        sum(n // block_size for n in lengths): _(
+            "you rounded down: a partly filled block is "
+            "still a whole block, taken by its sequence alone"
+        ),
+        -(-sum(lengths) // block_size): _(
+            "you pooled the sequences: blocks are never shared, "
+            "each sequence takes whole blocks of its own"
+        ),
+        sum(n // block_size + 1 for n in lengths): _(
+            "one block too many for a sequence that fills its blocks exactly: {block_size} "
+            "positions fit in one block of {block_size}",
+            block_size=block_size,
+        ),
     }
     for value, diagnosis in mistakes.items():
         if prediction == value and value != expected:
-            raise Mismatch(f"case {case}: {diagnosis}")
+            raise Mismatch(_("case {case}: {diagnosis}", case=case, diagnosis=diagnosis))
     raise Mismatch(
-        f"case {case}: {prediction!r} blocks is not it; count the blocks of each sequence "
-        "before running the next cell"
+        _(
+            "case {case}: {prediction} blocks is not it; count the blocks of each sequence "
+            "before running the next cell",
+            case=case,
+            prediction=f"{prediction!r}",
+        )
     )
