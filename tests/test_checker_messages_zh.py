@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import selfattn
 import torch
-from selfattn.exercises import ch01, ch02, ch03, ch04, ch05
+from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -30,6 +30,12 @@ def _steps_unscaled(x, w_q, w_k, w_v):
     s = q @ k.T
     w = np.exp(s - s.max(axis=1, keepdims=True))
     return w / w.sum(axis=1, keepdims=True) @ v
+
+
+def _sines_then_cosines(n, d):
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)
+    return torch.cat([torch.sin(pos * omega), torch.cos(pos * omega)], dim=1)
 
 
 #: (id, checker, wrong answer, a fragment of its English diagnosis)
@@ -155,6 +161,19 @@ CASES = [
         ch05.check_cached_attention_fixed,
         ch05.buggy_cached_attention,
         "right here only because",
+    ),
+    ("ch06-sinusoidal", ch06.check_sinusoidal, _sines_then_cosines, "all sines first"),
+    (
+        "ch06-alibi",
+        ch06.check_alibi_slopes,
+        lambda h: [2.0 ** (-8.0 * (i + 1) / h) for i in range(h)],
+        "power-of-two formula",
+    ),
+    (
+        "ch06-shift",
+        ch06.check_shift_matrix,
+        lambda k, d: torch.eye(d).roll(1, 0),
+        "largest difference",
     ),
 ]
 

@@ -27,6 +27,7 @@ import numbers
 
 import torch
 
+from ..i18n import _
 from ..positional import (
     alibi_slopes,
     apply_rope,
@@ -67,7 +68,9 @@ def _tensor(got, case: str) -> torch.Tensor:
         try:
             got = torch.as_tensor(got)
         except Exception:
-            raise Mismatch(f"case {case}: expected a tensor, got {type(got).__name__}") from None
+            raise Mismatch(
+                _("case {case}: expected a tensor, got {type}", case=case, type=type(got).__name__)
+            ) from None
     return got.double()
 
 
@@ -75,7 +78,14 @@ def _number(got, case: str) -> float:
     if isinstance(got, torch.Tensor) and got.numel() == 1:
         got = got.item()
     if isinstance(got, bool) or not isinstance(got, numbers.Real):
-        raise Mismatch(f"case {case}: expected a number, got {type(got).__name__} {got!r:.40}")
+        raise Mismatch(
+            _(
+                "case {case}: expected a number, got {type} {got}",
+                case=case,
+                type=type(got).__name__,
+                got=f"{got!r:.40}",
+            )
+        )
     return float(got)
 
 
@@ -122,11 +132,15 @@ def check_sinusoidal(answer):
             sinusoidal_encoding(n, d, dtype=torch.float64),
             case=case,
             mistakes={
-                PLANTED_SINUSOIDAL: _pe(n, d, swap=True),
-                "omega_i = 10000^(-i/d): the exponent steps once per column, so the slowest "
-                "pair turns at 10000^(-1/2), far faster than the paper's": _pe(n, d, exponent=1),
-                "all sines first, then all cosines: that is the rotate-half arrangement, a "
-                "permutation of the paper's columns": _pe(n, d, halves=True),
+                _(PLANTED_SINUSOIDAL): _pe(n, d, swap=True),
+                _(
+                    "omega_i = 10000^(-i/d): the exponent steps once per column, so the slowest "
+                    "pair turns at 10000^(-1/2), far faster than the paper's"
+                ): _pe(n, d, exponent=1),
+                _(
+                    "all sines first, then all cosines: that is the rotate-half arrangement, a "
+                    "permutation of the paper's columns"
+                ): _pe(n, d, halves=True),
             },
         )
 
@@ -157,12 +171,16 @@ def check_shift_matrix(answer):
         got = _tensor(call_answer(answer, k, d), case)
         expected = _shift(k, d)
         mistakes = {
-            "that is M_k of section 6.2, for the interleaved layout: here the sines come "
-            "first and the cosines after them, so each pair is split across the two "
-            "halves": _shift(k, d, interleaved=True),
-            "your matrix moves back by k: it takes H[pos + k] to H[pos] (M_k transposed is "
-            "M_-k: did you build it for row vectors?)": _shift(k, d, back=True),
-            "your matrix shifts by one position whatever k is": _shift(k, d, one_step=True),
+            _(
+                "that is M_k of section 6.2, for the interleaved layout: here the sines come "
+                "first and the cosines after them, so each pair is split across the two "
+                "halves"
+            ): _shift(k, d, interleaved=True),
+            _(
+                "your matrix moves back by k: it takes H[pos + k] to H[pos] (M_k transposed is "
+                "M_-k: did you build it for row vectors?)"
+            ): _shift(k, d, back=True),
+            _("your matrix shifts by one position whatever k is"): _shift(k, d, one_step=True),
         }
         expect_close(
             got,
@@ -190,9 +208,11 @@ def check_alibi_slopes(answer):
             atol=1e-6,
             rtol=1e-5,
             mistakes={
-                "you used the power-of-two formula 2^(-8(i+1)/h) for every h: right for "
-                "1, 2, 4, 8, ... heads, not for the other counts": (_pow2_slopes(h)),
-                "your first slope is 2^0 = 1, one step above the paper's first": _pow2_slopes(
+                _(
+                    "you used the power-of-two formula 2^(-8(i+1)/h) for every h: right for "
+                    "1, 2, 4, 8, ... heads, not for the other counts"
+                ): (_pow2_slopes(h)),
+                _("your first slope is 2^0 = 1, one step above the paper's first"): _pow2_slopes(
                     h, start_at_one=True
                 ),
             },
@@ -254,7 +274,13 @@ def check_rope(answer):
     for dtype, d, positions in ROPE_CASES:
         x = torch.randn(len(positions), d, generator=g, dtype=torch.float64).to(dtype)
         pos = torch.tensor(positions)
-        case = f"{str(dtype)[6:]}, d={d}, positions {positions[0]}..{positions[-1]}"
+        case = _(
+            "{dtype}, d={d}, positions {first}..{last}",
+            dtype=str(dtype)[6:],
+            d=d,
+            first=positions[0],
+            last=positions[-1],
+        )
         got = call_answer(answer, x, pos)
         try:
             same = torch.equal(torch.as_tensor(got), rope_buggy(x, pos))
@@ -267,29 +293,38 @@ def check_rope(answer):
     for case, x, pos, got in results:
         expect_true(
             torch.is_tensor(got) and got.dtype == x.dtype,
-            f"case {case}: return a tensor of x's dtype ({x.dtype}), got "
-            f"{got.dtype if torch.is_tensor(got) else type(got).__name__}",
+            _(
+                "case {case}: return a tensor of x's dtype ({dtype}), got {value}",
+                case=case,
+                dtype=x.dtype,
+                value=got.dtype if torch.is_tensor(got) else type(got).__name__,
+            ),
         )
         x64 = x.double()
         atol = _ROPE_TOLERANCE[x.dtype] * x64.abs().max().item()
         expected = apply_rope(x64, pos)
         d = x.shape[-1]
         mistakes = {
-            PLANTED_ROPE: rope_buggy(x, pos),
-            "the frequencies theta_i are still rounded to the input's precision: at large "
-            "positions a tiny error in theta_i is a large error in the angle": _rope_low(
-                x, pos, theta_low=True
-            ),
-            "the positions went through the input's precision, which cannot hold every "
-            "large integer": _rope_low(x, pos, positions_low=True),
-            "you rotate clockwise, by -p theta_i: that is R_-p, not the paper's R_p": (
+            _(PLANTED_ROPE): rope_buggy(x, pos),
+            _(
+                "the frequencies theta_i are still rounded to the input's precision: at large "
+                "positions a tiny error in theta_i is a large error in the angle"
+            ): _rope_low(x, pos, theta_low=True),
+            _(
+                "the positions went through the input's precision, which cannot hold every "
+                "large integer"
+            ): _rope_low(x, pos, positions_low=True),
+            _("you rotate clockwise, by -p theta_i: that is R_-p, not the paper's R_p"): (
                 apply_rope(x64, -pos)
             ),
-            "you paired dimension i with i + d/2 (the rotate-half layout), which is not this "
-            "RoPE's pairing": apply_rope(x64, pos, layout="half"),
-            "theta_i = 10000^(-i/d): the frequencies step once per dimension, not once per pair": (
-                apply_rope(x64, pos, frequencies=10000.0 ** (-torch.arange(d // 2) / d))
-            ),
+            _(
+                "you paired dimension i with i + d/2 (the rotate-half layout), which is not this "
+                "RoPE's pairing"
+            ): apply_rope(x64, pos, layout="half"),
+            _(
+                "theta_i = 10000^(-i/d): the frequencies step once per dimension, not once per "
+                "pair"
+            ): (apply_rope(x64, pos, frequencies=10000.0 ** (-torch.arange(d // 2) / d))),
         }
         mistakes = {
             name: wrong.double()
@@ -314,16 +349,20 @@ def _score(m: int, n: int) -> float:
 @checker("predict-score", "the RoPE score after a shift")
 def check_shifted_score(answer):
     """``answer``: the predicted score of ``q`` at position 105 against ``k`` at 103."""
-    case = "q at position 105, k at position 103"
+    case = _("q at position 105, k at position 103")
     q, k = shifted_score_setup()
     expect_predicted_close(
         _number(answer, case),
         _score(105, 103),
         {
-            "that is score(3, 5), the query 2 positions *before* the key: here the query is "
-            "2 positions after it, and RoPE's score is not symmetric in the offset": _score(3, 5),
-            "that is q . k without any rotation: the rotations cancel only when both "
-            "positions are equal; here the offset is 2": (q * k).sum().item(),
+            _(
+                "that is score(3, 5), the query 2 positions *before* the key: here the query is "
+                "2 positions after it, and RoPE's score is not symmetric in the offset"
+            ): _score(3, 5),
+            _(
+                "that is q . k without any rotation: the rotations cancel only when both "
+                "positions are equal; here the offset is 2"
+            ): (q * k).sum().item(),
         },
         case=case,
         atol=1e-3,
@@ -345,15 +384,19 @@ def check_interpolated_angle(answer):
     The key's angle minus the query's (the angle of the theorem's ``R_(n-m)``, a defensible
     reading with the opposite sign) is named as a sign mistake.
     """
-    case = "pair 0, query at 100, key at 20, factor 4"
+    case = _("pair 0, query at 100, key at 20, factor 4")
     expected = (100 - 20) / 4
     mistakes = {
-        "that is the angle without interpolation, as if the factor s = 4 did nothing": 80.0,
-        "you multiplied the positions by the factor s = 4": 320.0,
-        "that is the angle of the query alone: the score depends on the difference of the "
-        "two angles, not on the query's alone": 100 / 4,
-        "the sign is the other way round: that is the key's angle minus the query's, the "
-        "angle of R_(n-m) in the score": -expected,
+        _("that is the angle without interpolation, as if the factor s = 4 did nothing"): 80.0,
+        _("you multiplied the positions by the factor s = 4"): 320.0,
+        _(
+            "that is the angle of the query alone: the score depends on the difference of the "
+            "two angles, not on the query's alone"
+        ): 100 / 4,
+        _(
+            "the sign is the other way round: that is the key's angle minus the query's, the "
+            "angle of R_(n-m) in the score"
+        ): -expected,
     }
     got = _number(answer, case)
     # the same turn as the answer, or as a named mistake, is judged as that value
