@@ -22,8 +22,6 @@ KNOWN = {
     "bench_flex.py:run_flex",
     "diagrams.py:information_paths",
     "exercises/ch05.py:check_decode_loop",
-    "hf.py:_deepseek_v3",
-    "hf.py:_qwen3_next",
 }
 
 

@@ -330,11 +330,8 @@ def _gpt_oss(hf_model):
     return _lm(hf_model, blocks, _rms(hf_model.model.norm))
 
 
-def _deepseek_v3(hf_model, *, indexed: bool = False):
-    from .latent import MultiHeadLatentAttention
-    from .models.llm import DecoderBlock
-
-    config = hf_model.config
+def _require_dense_deepseek(config, indexed: bool) -> None:
+    """The book converts DeepSeek-V3 and V3.2 with dense layers only."""
     types = getattr(config, "mlp_layer_types", None)
     if indexed and types is not None and "sparse" in types:
         raise ValueError(
@@ -349,6 +346,43 @@ def _deepseek_v3(hf_model, *, indexed: bool = False):
             f"{config.first_k_dense_replace}: its MoE layers (shared experts, grouped routing) "
             "are not the book's TopKMoE"
         )
+
+
+def _latent_attention(config, src, rope: CopiedRotary) -> nn.Module:
+    """One DeepSeek MLA layer as the book's MultiHeadLatentAttention, weights copied."""
+    from .latent import MultiHeadLatentAttention
+
+    mla = MultiHeadLatentAttention(
+        config.hidden_size,
+        config.num_attention_heads,
+        config.kv_lora_rank,
+        config.qk_rope_head_dim,
+        config.q_lora_rank,
+        d_nope=config.qk_nope_head_dim,
+        d_v=config.v_head_dim,
+        scale=src.scaling,
+        bias=bool(config.attention_bias),
+        norm_eps=config.rms_norm_eps,
+    )
+    mla.rope = rope
+    if config.q_lora_rank is None:
+        _copy(mla.q_proj, src.q_proj)
+    else:
+        _copy(mla.q_a, src.q_a_proj)
+        _copy(mla.q_b, src.q_b_proj)
+        _copy_norm(mla.q_norm, src.q_a_layernorm)
+    _copy(mla.kv_a, src.kv_a_proj_with_mqa)
+    _copy_norm(mla.kv_norm, src.kv_a_layernorm)
+    _copy(mla.kv_b, src.kv_b_proj)
+    _copy(mla.out, src.o_proj)
+    return mla
+
+
+def _deepseek_v3(hf_model, *, indexed: bool = False):
+    from .models.llm import DecoderBlock
+
+    config = hf_model.config
+    _require_dense_deepseek(config, indexed)
     # DeepSeek-V3.2's MLA always rotates interleaved pairs, its indexer the halves.
     interleaved = indexed or getattr(config, "rope_interleave", False)
     rope = _rotary(hf_model, config.qk_rope_head_dim, "interleaved" if interleaved else "half")
@@ -356,29 +390,7 @@ def _deepseek_v3(hf_model, *, indexed: bool = False):
     blocks = []
     for layer in hf_model.model.layers:
         src = layer.self_attn
-        mla = MultiHeadLatentAttention(
-            config.hidden_size,
-            config.num_attention_heads,
-            config.kv_lora_rank,
-            config.qk_rope_head_dim,
-            config.q_lora_rank,
-            d_nope=config.qk_nope_head_dim,
-            d_v=config.v_head_dim,
-            scale=src.scaling,
-            bias=bool(config.attention_bias),
-            norm_eps=config.rms_norm_eps,
-        )
-        mla.rope = rope
-        if config.q_lora_rank is None:
-            _copy(mla.q_proj, src.q_proj)
-        else:
-            _copy(mla.q_a, src.q_a_proj)
-            _copy(mla.q_b, src.q_b_proj)
-            _copy_norm(mla.q_norm, src.q_a_layernorm)
-        _copy(mla.kv_a, src.kv_a_proj_with_mqa)
-        _copy_norm(mla.kv_norm, src.kv_a_layernorm)
-        _copy(mla.kv_b, src.kv_b_proj)
-        _copy(mla.out, src.o_proj)
+        mla = _latent_attention(config, src, rope)
         if indexed:
             mla = _IndexedLatentAttention(
                 mla, src.indexer, _rotary(hf_model, config.qk_rope_head_dim)
@@ -502,9 +514,66 @@ def _diffllama(hf_model):
     return _lm(hf_model, blocks, _rms(hf_model.model.norm))
 
 
-def _qwen3_next(hf_model):
+def _qwen3_next_delta(config, src) -> nn.Module:
+    """One Qwen3-Next linear-attention layer as the book's gated DeltaNet."""
     from .delta_net import GatedDeltaNet
-    from .models.llm import DecoderBlock, RecurrentMixer
+    from .models.llm import RecurrentMixer
+
+    net = GatedDeltaNet(
+        config.hidden_size,
+        config.linear_num_key_heads,
+        head_k_dim=config.linear_key_head_dim,
+        head_v_dim=config.linear_value_head_dim,
+        num_v_heads=config.linear_num_value_heads,
+        conv_kernel=config.linear_conv_kernel_dim,
+        eps=config.rms_norm_eps,
+    )
+    net.load_state_dict(src.state_dict())
+    return RecurrentMixer(net)
+
+
+def _qwen3_next_attention(config, src, rope, d_head: int) -> MultiHeadAttention:
+    """One Qwen3-Next full-attention layer: gated output, q/k norms scaled by 1 + weight."""
+    h = config.num_attention_heads
+    mixer = MultiHeadAttention(
+        config.hidden_size,
+        h,
+        num_kv_heads=config.num_key_value_heads,
+        d_head=d_head,
+        bias=src.q_proj.bias is not None,
+        rope=rope,
+        qk_norm=True,
+        norm_eps=config.rms_norm_eps,
+        gate=True,
+    )
+    # q_proj holds [query | gate] per head: (h, 2 d_head, d) rows
+    q_rows = src.q_proj.weight.view(h, 2, d_head, -1)
+    with torch.no_grad():
+        mixer.qkv.weight.copy_(
+            torch.cat(
+                [
+                    q_rows[:, 0].reshape(h * d_head, -1),
+                    src.k_proj.weight,
+                    src.v_proj.weight,
+                ]
+            )
+        )
+        mixer.gate.weight.copy_(q_rows[:, 1].reshape(h * d_head, -1))
+        if src.q_proj.bias is not None:
+            q_bias = src.q_proj.bias.view(h, 2, d_head)
+            mixer.qkv.bias.copy_(
+                torch.cat([q_bias[:, 0].reshape(-1), src.k_proj.bias, src.v_proj.bias])
+            )
+            mixer.gate.bias.copy_(q_bias[:, 1].reshape(-1))
+        # Qwen3-Next's norms scale by 1 + weight
+        mixer.q_norm.weight.copy_(1.0 + src.q_norm.weight)
+        mixer.k_norm.weight.copy_(1.0 + src.k_norm.weight)
+    _copy(mixer.out, src.o_proj)
+    return mixer
+
+
+def _qwen3_next(hf_model):
+    from .models.llm import DecoderBlock
 
     config = hf_model.config
     d_head = _head_dim(config)
@@ -518,55 +587,9 @@ def _qwen3_next(hf_model):
                 f"layer, or num_experts = 0); layer {i} is a mixture of experts"
             )
         if config.layer_types[i] == "linear_attention":
-            src = layer.linear_attn
-            net = GatedDeltaNet(
-                config.hidden_size,
-                config.linear_num_key_heads,
-                head_k_dim=config.linear_key_head_dim,
-                head_v_dim=config.linear_value_head_dim,
-                num_v_heads=config.linear_num_value_heads,
-                conv_kernel=config.linear_conv_kernel_dim,
-                eps=config.rms_norm_eps,
-            )
-            net.load_state_dict(src.state_dict())
-            mixer = RecurrentMixer(net)
+            mixer = _qwen3_next_delta(config, layer.linear_attn)
         else:
-            src = layer.self_attn
-            h = config.num_attention_heads
-            mixer = MultiHeadAttention(
-                config.hidden_size,
-                h,
-                num_kv_heads=config.num_key_value_heads,
-                d_head=d_head,
-                bias=src.q_proj.bias is not None,
-                rope=rope,
-                qk_norm=True,
-                norm_eps=config.rms_norm_eps,
-                gate=True,
-            )
-            # q_proj holds [query | gate] per head: (h, 2 d_head, d) rows
-            q_rows = src.q_proj.weight.view(h, 2, d_head, -1)
-            with torch.no_grad():
-                mixer.qkv.weight.copy_(
-                    torch.cat(
-                        [
-                            q_rows[:, 0].reshape(h * d_head, -1),
-                            src.k_proj.weight,
-                            src.v_proj.weight,
-                        ]
-                    )
-                )
-                mixer.gate.weight.copy_(q_rows[:, 1].reshape(h * d_head, -1))
-                if src.q_proj.bias is not None:
-                    q_bias = src.q_proj.bias.view(h, 2, d_head)
-                    mixer.qkv.bias.copy_(
-                        torch.cat([q_bias[:, 0].reshape(-1), src.k_proj.bias, src.v_proj.bias])
-                    )
-                    mixer.gate.bias.copy_(q_bias[:, 1].reshape(-1))
-                # Qwen3-Next's norms scale by 1 + weight
-                mixer.q_norm.weight.copy_(1.0 + src.q_norm.weight)
-                mixer.k_norm.weight.copy_(1.0 + src.k_norm.weight)
-            _copy(mixer.out, src.o_proj)
+            mixer = _qwen3_next_attention(config, layer.self_attn, rope, d_head)
         blocks.append(
             DecoderBlock(
                 mixer,
