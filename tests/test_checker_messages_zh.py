@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import selfattn
 import torch
-from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06
+from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -175,6 +175,8 @@ CASES = [
         lambda k, d: torch.eye(d).roll(1, 0),
         "largest difference",
     ),
+    ("ch07-tiles", ch07.check_causal_tiles_prediction, 10**6, "your prediction"),
+    ("ch07-kind", ch07.check_tile_kind, lambda q0, q1, k0, k1: "full", "tiles wrong"),
 ]
 
 
@@ -202,3 +204,14 @@ def test_a_wrong_answer_is_diagnosed_in_chinese(check, answer, fragment, chinese
     text = _message(check, answer)
     assert CJK.search(text), text
     assert not ENGLISH.search(text), (ENGLISH.search(text).group(), text)
+
+
+def test_the_planted_mistakes_of_chapter_7_are_named_in_chinese(chinese):
+    """PLANTED's texts stay English (the checkers' keys), and are said in Chinese."""
+    for names in (
+        ch07.online_attention_mistakes(),
+        ch07.ds_tile_mistakes(),
+        ch07.dkdv_pass_mistakes(),
+    ):
+        for name in names:
+            assert CJK.search(name) and not ENGLISH.search(name), name

@@ -18,6 +18,7 @@ import math
 import torch
 
 from ..efficient.io_model import tiled_attention_io
+from ..i18n import _
 from ._core import (
     Mismatch,
     NotAttempted,
@@ -84,24 +85,26 @@ def _tile_rules() -> dict[str, object]:
 
     return {
         "right": right,
-        "a tile whose keys all come after its last query was not skipped: it contributes "
-        "nothing": lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q1, k1 - 1 <= q0),
-        "a tile in which every query sees every key was given a mask: the first query "
-        "already sees the tile's last key there": lambda q0, q1, k0, k1, bq, bk: _kind(
-            k0 > q1 - 1, k1 <= q0
-        ),
-        "a tile was called full although its first queries must not see its last keys: "
-        "the earliest query of the block decides whether a tile is full": (
-            lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q1 - 1, k1 - 1 <= q1 - 1)
-        ),
-        "a tile was skipped although its last queries see some of its keys: the latest "
-        "query of the block decides whether a tile is skipped": (
-            lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q0, k1 - 1 <= q0)
-        ),
-        "you compared block numbers: that is right only when query and key blocks have "
-        "the same size": lambda q0, q1, k0, k1, bq, bk: _kind(
-            k0 // bk > q0 // bq, k0 // bk < q0 // bq
-        ),
+        _(
+            "a tile whose keys all come after its last query was not skipped: it contributes "
+            "nothing"
+        ): lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q1, k1 - 1 <= q0),
+        _(
+            "a tile in which every query sees every key was given a mask: the first query "
+            "already sees the tile's last key there"
+        ): lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q1 - 1, k1 <= q0),
+        _(
+            "a tile was called full although its first queries must not see its last keys: "
+            "the earliest query of the block decides whether a tile is full"
+        ): (lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q1 - 1, k1 - 1 <= q1 - 1)),
+        _(
+            "a tile was skipped although its last queries see some of its keys: the latest "
+            "query of the block decides whether a tile is skipped"
+        ): (lambda q0, q1, k0, k1, bq, bk: _kind(k0 > q0, k1 - 1 <= q0)),
+        _(
+            "you compared block numbers: that is right only when query and key blocks have "
+            "the same size"
+        ): lambda q0, q1, k0, k1, bq, bk: _kind(k0 // bk > q0 // bq, k0 // bk < q0 // bq),
     }
 
 
@@ -119,7 +122,13 @@ def tile_kind_mistakes() -> list[str]:
 def _read_kind(got, case: str) -> str:
     kind = got.strip().lower() if isinstance(got, str) else None
     if kind not in TILE_KINDS:
-        raise Mismatch(f"case {case}: return 'skip', 'full' or 'mask', got {got!r:.40}")
+        raise Mismatch(
+            _(
+                "case {case}: return 'skip', 'full' or 'mask', got {got}",
+                case=case,
+                got=f"{got!r:.40}",
+            )
+        )
     return kind
 
 
@@ -136,7 +145,14 @@ def check_tile_kind(answer) -> None:
     asked = []  # (case, tile, block sizes, the reader's kind)
     for n, bq, bk in TILE_KIND_GRIDS:
         for q0, q1, k0, k1 in _tiles_of(n, bq, bk):
-            case = f"n={n}, queries {q0}..{q1 - 1}, keys {k0}..{k1 - 1}"
+            case = _(
+                "n={n}, queries {q0}..{value}, keys {k0}..{value2}",
+                n=n,
+                q0=q0,
+                value=q1 - 1,
+                k0=k0,
+                value2=k1 - 1,
+            )
             got = _read_kind(call_answer(answer, q0, q1, k0, k1), case)
             asked.append((case, (q0, q1, k0, k1, bq, bk), got))
     wrong = [(case, tile, got) for case, tile, got in asked if got != right(*tile)]
@@ -145,11 +161,17 @@ def check_tile_kind(answer) -> None:
     for name, rule in rules.items():
         if all(got == rule(*tile) for _, tile, got in asked):
             case = wrong[0][0]
-            raise Mismatch(f"case {case}: {name}")
+            raise Mismatch(_("case {case}: {diagnosis}", case=case, diagnosis=name))
     case, tile, got = wrong[0]
     raise Mismatch(
-        f"case {case}: expected {right(*tile)!r}, got {got!r} ({len(wrong)} of "
-        f"{len(asked)} tiles wrong)"
+        _(
+            "case {case}: expected {value}, got {got} ({wrong} of {asked} tiles wrong)",
+            case=case,
+            value=f"{right(*tile)!r}",
+            got=f"{got!r}",
+            wrong=len(wrong),
+            asked=len(asked),
+        )
     )
 
 
@@ -183,18 +205,22 @@ def _online_variants(s, v, block) -> dict[str, torch.Tensor]:
     return {
         "right": _online(s, v, block),
         PLANTED["online_attention"]: _online(s, v, block, "o"),
-        "O is divided by alpha instead of multiplied (the FlashAttention-2 paper's typo): "
-        "old contributions are inflated when the max rises": _online(s, v, block, "inverse"),
-        "the new block was rescaled by alpha too, although p = exp(s - mu_new) is already "
-        "relative to the new max": _online(s, v, block, "new too"),
-        "now l is not rescaled when the max rises, while O is": _online(s, v, block, "l"),
+        _(
+            "O is divided by alpha instead of multiplied (the FlashAttention-2 paper's typo): "
+            "old contributions are inflated when the max rises"
+        ): _online(s, v, block, "inverse"),
+        _(
+            "the new block was rescaled by alpha too, although p = exp(s - mu_new) is already "
+            "relative to the new max"
+        ): _online(s, v, block, "new too"),
+        _("now l is not rescaled when the max rises, while O is"): _online(s, v, block, "l"),
     }
 
 
 def online_attention_mistakes() -> list[str]:
     """The mistakes :func:`check_online_attention` names (the planted one included)."""
     s = torch.zeros(1, dtype=torch.float64)
-    return [k for k in _online_variants(s, torch.zeros(1, 1, dtype=s.dtype), 1) if k != "right"]
+    return [_(k) for k in _online_variants(s, torch.zeros(1, 1, dtype=s.dtype), 1) if k != "right"]
 
 
 @checker("online-bug", "the online softmax of one query")
@@ -211,7 +237,7 @@ def check_online_attention(answer) -> None:
         for k, j in enumerate(bump, 1):  # larger scores later: the max rises mid-way
             s[j] += 2.0 * k
         v = torch.randn(m, 3, generator=g, dtype=torch.float64)
-        cases.append((f"{m} keys in blocks of {block}", s, v, block))
+        cases.append((_("{m} keys in blocks of {block}", m=m, block=block), s, v, block))
     planted, outputs = True, []
     for case, s, v, block in cases:
         got = call_answer(answer, s, v, block)
@@ -231,7 +257,9 @@ def check_online_attention(answer) -> None:
         raise NotAttempted()
     for case, got, variants in outputs:
         right = variants.pop("right")
-        _expect_float64(got, right, variants, case=case)
+        # the planted mistake's key is PLANTED's English text: said in the current language
+        mistakes = {_(name): wrong for name, wrong in variants.items()}
+        _expect_float64(got, right, mistakes, case=case)
 
 
 def _expect_float64(got, right, mistakes: dict, *, case: str) -> None:
@@ -257,10 +285,13 @@ def _expect_float64(got, right, mistakes: dict, *, case: str) -> None:
         scale = max(1.0, right.abs().max().item() if right.numel() else 0.0)
         if diff <= 1e-5 * scale:
             raise Mismatch(
-                f"case {case}: correct to float32 precision (largest difference "
-                f"{diff / scale:.0e} of the largest entry), but not to the 1e-9 this checker "
-                "asks: somewhere your code computes in float32, while the inputs are "
-                "float64"
+                _(
+                    "case {case}: correct to float32 precision (largest difference {value} of "
+                    "the largest entry), but not to the 1e-9 this checker asks: somewhere your "
+                    "code computes in float32, while the inputs are float64",
+                    case=case,
+                    value=f"{diff / scale:.0e}",
+                )
             )
         name_mistake(g, mistakes, case=case, atol=1e-5 * scale, rtol=1e-5)
     expect_close(got, right, case=case, atol=1e-9, rtol=1e-9, mistakes=mistakes)
@@ -282,17 +313,21 @@ def _causal_tiles_variants() -> dict[str, int]:
     t_q = math.ceil(n / bq)
     return {
         "right": _tiles(n, bq, bk),
-        "that is every tile: causal attention skips the tiles whose keys all come after "
-        "the block's last query": _tiles(n, bq, bk, causal=False),
-        "that is T(T+1)/2 with T the number of query blocks, the count for square blocks; "
-        "here each query block spans two key blocks": t_q * (t_q + 1) // 2,
-        "that is exactly half of all tiles: the tiles on the diagonal are computed too": (
+        _(
+            "that is every tile: causal attention skips the tiles whose keys all come after "
+            "the block's last query"
+        ): _tiles(n, bq, bk, causal=False),
+        _(
+            "that is T(T+1)/2 with T the number of query blocks, the count for square blocks; "
+            "here each query block spans two key blocks"
+        ): t_q * (t_q + 1) // 2,
+        _("that is exactly half of all tiles: the tiles on the diagonal are computed too"): (
             _tiles(n, bq, bk, causal=False) // 2
         ),
-        "the last key block is short (n is not a multiple of 64) but it is still a tile: "
-        "the count rounds the key blocks down": sum(
-            min(qs + bq, n) // bk for qs in range(0, n, bq)
-        ),
+        _(
+            "the last key block is short (n is not a multiple of 64) but it is still a tile: "
+            "the count rounds the key blocks down"
+        ): sum(min(qs + bq, n) // bk for qs in range(0, n, bq)),
     }
 
 
@@ -323,16 +358,18 @@ def _bytes_read_variants() -> dict[str, float]:
     blocks = math.ceil(n / bq)
     return {
         "right": io.reads * size,
-        "that counts elements, not bytes: each fp16 element is 2 bytes": io.reads,
-        "K and V are read once per query block, not once in all": 3 * n * d * size,
-        "the last, short query block was left out, though it reads all of K and V too": (
+        _("that counts elements, not bytes: each fp16 element is 2 bytes"): io.reads,
+        _("K and V are read once per query block, not once in all"): 3 * n * d * size,
+        _("the last, short query block was left out, though it reads all of K and V too"): (
             n * d + (n // bq) * 2 * n * d
         )
         * size,
-        "a fractional number of query blocks: blocks come whole, and the last, short one "
-        "reads all of K and V too": (n * d + n / bq * 2 * n * d) * size,
-        "Q was left out, though it is read too": blocks * 2 * n * d * size,
-        "that includes the writes (O and its log-sum-exp); the question asks for the reads": (
+        _(
+            "a fractional number of query blocks: blocks come whole, and the last, short one "
+            "reads all of K and V too"
+        ): (n * d + n / bq * 2 * n * d) * size,
+        _("Q was left out, though it is read too"): blocks * 2 * n * d * size,
+        _("that includes the writes (O and its log-sum-exp); the question asks for the reads"): (
             io.total * size
         ),
     }
@@ -366,14 +403,14 @@ def _ds_variants(q_i, k_j, v_j, do_i, lse_i, d_i) -> dict[str, torch.Tensor]:
     return {
         "right": p * (dp - d),
         PLANTED["ds_tile"]: p * (dp - (p * dp).sum(-1, keepdim=True)),
-        "S recomputed without the scale 1/sqrt(d)": torch.exp(q_i @ k_j.T - lse_i[:, None])
+        _("S recomputed without the scale 1/sqrt(d)"): torch.exp(q_i @ k_j.T - lse_i[:, None])
         * (dp - d),
-        "rowsum(dP) used for D (D = rowsum(dO o O), a sum of P o dP)": p
+        _("rowsum(dP) used for D (D = rowsum(dO o O), a sum of P o dP)"): p
         * (dp - dp.sum(-1, keepdim=True)),
-        "P recomputed as a softmax over this tile only, not exp(S - L)": torch.softmax(s, -1)
+        _("P recomputed as a softmax over this tile only, not exp(S - L)"): torch.softmax(s, -1)
         * (dp - d),
-        "the factor P left out (dS = P o (dP - D))": dp - d,
-        "D subtracted the wrong way round": p * (d - dp),
+        _("the factor P left out (dS = P o (dP - D))"): dp - d,
+        _("D subtracted the wrong way round"): p * (d - dp),
     }
 
 
@@ -381,7 +418,7 @@ def ds_tile_mistakes() -> list[str]:
     """The names of the mistakes :func:`check_ds_tile` recognises (the planted one first)."""
     t = torch.zeros(1, 1, dtype=torch.float64)
     z = torch.zeros(1, dtype=torch.float64)
-    return [name for name in _ds_variants(t, t, t, t, z, z) if name != "right"]
+    return [_(name) for name in _ds_variants(t, t, t, t, z, z) if name != "right"]
 
 
 @checker("ds", "one tile of the backward's dS")
@@ -407,7 +444,14 @@ def check_ds_tile(answer) -> None:
         o = torch.softmax(s, -1) @ v
         d_row = (do * o).sum(-1)
         k_j, v_j = k[start : start + c], v[start : start + c]
-        case = f"{r} queries, keys {start}..{start + c - 1} of {m}, d={d}"
+        case = _(
+            "{r} queries, keys {start}..{value} of {m}, d={d}",
+            r=r,
+            start=start,
+            value=start + c - 1,
+            m=m,
+            d=d,
+        )
         got = call_answer(answer, q, k_j, v_j, do, lse, d_row)
         variants = _ds_variants(q, k_j, v_j, do, lse, d_row)
         try:
@@ -423,7 +467,9 @@ def check_ds_tile(answer) -> None:
         raise NotAttempted()
     for case, got, variants in results:
         right = variants.pop("right")
-        mistakes = {f"looks like {name}": wrong for name, wrong in variants.items()}
+        mistakes = {
+            _("looks like {name}", name=_(name)): wrong for name, wrong in variants.items()
+        }
         _expect_float64(got, right, mistakes, case=case)
 
 
@@ -465,11 +511,14 @@ def _dkdv_variants(q, k, v, do, lse, d_row, block, causal) -> dict[str, tuple]:
     return {
         "right": _dkdv(*args),
         PLANTED["dkdv_pass"]: _dkdv(*args, "planted"),
-        "with causal=False the query blocks before each key block are still left out: "
-        "their queries see these keys too": _dkdv(*args, "start"),
-        "with causal=True no mask is applied: queries receive gradient from keys after "
-        "them": _dkdv(*args, "no mask"),
-        "dK lacks the softmax scale 1/sqrt(d)": _dkdv(*args, "scale"),
+        _(
+            "with causal=False the query blocks before each key block are still left out: "
+            "their queries see these keys too"
+        ): _dkdv(*args, "start"),
+        _(
+            "with causal=True no mask is applied: queries receive gradient from keys after them"
+        ): _dkdv(*args, "no mask"),
+        _("dK lacks the softmax scale 1/sqrt(d)"): _dkdv(*args, "scale"),
     }
 
 
@@ -477,7 +526,7 @@ def dkdv_pass_mistakes() -> list[str]:
     """The mistakes :func:`check_dkdv_pass` names (the planted one first)."""
     z = torch.zeros(1, 1, dtype=torch.float64)
     zr = torch.zeros(1, dtype=torch.float64)
-    return [k for k in _dkdv_variants(z, z, z, z, zr, zr, 1, False) if k != "right"]
+    return [_(k) for k in _dkdv_variants(z, z, z, z, zr, zr, 1, False) if k != "right"]
 
 
 #: The cases of the dK/dV checker: (n, d, block, causal).
@@ -507,7 +556,13 @@ def check_dkdv_pass(answer) -> None:
         got = call_answer(answer, q, k, v, do, lse, d_row, block, causal)
         variants = _dkdv_variants(q, k, v, do, lse, d_row, block, causal)
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
-            raise Mismatch(f"case {case}: return (dk, dv), two tensors, got {type(got).__name__}")
+            raise Mismatch(
+                _(
+                    "case {case}: return (dk, dv), two tensors, got {type}",
+                    case=case,
+                    type=type(got).__name__,
+                )
+            )
         try:
             same = all(
                 torch.allclose(torch.as_tensor(a, dtype=torch.float64), b, atol=1e-9, rtol=1e-9)
@@ -523,7 +578,7 @@ def check_dkdv_pass(answer) -> None:
         right = variants.pop("right")
         for i, name in enumerate(("dk", "dv")):
             mistakes = {
-                f"{name}: {diagnosis}": wrong[i]
+                f"{name}: {_(diagnosis)}": wrong[i]
                 for diagnosis, wrong in variants.items()
                 if not torch.allclose(wrong[i], right[i], atol=1e-9, rtol=1e-9)
             }
