@@ -20,7 +20,6 @@ LIMIT = 60
 KNOWN = {
     "bench.py:main",
     "bench_flex.py:run_flex",
-    "diagrams.py:information_paths",
     "exercises/ch05.py:check_decode_loop",
 }
 

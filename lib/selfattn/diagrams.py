@@ -243,6 +243,73 @@ def _mask_panels(
 
 
 # ----------------------------------------------------------------------------- chapter 1
+def _token_row(ax, n: int, y: float, color=PALETTE["x"], labels: bool = False) -> None:
+    """``n`` token nodes along the row at height ``y``, labelled x1..xn below if asked."""
+    for i in range(n):
+        _node(ax, i, y, color)
+        if labels:
+            ax.text(i, y - 0.55, f"x{i + 1}", ha="center", va="top", fontsize=7)
+
+
+def _recurrent_panel(ax, n: int, col) -> None:
+    """A chain along the row: ``n - 1`` hand-overs from x1 to xn."""
+    _token_row(ax, n, 1.0, labels=True)
+    for i in range(n - 1):
+        _arrow(ax, (i + 0.28, 1.0), (i + 0.72, 1.0), col)
+    ax.text((n - 1) / 2, 3.9, "Recurrent", ha="center", fontsize=_FONT + 0.5, weight="bold")
+    ax.text((n - 1) / 2, 3.2, f"n \u2212 1 = {n - 1} steps", ha="center", fontsize=_FONT)
+    ax.text((n - 1) / 2, 2.6, f"from x1 to x{n}", ha="center", fontsize=_FONT)
+
+
+def _convolution_panel(ax, n: int, k: int, layers: int, col) -> None:
+    """The last output's cone through ``layers`` causal convolutions of width ``k``."""
+    ax.set_ylim(-1.6, max(4.4, layers + 2.4))
+    reach = {n - 1}
+    rows = [sorted(reach)]
+    for _ in range(layers):
+        reach = {j for i in reach for j in range(max(0, i - k + 1), i + 1)}
+        rows.append(sorted(reach))
+    for level in range(layers + 1):
+        _token_row(ax, n, float(level), labels=level == 0)
+    for level in range(layers, 0, -1):
+        for i in rows[layers - level]:
+            for j in range(max(0, i - k + 1), i + 1):
+                ax.plot([j, i], [level - 1 + 0.28, level - 0.28], color=col, lw=0.8)
+    ax.text(
+        (n - 1) / 2,
+        layers + 1.1,
+        f"Convolutions, width k = {k}\n\u2308(n \u2212 1)/(k \u2212 1)\u2309 = {layers} layers",
+        ha="center",
+        va="bottom",
+        fontsize=_FONT,
+    )
+
+
+def _attention_panel(ax, n: int, col) -> None:
+    """Self-attention: every pair joined in one step."""
+    _token_row(ax, n, 0.0, labels=True)
+    _token_row(ax, n, 2.0)
+    for i in range(n):
+        for j in range(n):
+            ax.plot([j, i], [0.28, 1.72], color=col, lw=0.5, alpha=0.7)
+    ax.text((n - 1) / 2, 3.9, "Self-attention", ha="center", fontsize=_FONT + 0.5, weight="bold")
+    ax.text(
+        (n - 1) / 2, 3.2, f"1 step, all {n}\u00b2 = {n * n} pairs", ha="center", fontsize=_FONT
+    )
+
+
+def _information_paths_alt(n: int, k: int, layers: int) -> str:
+    """The alt text of :func:`information_paths`, with the figure's numbers."""
+    return (
+        f"Three ways to connect n = {n} tokens. Recurrent: a chain of arrows, "
+        f"n \u2212 1 = {n - 1} steps from x1 to x{n}. "
+        f"Convolutions of width k = {k}: \u2308(n \u2212 1)/(k \u2212 1)\u2309 = {layers} layers "
+        f"the last output sees the first input, the reach growing by k \u2212 1 = {k - 1} "
+        f"positions per layer. Self-attention: one layer of lines joining all {n * n} pairs, "
+        "one step from every token to every token."
+    )
+
+
 def information_paths(n: int = 6, k: int = 3) -> Figure:
     """Chapter 1: how many steps information takes from the first token to the last.
 
@@ -263,65 +330,10 @@ def information_paths(n: int = 6, k: int = 3) -> Figure:
     layers = math.ceil((n - 1) / (k - 1))
     fig, axes = _figure(3, size=(7.0, 3.0), xlim=(-0.7, n - 0.3), ylim=(-1.6, 4.4))
     col = PALETTE["highlight"]
-
-    def nodes(ax, y, color=PALETTE["x"], labels=False):
-        for i in range(n):
-            _node(ax, i, y, color)
-            if labels:
-                ax.text(i, y - 0.55, f"x{i + 1}", ha="center", va="top", fontsize=7)
-
-    # recurrent: a chain along the row
-    ax = axes[0]
-    nodes(ax, 1.0, labels=True)
-    for i in range(n - 1):
-        _arrow(ax, (i + 0.28, 1.0), (i + 0.72, 1.0), col)
-    ax.text((n - 1) / 2, 3.9, "Recurrent", ha="center", fontsize=_FONT + 0.5, weight="bold")
-    ax.text((n - 1) / 2, 3.2, f"n \u2212 1 = {n - 1} steps", ha="center", fontsize=_FONT)
-    ax.text((n - 1) / 2, 2.6, f"from x1 to x{n}", ha="center", fontsize=_FONT)
-
-    # convolutions: the last output's cone
-    ax = axes[1]
-    ax.set_ylim(-1.6, max(4.4, layers + 2.4))
-    reach = {n - 1}
-    rows = [sorted(reach)]
-    for _ in range(layers):
-        reach = {j for i in reach for j in range(max(0, i - k + 1), i + 1)}
-        rows.append(sorted(reach))
-    for level in range(layers + 1):
-        nodes(ax, float(level), labels=level == 0)
-    for level in range(layers, 0, -1):
-        for i in rows[layers - level]:
-            for j in range(max(0, i - k + 1), i + 1):
-                ax.plot([j, i], [level - 1 + 0.28, level - 0.28], color=col, lw=0.8)
-    ax.text(
-        (n - 1) / 2,
-        layers + 1.1,
-        f"Convolutions, width k = {k}\n\u2308(n \u2212 1)/(k \u2212 1)\u2309 = {layers} layers",
-        ha="center",
-        va="bottom",
-        fontsize=_FONT,
-    )
-
-    # self-attention: every pair in one step
-    ax = axes[2]
-    nodes(ax, 0.0, labels=True)
-    nodes(ax, 2.0)
-    for i in range(n):
-        for j in range(n):
-            ax.plot([j, i], [0.28, 1.72], color=col, lw=0.5, alpha=0.7)
-    ax.text((n - 1) / 2, 3.9, "Self-attention", ha="center", fontsize=_FONT + 0.5, weight="bold")
-    ax.text(
-        (n - 1) / 2, 3.2, f"1 step, all {n}\u00b2 = {n * n} pairs", ha="center", fontsize=_FONT
-    )
-    alt = (
-        f"Three ways to connect n = {n} tokens. Recurrent: a chain of arrows, "
-        f"n \u2212 1 = {n - 1} steps from x1 to x{n}. "
-        f"Convolutions of width k = {k}: \u2308(n \u2212 1)/(k \u2212 1)\u2309 = {layers} layers "
-        f"the last output sees the first input, the reach growing by k \u2212 1 = {k - 1} "
-        f"positions per layer. Self-attention: one layer of lines joining all {n * n} pairs, "
-        "one step from every token to every token."
-    )
-    return _with_alt(fig, alt)
+    _recurrent_panel(axes[0], n, col)
+    _convolution_panel(axes[1], n, k, layers, col)
+    _attention_panel(axes[2], n, col)
+    return _with_alt(fig, _information_paths_alt(n, k, layers))
 
 
 # ----------------------------------------------------------------------------- chapter 2
