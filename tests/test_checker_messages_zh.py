@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 import selfattn
 import torch
-from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07
+from selfattn.efficient.linear import linear_attention
+from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
+LABEL = re.compile(r"^[✅❌⏳] 练习 \d+\.\d+（.*?）：")
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -36,6 +38,12 @@ def _sines_then_cosines(n, d):
     pos = torch.arange(n, dtype=torch.float64)[:, None]
     omega = 10000.0 ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)
     return torch.cat([torch.sin(pos * omega), torch.cos(pos * omega)], dim=1)
+
+
+def _z_not_decayed(S, z, q, k, v, gamma):
+    phi_q, phi_k = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1
+    S, z = gamma * S + torch.outer(phi_k, v), z + phi_k
+    return (phi_q @ S) / (phi_q @ z + 1e-6), S, z
 
 
 #: (id, checker, wrong answer, a fragment of its English diagnosis)
@@ -177,6 +185,15 @@ CASES = [
     ),
     ("ch07-tiles", ch07.check_causal_tiles_prediction, 10**6, "your prediction"),
     ("ch07-kind", ch07.check_tile_kind, lambda q0, q1, k0, k1: "full", "tiles wrong"),
+    (
+        "ch08-strided",
+        ch08.check_strided_prediction,
+        lambda: ch08.STRIDED_CASE[0] * (ch08.STRIDED_CASE[0] + 1) // 2,
+        "full causal triangle",
+    ),
+    ("ch08-causal", ch08.check_causal_linear, linear_attention, "not causal any more"),
+    ("ch08-step", ch08.check_decayed_step, _z_not_decayed, "z was not decayed"),
+    ("ch08-step-type", ch08.check_linear_step, lambda S, z, q, k, v: 1.0, "return a tuple"),
 ]
 
 
@@ -201,7 +218,8 @@ def test_a_wrong_answer_is_diagnosed_in_chinese(check, answer, fragment, chinese
     english = _message(check, answer)
     assert fragment in english
     selfattn.set_language("zh")
-    text = _message(check, answer)
+    # the diagnosis, after the exercise's name (whose translation is the book's business)
+    text = LABEL.sub("", _message(check, answer))
     assert CJK.search(text), text
     assert not ENGLISH.search(text), (ENGLISH.search(text).group(), text)
 

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ..efficient.linear import LinearAttentionState, linear_attention, linear_attention_step
 from ..efficient.sparse import strided_mask
+from ..i18n import _
 from ._core import (
     Mismatch,
     NotAttempted,
@@ -79,17 +80,17 @@ def _rolling_variants(q, ks, vs, t: int, w: int) -> dict[str, torch.Tensor]:
     kept = [*range(w - 1), t] if t >= w else list(range(t + 1))
     return {
         "right": _attend(qt, ks[lo : t + 1], vs[lo : t + 1]),
-        "at the first steps the buffer's unused slots took part in the softmax: a slot "
-        "holding zeros still gets a weight": _attend(
-            qt, torch.cat([ks[lo : t + 1], zk]), torch.cat([vs[lo : t + 1], zv])
-        ),
-        "the output left out the token's own key and value: a causal query sees itself": (
+        _(
+            "at the first steps the buffer's unused slots took part in the softmax: a slot "
+            "holding zeros still gets a weight"
+        ): _attend(qt, torch.cat([ks[lo : t + 1], zk]), torch.cat([vs[lo : t + 1], zv])),
+        _("the output left out the token's own key and value: a causal query sees itself"): (
             _attend(qt, ks[max(0, t - w) : t], vs[max(0, t - w) : t])
         ),
-        "once the buffer was full, the entry replaced was not the oldest one": _attend(
+        _("once the buffer was full, the entry replaced was not the oldest one"): _attend(
             qt, ks[kept], vs[kept]
         ),
-        "the scores are not scaled as everywhere in this book": _attend(
+        _("the scores are not scaled as everywhere in this book"): _attend(
             qt, ks[lo : t + 1], vs[lo : t + 1], scale=False
         ),
     }
@@ -120,27 +121,49 @@ def _check_window_held(k_buf, v_buf, ks, vs, t: int, case: str) -> None:
     the buffers are the cache, not a decoration beside a history kept elsewhere."""
     w = k_buf.shape[0]
     lo = max(0, t - w + 1)
-    held = f"token {t}" if lo == t else f"the last {t + 1 - lo} tokens ({lo} to {t})"
-    for buf, rows, what in ((k_buf, ks, "keys"), (v_buf, vs, "values")):
+    held = (
+        _("token {t}", t=t)
+        if lo == t
+        else _("the last {count} tokens ({lo} to {t})", count=t + 1 - lo, lo=lo, t=t)
+    )
+    for buf, rows, what, one in (
+        (k_buf, ks, _("keys"), _("key")),
+        (v_buf, vs, _("values"), _("value")),
+    ):
         j = _missing_row(rows[lo : t + 1], buf)
         expect_true(
             j is None,
-            f"case {case}: the returned buffers must hold the {what} of {held}, in any slot "
-            f"order; token {lo + (j or 0)}'s {what[:-1]} is in none of the slots. The next "
-            "step reads only what the buffers hold",
+            _(
+                "case {case}: the returned buffers must hold the {what} of {held}, in any slot "
+                "order; token {value}'s {value2} is in none of the slots. The next step reads "
+                "only what the buffers hold",
+                case=case,
+                what=what,
+                held=held,
+                value=lo + (j or 0),
+                value2=one,
+            ),
         )
     pairs = torch.cat([k_buf, v_buf], -1)
     j = _missing_row(torch.cat([ks[lo : t + 1], vs[lo : t + 1]], -1), pairs)
     expect_true(
         j is None,
-        f"case {case}: token {lo + (j or 0)}'s key and value are in different slots: keep "
-        "each token's key and value in the same slot",
+        _(
+            "case {case}: token {value}'s key and value are in different slots: keep each "
+            "token's key and value in the same slot",
+            case=case,
+            value=lo + (j or 0),
+        ),
     )
     extra = pairs.abs().sum(-1) > 0
     expect_true(
         int(extra.sum()) == t + 1 - lo,
-        f"case {case}: the buffers hold more than the keys and values of {held}: the other "
-        "slots must still hold zeros",
+        _(
+            "case {case}: the buffers hold more than the keys and values of {held}: the other "
+            "slots must still hold zeros",
+            case=case,
+            held=held,
+        ),
     )
 
 
@@ -148,8 +171,13 @@ def _buffer(got, shape, case: str) -> torch.Tensor:
     if not (torch.is_tensor(got) and tuple(got.shape) == shape):
         found = tuple(got.shape) if torch.is_tensor(got) else type(got).__name__
         raise Mismatch(
-            f"case {case}: return each buffer as a tensor of shape {shape}, got {found}: a "
-            "rolling cache keeps its size"
+            _(
+                "case {case}: return each buffer as a tensor of shape {shape}, got {found}: a "
+                "rolling cache keeps its size",
+                case=case,
+                shape=shape,
+                found=found,
+            )
         )
     return got.detach().to(torch.float64)
 
@@ -175,11 +203,11 @@ def check_rolling_cache(answer) -> None:
         k_buf = torch.zeros(w, d, dtype=torch.float64)
         v_buf = torch.zeros(w, dv, dtype=torch.float64)
         for t in range(steps):
-            case = f"window={w}, step t={t}"
+            case = _("window={w}, step t={t}", w=w, t=t)
             got = call_answer(answer, k_buf, v_buf, t, q[t], ks[t], vs[t])
             expect_true(
                 isinstance(got, (tuple, list)) and len(got) == 3,
-                f"case {case}: return a tuple (out_t, k_buf, v_buf)",
+                _("case {case}: return a tuple (out_t, k_buf, v_buf)", case=case),
             )
             variants = _rolling_variants(q, ks, vs, t, w)
             right = variants.pop("right")
@@ -204,13 +232,21 @@ def _strided_variants() -> dict[str, int]:
     strided = sum(i // s + 1 for i in range(n))
     return {
         "right": int(strided_mask(n, s).sum()),
-        "that counts the local head only (the last 4 positions); the strided head adds every "
-        "4th position further back": local,
-        "that counts the diagonal twice: j = i is in both the local and the strided head, "
-        "and the union holds it once": local + strided,
-        "that is the full causal triangle n (n + 1) / 2, not a sparse pattern": n * (n + 1) // 2,
-        "that counts the strided head only; the local head adds the 3 positions just before "
-        "each query": strided,
+        _(
+            "that counts the local head only (the last 4 positions); the strided head adds every "
+            "4th position further back"
+        ): local,
+        _(
+            "that counts the diagonal twice: j = i is in both the local and the strided head, "
+            "and the union holds it once"
+        ): local + strided,
+        _("that is the full causal triangle n (n + 1) / 2, not a sparse pattern"): n
+        * (n + 1)
+        // 2,
+        _(
+            "that counts the strided head only; the local head adds the 3 positions just before "
+            "each query"
+        ): strided,
     }
 
 
@@ -223,7 +259,7 @@ def strided_mistakes() -> list[str]:
 def check_strided_prediction(prediction) -> None:
     """``prediction``: how many True entries ``strided_mask(20, 4)`` has (causal: the union of
     the local head, ``i - j < 4``, and the strided head, ``(i - j) % 4 == 0``, for ``j <= i``)."""
-    expect_predicted(prediction, _strided_variants(), case="n=20, stride=4")
+    expect_predicted(prediction, _strided_variants(), case=_("n=20, stride=4"))
 
 
 # -- Find the bug: causal linear attention with prefix sums -------------------------------
@@ -247,10 +283,10 @@ def _causal_variants(q, k, v) -> dict[str, torch.Tensor]:
     fq, fk = _phi(q), _phi(k)
     a = fq @ fk.transpose(-2, -1)
     return {
-        "not causal any more: every query sums over all n keys, its future ones included": (
+        _("not causal any more: every query sums over all n keys, its future ones included"): (
             linear_attention(q, k, v)
         ),
-        "the normaliser is missing: the weights of a query do not sum to 1": (a.tril() @ v),
+        _("the normaliser is missing: the weights of a query do not sum to 1"): (a.tril() @ v),
     }
 
 
@@ -318,13 +354,17 @@ def _half_weight_variants() -> dict[str, int]:
     right = int((share < 0.5).sum()) + 1
     return {
         "right": right,
-        "that is 1 / (1 - gamma), the usual horizon of a decay; the weight has a long tail, so "
-        "fewer tokens hold half of it": round(1 / (1 - gamma)),
-        "that many of the newest tokens hold a little less than half of the weight": right - 1,
-        "that is half of 1 / (1 - gamma), a guess the geometric weights do not support": round(
+        _(
+            "that is 1 / (1 - gamma), the usual horizon of a decay; the weight has a long tail, "
+            "so "
+            "fewer tokens hold half of it"
+        ): round(1 / (1 - gamma)),
+        _("that many of the newest tokens hold a little less than half of the weight"): right - 1,
+        _("that is half of 1 / (1 - gamma), a guess the geometric weights do not support"): round(
             0.5 / (1 - gamma)
         ),
-        "that is half of all the tokens: the decay puts most of the weight on the newest": n // 2,
+        _("that is half of all the tokens: the decay puts most of the weight on the newest"): n
+        // 2,
     }
 
 
@@ -339,7 +379,9 @@ def check_half_weight(prediction) -> None:
     output's weight, for decayed linear attention with the fixed decay ``gamma = 0.9`` reading
     1000 tokens whose keys are all equal (so the decay alone sets the weights)."""
     gamma, n = HALF_WEIGHT_CASE
-    expect_predicted(prediction, _half_weight_variants(), case=f"gamma={gamma}, {n} tokens")
+    expect_predicted(
+        prediction, _half_weight_variants(), case=_("gamma={gamma}, {n} tokens", gamma=gamma, n=n)
+    )
 
 
 # -- Build: one decoding step with a decay gate --------------------------------------------
@@ -356,14 +398,16 @@ def _step_variants(s, z, q, k, v, gamma) -> dict[str, tuple]:
     late_s, late_z = gamma * (s + write), gamma * (z + fk)
     return {
         "right": (read(right_s, right_z), right_s, right_z),
-        "you decayed after writing token t: its own key and value entered the state below "
-        "full weight": (read(late_s, late_z), late_s, late_z),
-        "you read the output before absorbing token t: it misses its own key and value": (
+        _(
+            "you decayed after writing token t: its own key and value entered the state below "
+            "full weight"
+        ): (read(late_s, late_z), late_s, late_z),
+        _("you read the output before absorbing token t: it misses its own key and value"): (
             read(gamma * s, gamma * z),
             right_s,
             right_z,
         ),
-        "z was not decayed as S was, so the weights no longer sum to 1": (
+        _("z was not decayed as S was, so the weights no longer sum to 1"): (
             read(right_s, z + fk),
             right_s,
             z + fk,
@@ -394,7 +438,7 @@ def check_decayed_step(answer) -> None:
         got = call_answer(answer, state.s.clone(), state.z.clone(), q, k, v, gamma)
         expect_true(
             isinstance(got, (tuple, list)) and len(got) == 3,
-            f"step {t}: return a tuple (out_t, S_new, z_new)",
+            _("step {t}: return a tuple (out_t, S_new, z_new)", t=t),
         )
         variants = _step_variants(state.s, state.z, q, k, v, gamma)
         right = variants.pop("right")
@@ -407,12 +451,12 @@ def check_decayed_step(answer) -> None:
             expect_close(
                 got[part],
                 right[part],
-                case=f"step {t} (gamma={gamma}): {name}",
+                case=_("step {t} (gamma={gamma}): {name}", t=t, gamma=gamma, name=name),
                 atol=1e-9,
                 rtol=1e-7,
                 mistakes=mistakes,
             )
-        _, state = linear_attention_step(state, q, k, v, decay=gamma)
+        _out, state = linear_attention_step(state, q, k, v, decay=gamma)
 
 
 @checker("decay", "a step of causal linear attention, without decay")
@@ -428,9 +472,15 @@ def check_linear_step(answer) -> None:
         got = call_answer(answer, state.s.clone(), state.z.clone(), q, k, v)
         expect_true(
             isinstance(got, (tuple, list)) and len(got) == 3,
-            f"step {t}: return a tuple (out_t, S_new, z_new)",
+            _("step {t}: return a tuple (out_t, S_new, z_new)", t=t),
         )
         out, state = linear_attention_step(state, q, k, v)
-        expect_close(got[0], out, case=f"step {t}: out_t", atol=1e-9, rtol=1e-7)
-        expect_close(got[1], state.s, case=f"step {t}: S_new", atol=1e-9, rtol=1e-7)
-        expect_close(got[2], state.z, case=f"step {t}: z_new", atol=1e-9, rtol=1e-7)
+        expect_close(
+            got[0], out, case=_("step {t}: {name}", t=t, name="out_t"), atol=1e-9, rtol=1e-7
+        )
+        expect_close(
+            got[1], state.s, case=_("step {t}: {name}", t=t, name="S_new"), atol=1e-9, rtol=1e-7
+        )
+        expect_close(
+            got[2], state.z, case=_("step {t}: {name}", t=t, name="z_new"), atol=1e-9, rtol=1e-7
+        )
