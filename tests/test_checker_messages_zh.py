@@ -15,7 +15,7 @@ import pytest
 import selfattn
 import torch
 from selfattn.efficient.linear import linear_attention
-from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08
+from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -44,6 +44,13 @@ def _z_not_decayed(S, z, q, k, v, gamma):
     phi_q, phi_k = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1
     S, z = gamma * S + torch.outer(phi_k, v), z + phi_k
     return (phi_q @ S) / (phi_q @ z + 1e-6), S, z
+
+
+def _one_entry_off(ids, pad_id):
+    B, n = ids.shape
+    mask = (ids != pad_id).unsqueeze(1).expand(B, n, n).clone()
+    mask[0, 0, 1] = False
+    return mask
 
 
 #: (id, checker, wrong answer, a fragment of its English diagnosis)
@@ -194,6 +201,11 @@ CASES = [
     ("ch08-causal", ch08.check_causal_linear, linear_attention, "not causal any more"),
     ("ch08-step", ch08.check_decayed_step, _z_not_decayed, "z was not decayed"),
     ("ch08-step-type", ch08.check_linear_step, lambda S, z, q, k, v: 1.0, "return a tuple"),
+    ("ch09-vit", ch09.check_vit_tokens, 36, "class token"),
+    ("ch09-bert", ch09.check_bert_mask, ch09.buggy_attention_mask, "still causal"),
+    ("ch09-bert-entry", ch09.check_bert_mask, _one_entry_off, "in sentence"),
+    ("ch09-clip", ch09.check_clip_loss, lambda x: x.sum() * 0 + 5.0, "largest difference"),
+    ("ch09-lm", ch09.check_lm_loss, lambda logits, ids: torch.ones(2), "return one number"),
 ]
 
 
@@ -233,3 +245,8 @@ def test_the_planted_mistakes_of_chapter_7_are_named_in_chinese(chinese):
     ):
         for name in names:
             assert CJK.search(name) and not ENGLISH.search(name), name
+
+
+def test_the_planted_mistake_of_chapter_9_is_named_in_chinese(chinese):
+    for name in ch09.lm_loss_mistakes():
+        assert CJK.search(name) and not ENGLISH.search(name), name

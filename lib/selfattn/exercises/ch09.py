@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.images import patchify
+from ..i18n import _
 from ..models.transformer import TransformerBlock, clip_loss
 from ._core import (
     Mismatch,
@@ -73,14 +74,16 @@ def _vit_tokens_variants() -> dict[str, int]:
     g = size // p
     return {
         "right": g * g + 1,
-        "that counts the patches alone: the class token is one more token": g * g,
-        "that counts the patches along one side, plus the class token: the image is a grid "
-        "of patches in two directions": g + 1,
-        "that counts the patches along one side only, and leaves out the class token": g,
-        f"that divides the pixels by the patch's side, not by its area ({p} x {p} pixels)": (
-            size * size // p + 1
-        ),
-        "the class token is one token, not an extra row and column of patches": (g + 1) ** 2,
+        _("that counts the patches alone: the class token is one more token"): g * g,
+        _(
+            "that counts the patches along one side, plus the class token: the image is a grid "
+            "of patches in two directions"
+        ): g + 1,
+        _("that counts the patches along one side only, and leaves out the class token"): g,
+        _(
+            "that divides the pixels by the patch's side, not by its area ({p} x {p} pixels)", p=p
+        ): (size * size // p + 1),
+        _("the class token is one token, not an extra row and column of patches"): (g + 1) ** 2,
     }
 
 
@@ -94,7 +97,11 @@ def check_vit_tokens(prediction) -> None:
     """``prediction``: how many tokens the encoder of a MiniViT reads per image, for 48 x 48
     images cut into 8 x 8 patches (patch tokens plus the class token)."""
     size, p = VIT_TOKENS_CASE
-    expect_predicted(prediction, _vit_tokens_variants(), case=f"image {size} x {size}, patch {p}")
+    expect_predicted(
+        prediction,
+        _vit_tokens_variants(),
+        case=_("image {size} x {size}, patch {p}", size=size, p=p),
+    )
 
 
 # -- Find the bug: BERT's attention mask --------------------------------------------------
@@ -116,21 +123,32 @@ def _bert_mask_variants(ids: torch.Tensor, pad_id: int) -> dict[str, torch.Tenso
     tril = torch.ones(n, n, dtype=torch.bool).tril()
     return {
         "right": right,
-        "still causal: query i sees only keys 0..i, so a blank cannot read the words on its "
-        "right (that is GPT's mask; BERT reads both ways)": right & tril,
-        "the padding is True: the book's convention is True = may attend, so the padding "
-        "keys must be False": ~right,
-        "the padding is masked as queries (rows), not as keys (columns): real words still "
-        "read the padding": real.unsqueeze(2).expand(B, n, n),
-        "a triangle the wrong way round (triu): query i sees only keys i..n-1": (right & tril.T),
-        "no padding mask: every query may attend to every key, the padding keys too; they "
-        "must be False": torch.ones(B, n, n, dtype=torch.bool),
+        _(
+            "still causal: query i sees only keys 0..i, so a blank cannot read the words on its "
+            "right (that is GPT's mask; BERT reads both ways)"
+        ): right & tril,
+        _(
+            "the padding is True: the book's convention is True = may attend, so the padding "
+            "keys must be False"
+        ): ~right,
+        _rows_mistake(): real.unsqueeze(2).expand(B, n, n),
+        _("a triangle the wrong way round (triu): query i sees only keys i..n-1"): (
+            right & tril.T
+        ),
+        _(
+            "no padding mask: every query may attend to every key, the padding keys too; they "
+            "must be False"
+        ): torch.ones(B, n, n, dtype=torch.bool),
     }
 
 
 #: The mistake of :func:`_bert_mask_variants` that the real words' rows alone cannot tell from
 #: "no padding mask" (both let every real word read every key): named only on whole masks.
-_ROWS_MISTAKE = "the padding is masked as queries"
+def _rows_mistake() -> str:
+    return _(
+        "the padding is masked as queries (rows), not as keys (columns): real words still "
+        "read the padding"
+    )
 
 
 def bert_mask_mistakes() -> list[str]:
@@ -141,11 +159,16 @@ def bert_mask_mistakes() -> list[str]:
 def _first_wrong_entry(got: torch.Tensor, right: torch.Tensor, real: torch.Tensor) -> str:
     """Where ``got`` first differs from ``right`` on a real word's row, in words."""
     b, i, j = (int(k) for k in ((got != right) & real.unsqueeze(2)).nonzero()[0])
-    key = "a word" if bool(real[b, j]) else "padding"
-    may = "may" if bool(got[b, i, j]) else "may not"
-    return (
-        f"in sentence {b}, the word at query {i} {may} attend to key {j} ({key}); a word "
-        "must see every word, on either side, and no padding key"
+    key = _("a word") if bool(real[b, j]) else _("padding")
+    may = _("may") if bool(got[b, i, j]) else _("may not")
+    return _(
+        "in sentence {b}, the word at query {i} {may} attend to key {j} ({key}); a word "
+        "must see every word, on either side, and no padding key",
+        b=b,
+        i=i,
+        may=may,
+        j=j,
+        key=key,
     )
 
 
@@ -159,23 +182,29 @@ def check_bert_mask(answer) -> None:
     and the library's attention gives a row with no ``True`` zero weights, never NaN, so the
     padding's own rows may hold anything."""
     cases = [
-        ("two sentences, one padded", torch.tensor([[5, 6, 7, 8], [5, 9, 0, 0]]), 0),
-        ("no padding", torch.tensor([[4, 5, 6]]), 0),
-        ("pad id 1, three sentences", torch.tensor([[2, 3, 1], [4, 1, 1], [5, 6, 7]]), 1),
-        ("one word", torch.tensor([[7]]), 0),
+        (_("two sentences, one padded"), torch.tensor([[5, 6, 7, 8], [5, 9, 0, 0]]), 0),
+        (_("no padding"), torch.tensor([[4, 5, 6]]), 0),
+        (_("pad id 1, three sentences"), torch.tensor([[2, 3, 1], [4, 1, 1], [5, 6, 7]]), 1),
+        (_("one word"), torch.tensor([[7]]), 0),
     ]
     for name, ids, pad_id in cases:
         got = call_answer(answer, ids.clone(), pad_id)
         expect_true(
-            torch.is_tensor(got), f"case {name}: return a tensor, got {type(got).__name__}"
+            torch.is_tensor(got),
+            _("case {name}: return a tensor, got {type}", name=name, type=type(got).__name__),
         )
         B, n = ids.shape
         if got.dim() == 3 and got.shape[0] == B and got.shape[1] in (1, n) and got.shape[2] == n:
             got = got.expand(B, n, n)  # a (B, 1, n) key mask is the same mask
         expect_true(
             tuple(got.shape) == (B, n, n),
-            f"case {name}: expected a mask of shape {(B, n, n)} (or {(B, 1, n)}), "
-            f"got {tuple(got.shape)}",
+            _(
+                "case {name}: expected a mask of shape {value} (or {value2}), got {shape}",
+                name=name,
+                value=(B, n, n),
+                value2=(B, 1, n),
+                shape=tuple(got.shape),
+            ),
         )
         got = got.detach().cpu().bool()
         real = ids != pad_id
@@ -184,9 +213,15 @@ def check_bert_mask(answer) -> None:
         if torch.equal(got[real], right[real]):
             continue  # every real word's row is right; the padding's rows are read by no one
         name_mistake(got, variants, case=name, atol=0, rtol=0)  # a whole known mistake
-        on_real_rows = {k: v[real] for k, v in variants.items() if not k.startswith(_ROWS_MISTAKE)}
+        on_real_rows = {k: v[real] for k, v in variants.items() if k != _rows_mistake()}
         name_mistake(got[real], on_real_rows, case=name, atol=0, rtol=0)
-        raise Mismatch(f"case {name}: {_first_wrong_entry(got, right, real)}")
+        raise Mismatch(
+            _(
+                "case {case}: {diagnosis}",
+                case=name,
+                diagnosis=_first_wrong_entry(got, right, real),
+            )
+        )
 
 
 @checker("pre-ln-block", "a pre-LayerNorm block")
@@ -212,14 +247,18 @@ def _patchify_variants(images: torch.Tensor, p: int) -> dict[str, torch.Tensor]:
     x = images.reshape(N, C, H // p, p, W // p, p)
     P = (H // p) * (W // p)
     return {
-        "a plain reshape: the shape is right but each 'patch' holds pixels of several "
-        "patches; split each axis into (patches, patch) and permute first": images.reshape(
-            N, P, C * p * p
-        ),
-        "your patches go column by column; the book's order is row by row (patch k is row "
-        "k // (W / patch))": x.permute(0, 4, 2, 1, 3, 5).reshape(N, P, C * p * p),
-        "each patch is flattened channel last (rows, columns, then channels); the book's "
-        "layout is channel first": x.permute(0, 2, 4, 3, 5, 1).reshape(N, P, C * p * p),
+        _(
+            "a plain reshape: the shape is right but each 'patch' holds pixels of several "
+            "patches; split each axis into (patches, patch) and permute first"
+        ): images.reshape(N, P, C * p * p),
+        _(
+            "your patches go column by column; the book's order is row by row (patch k is row "
+            "k // (W / patch))"
+        ): x.permute(0, 4, 2, 1, 3, 5).reshape(N, P, C * p * p),
+        _(
+            "each patch is flattened channel last (rows, columns, then channels); the book's "
+            "layout is channel first"
+        ): x.permute(0, 2, 4, 3, 5, 1).reshape(N, P, C * p * p),
     }
 
 
@@ -252,12 +291,18 @@ def _clip_variants(logits: torch.Tensor) -> dict[str, torch.Tensor]:
     cols = F.cross_entropy(logits.T, labels)
     flat = -torch.log_softmax(logits.reshape(-1), 0).reshape(logits.shape).diagonal().mean()
     return {
-        "only the image-to-text direction (rows); CLIP averages it with text-to-image "
-        "(columns)": rows,
-        "only the text-to-image direction (columns); CLIP averages it with image-to-text "
-        "(rows)": cols,
-        "the sum of the two directions; CLIP takes their mean": rows + cols,
-        "one softmax over the whole matrix; each row (and each column) is its own softmax": (flat),
+        _(
+            "only the image-to-text direction (rows); CLIP averages it with text-to-image "
+            "(columns)"
+        ): rows,
+        _(
+            "only the text-to-image direction (columns); CLIP averages it with image-to-text "
+            "(rows)"
+        ): cols,
+        _("the sum of the two directions; CLIP takes their mean"): rows + cols,
+        _("one softmax over the whole matrix; each row (and each column) is its own softmax"): (
+            flat
+        ),
     }
 
 
@@ -273,19 +318,19 @@ def check_clip_loss(answer) -> None:
     The mean of the image->text and the text->image losses, true pairs on the diagonal.
     """
     cases = [
-        ("random B=4", 3 * torch.randn(4, 4, generator=_gen(0), dtype=torch.float64)),
+        (_("random B=4"), 3 * torch.randn(4, 4, generator=_gen(0), dtype=torch.float64)),
         ("B=1", torch.tensor([[2.5]], dtype=torch.float64)),
         (
-            "asymmetric B=3",
+            _("asymmetric B=3"),
             torch.tensor([[5.0, 0.0, 0.0], [4.0, 1.0, 0.0], [4.0, 0.0, 1.0]], dtype=torch.float64),
         ),
-        ("random B=9", torch.randn(9, 9, generator=_gen(1), dtype=torch.float64)),
+        (_("random B=9"), torch.randn(9, 9, generator=_gen(1), dtype=torch.float64)),
     ]
     for name, logits in cases:
         got = call_answer(answer, logits.clone())
         expect_true(
             torch.is_tensor(got) or isinstance(got, float),
-            f"case {name}: return a scalar, got {type(got).__name__}",
+            _("case {name}: return a scalar, got {type}", name=name, type=type(got).__name__),
         )
         variants = _clip_variants(logits)
         if name == "B=1":  # one pair: both directions are 0, every variant agrees
@@ -312,15 +357,22 @@ def _copy_variants() -> dict[str, float]:
     right = kept + random_share / (V - 2)
     return {
         "right": right,
-        "the copier is right wherever the input still shows the hidden word, and BERT's "
-        "corruption does not replace every hidden word": 0.0,
-        "a random replacement is almost never the hidden word itself": kept + random_share,
-        "that is the share of hidden words turned into <mask>, where copying is always wrong": 0.8,
-        "that is the share the copier gets wrong": 1 - right,
-        "that is the share of the words that are hidden, not the copier's accuracy on them": 0.15,
-        "that is the accuracy over every position; the question asks about the hidden ones": 0.85
-        + 0.15 * kept,
-        "not every hidden word is still in the input": 1.0,
+        _(
+            "the copier is right wherever the input still shows the hidden word, and BERT's "
+            "corruption does not replace every hidden word"
+        ): 0.0,
+        _("a random replacement is almost never the hidden word itself"): kept + random_share,
+        _(
+            "that is the share of hidden words turned into <mask>, where copying is always wrong"
+        ): 0.8,
+        _("that is the share the copier gets wrong"): 1 - right,
+        _(
+            "that is the share of the words that are hidden, not the copier's accuracy on them"
+        ): 0.15,
+        _(
+            "that is the accuracy over every position; the question asks about the hidden ones"
+        ): 0.85 + 0.15 * kept,
+        _("not every hidden word is still in the input"): 1.0,
     }
 
 
@@ -335,12 +387,16 @@ def check_copy_accuracy(prediction) -> None:
     outputs at every position the word its input shows there, for MiniBERT's test sentences
     corrupted by :func:`~selfattn.data.text.mask_tokens`. A prediction within 0.02 of the
     expected share passes (the measured one varies with the sample)."""
-    case = "copying the input, hidden words only"
+    case = _("copying the input, hidden words only")
     value = read_prediction(prediction)
     if not math.isfinite(value) or not 0 <= value <= 1:
         raise Mismatch(
-            f"case {case}: write the accuracy as a fraction between 0 and 1 (50% is 0.5), "
-            f"got {value!r}"
+            _(
+                "case {case}: write the accuracy as a fraction between 0 and 1 (50% is 0.5), got "
+                "{value}",
+                case=case,
+                value=f"{value!r}",
+            )
         )
     variants = _copy_variants()
     right = variants.pop("right")
@@ -348,8 +404,12 @@ def check_copy_accuracy(prediction) -> None:
         return
     name_mistake(value, variants, case=case, atol=0.01, rtol=0)
     raise Mismatch(
-        f"case {case}: your prediction {value:g} is not right, and it is none of the "
-        "mistakes this checker knows; go over what mask_tokens does to a hidden word"
+        _(
+            "case {case}: your prediction {value} is not right, and it is none of the mistakes "
+            "this checker knows; go over what mask_tokens does to a hidden word",
+            case=case,
+            value=f"{value:g}",
+        )
     )
 
 
@@ -373,10 +433,10 @@ def _lm_loss_variants(logits: torch.Tensor, ids: torch.Tensor) -> dict[str, torc
     variants = {
         "right": ce(logits[:, :-1], ids[:, 1:]),
         PLANTED_LM_LOSS: ce(logits, ids),
-        "each position is now scored on the token before it, not the one after it": ce(
+        _("each position is now scored on the token before it, not the one after it"): ce(
             logits[:, 1:], ids[:, :-1]
         ),
-        "a sum over the positions, not their mean: the loss would grow with the batch": ce(
+        _("a sum over the positions, not their mean: the loss would grow with the batch"): ce(
             logits[:, :-1], ids[:, 1:], "sum"
         ),
     }
@@ -392,7 +452,8 @@ PLANTED_LM_LOSS = (
 def lm_loss_mistakes() -> list[str]:
     """The mistakes :func:`check_lm_loss` names, the planted one first."""
     lg = torch.zeros(1, 4, 3, dtype=torch.float64)
-    return [k for k in _lm_loss_variants(lg, torch.zeros(1, 4, dtype=torch.long)) if k != "right"]
+    variants = _lm_loss_variants(lg, torch.zeros(1, 4, dtype=torch.long))
+    return [_(k) for k in variants if k != "right"]
 
 
 @checker("lm-loss", "the next-token loss")
@@ -427,7 +488,11 @@ def check_lm_loss(answer) -> None:
         right = variants.pop("right")
         expect_true(
             (torch.is_tensor(got) and got.numel() == 1) or isinstance(got, float),
-            f"case {case}: return one number (a scalar tensor), got {_shape_or_type(got)}",
+            _(
+                "case {case}: return one number (a scalar tensor), got {value}",
+                case=case,
+                value=_shape_or_type(got),
+            ),
         )
         expect_close(
             torch.as_tensor(got, dtype=torch.float64).reshape(()),
@@ -435,7 +500,8 @@ def check_lm_loss(answer) -> None:
             case=case,
             atol=1e-9,
             rtol=1e-9,
-            mistakes=variants,
+            # the planted mistake's key is PLANTED_LM_LOSS's English: said in the language
+            mistakes={_(k): v for k, v in variants.items()},
         )
 
 
