@@ -15,7 +15,7 @@ import pytest
 import selfattn
 import torch
 from selfattn.efficient.linear import linear_attention
-from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09
+from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch12
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -206,6 +206,20 @@ CASES = [
     ("ch09-bert-entry", ch09.check_bert_mask, _one_entry_off, "in sentence"),
     ("ch09-clip", ch09.check_clip_loss, lambda x: x.sum() * 0 + 5.0, "largest difference"),
     ("ch09-lm", ch09.check_lm_loss, lambda logits, ids: torch.ones(2), "return one number"),
+    (
+        "ch12-chunked",
+        ch12.check_chunked_mask,
+        lambda b, h, q, kv: q // ch12.CHUNK == kv // ch12.CHUNK,
+        "not causal",
+    ),
+    ("ch12-chunked-dtype", ch12.check_chunked_mask, lambda b, h, q, kv: (kv <= q).float(), "bool"),
+    (
+        "ch12-dilated",
+        ch12.check_dilated_mask,
+        lambda b, h, q, kv: (kv <= q) & (kv % ch12.DILATION == 0),
+        "multiple of DILATION",
+    ),
+    ("ch12-tiles", ch12.check_tiles_prediction, 10**5, "your prediction"),
 ]
 
 

@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from ..i18n import _
 from ..positional import alibi_slopes
 from ._core import Mismatch, NotAttempted, call_answer, checker, expect_close, expect_predicted
 
@@ -65,10 +66,15 @@ def _draw_mask(mask_mod, n: int, m: int) -> torch.Tensor:
     """The ``(n, m)`` bool matrix a reader's ``mask_mod`` draws."""
     got = call_answer(mask_mod, *_grid(n, m))
     if not isinstance(got, torch.Tensor):
-        raise Mismatch(f"your mask_mod must return a bool tensor, got {type(got).__name__}")
+        raise Mismatch(
+            _("your mask_mod must return a bool tensor, got {type}", type=type(got).__name__)
+        )
     if got.dtype != torch.bool:
         raise Mismatch(
-            f"your mask_mod must return a bool tensor (True = may attend), got {got.dtype}"
+            _(
+                "your mask_mod must return a bool tensor (True = may attend), got {dtype}",
+                dtype=got.dtype,
+            )
         )
     return got.expand(1, 1, n, m)[0, 0]
 
@@ -92,11 +98,16 @@ def _chunked_variants(n: int) -> dict[str, torch.Tensor]:
     same = i // CHUNK == j // CHUNK
     return {
         "right": same & (j <= i),
-        "the chunks are not causal: inside its chunk a token may not read later tokens": same,
-        "that is a sliding window of CHUNK keys: chunks restart at multiples of CHUNK, a window "
-        "moves with the query": (i - j >= 0) & (i - j < CHUNK),
-        "this lets a token see the chunk before its own too; chunked attention keeps each "
-        "chunk to itself": (j <= i) & (i // CHUNK - j // CHUNK <= 1),
+        _("the chunks are not causal: inside its chunk a token may not read later tokens"): same,
+        _(
+            "that is a sliding window of CHUNK keys: chunks restart at multiples of CHUNK, a "
+            "window "
+            "moves with the query"
+        ): (i - j >= 0) & (i - j < CHUNK),
+        _(
+            "this lets a token see the chunk before its own too; chunked attention keeps each "
+            "chunk to itself"
+        ): (j <= i) & (i // CHUNK - j // CHUNK <= 1),
     }
 
 
@@ -124,12 +135,14 @@ def _dilated_variants(n: int) -> dict[str, torch.Tensor]:
     causal = j <= i
     return {
         "right": causal & ((i - j) % DILATION == 0),
-        "this keeps the keys whose index is a multiple of DILATION; the step is counted from "
-        "the query, (q_idx - kv_idx) % DILATION == 0": causal & (j % DILATION == 0),
-        "this lets a query read later keys: dilated causal attention keeps kv_idx <= q_idx": (
+        _(
+            "this keeps the keys whose index is a multiple of DILATION; the step is counted from "
+            "the query, (q_idx - kv_idx) % DILATION == 0"
+        ): causal & (j % DILATION == 0),
+        _("this lets a query read later keys: dilated causal attention keeps kv_idx <= q_idx"): (
             (i - j) % DILATION == 0
         ),
-        "this keeps every key but the dilated ones (the test is inverted)": causal
+        _("this keeps every key but the dilated ones (the test is inverted)"): causal
         & ((i - j) % DILATION != 0),
     }
 
@@ -166,18 +179,18 @@ def _alibi_variants(score, b, h, q, kv) -> dict[str, torch.Tensor]:
     dist = (q - kv).abs()
     return {
         "right": score - _SLOPES[h] * dist,
-        "the slope is still read by the batch index b: each head h has its own slope": (
+        _("the slope is still read by the batch index b: each head h has its own slope"): (
             score - _SLOPES[b] * dist
         ),
-        "the bias is added: ALiBi subtracts slope * distance, so far keys score lower": (
+        _("the bias is added: ALiBi subtracts slope * distance, so far keys score lower"): (
             score + _SLOPES[h] * dist
         ),
-        "the distance has lost its absolute value: keys after the query get a bonus": (
+        _("the distance has lost its absolute value: keys after the query get a bonus"): (
             score - _SLOPES[h] * (q - kv)
         ),
-        "the score is dropped: a score_mod returns the score plus the bias, not the bias alone": (
-            -_SLOPES[h] * dist
-        ).expand_as(score),
+        _(
+            "the score is dropped: a score_mod returns the score plus the bias, not the bias alone"
+        ): (-_SLOPES[h] * dist).expand_as(score),
     }
 
 
@@ -239,14 +252,18 @@ def _alibi_through_flex(answer) -> None:
             got = fx.flex(q, k, v, score_mod=answer)
     except Exception as err:  # noqa: BLE001 - whatever FlexAttention raised, the reader sees
         raise Mismatch(
-            "FlexAttention could not run this score_mod: it calls it on single indices, not "
-            "on grids, so use only elementwise operations on b, h, q_idx and kv_idx "
-            f"({type(err).__name__}: {str(err)[:80]})"
+            _(
+                "FlexAttention could not run this score_mod: it calls it on single indices, not "
+                "on grids, so use only elementwise operations on b, h, q_idx and kv_idx ({type}: "
+                "{value})",
+                type=type(err).__name__,
+                value=str(err)[:80],
+            )
         ) from None
     idx = torch.arange(n)
     bias = -_SLOPES[:, None, None] * (idx[:, None] - idx[None, :]).abs()
     weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d) + bias, dim=-1)
-    expect_close(got, weights @ v, case="through FlexAttention", atol=1e-5, rtol=1e-5)
+    expect_close(got, weights @ v, case=_("through FlexAttention"), atol=1e-5, rtol=1e-5)
 
 
 # -- Predict, then run: the tiles of a BlockMask ----------------------------------------------
@@ -258,14 +275,18 @@ def _tiles_variants() -> dict[str, int]:
     right = sum(min(a + 1, per_row) for a in range(nb))
     return {
         "right": right,
-        "that gives every row of tiles the same count; the first rows have fewer tiles to "
-        "their left": nb * per_row,
-        "that counts window / block tiles per row: a window that starts inside a tile reaches "
-        "one tile further": sum(min(a + 1, per_row - 1) for a in range(nb)),
-        "that is the whole causal triangle of tiles: the window leaves most of it empty": (
+        _(
+            "that gives every row of tiles the same count; the first rows have fewer tiles to "
+            "their left"
+        ): nb * per_row,
+        _(
+            "that counts window / block tiles per row: a window that starts inside a tile reaches "
+            "one tile further"
+        ): sum(min(a + 1, per_row - 1) for a in range(nb)),
+        _("that is the whole causal triangle of tiles: the window leaves most of it empty"): (
             nb * (nb + 1) // 2
         ),
-        "that is every tile: a BlockMask skips the empty ones": nb * nb,
+        _("that is every tile: a BlockMask skips the empty ones"): nb * nb,
     }
 
 
@@ -292,11 +313,11 @@ def _padding_variants() -> dict[str, int]:
     total, longest, docs = sum(DOC_LENGTHS), max(DOC_LENGTHS), len(DOC_LENGTHS)
     return {
         "right": docs * longest - total,
-        "that is every padded position, real tokens included; count only the padding": (
+        _("that is every padded position, real tokens included; count only the padding"): (
             docs * longest
         ),
-        "that is the real tokens; the question asks for the padding around them": total,
-        "that pads to the sum of the lengths: each row is padded to the longest document": (
+        _("that is the real tokens; the question asks for the padding around them"): total,
+        _("that pads to the sum of the lengths: each row is padded to the longest document"): (
             docs * total - total
         ),
     }
@@ -311,4 +332,6 @@ def padding_mistakes() -> list[str]:
 def check_padding_prediction(prediction) -> None:
     """``prediction``: how many padding positions a batch of the documents
     :data:`DOC_LENGTHS`, one per row, each padded to the longest, holds."""
-    expect_predicted(prediction, _padding_variants(), case=f"documents {DOC_LENGTHS}")
+    expect_predicted(
+        prediction, _padding_variants(), case=_("documents {lengths}", lengths=DOC_LENGTHS)
+    )
