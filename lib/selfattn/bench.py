@@ -1265,15 +1265,8 @@ def run_gpu(
     return report
 
 
-def main(argv: list[str] | None = None) -> dict | None:
-    """Command line: ``python -m selfattn.bench [--quick] [--gpu] [--threads N] [--out FILE]``.
-
-    Also ``--repeats R``, ``--only METHOD[,METHOD]`` (merge into ``--out``) and
-    ``--memory-only``.
-
-    Returns:
-        The report written (``None`` in the internal ``--child`` mode).
-    """
+def _parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
     parser = argparse.ArgumentParser(
         prog="python -m selfattn.bench", description=__doc__.splitlines()[0]
     )
@@ -1311,16 +1304,11 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument(
         "--child", nargs=3, metavar=("METHOD", "N", "THREADS"), help=argparse.SUPPRESS
     )
-    args = parser.parse_args(argv)
-    if args.flex:  # its own table and file, chapters/results/ch12_bench.json; a process of its
-        # own, since selfattn.bench_flex imports this module (its timer)
-        out = [] if args.out is None else ["--out", str(args.out)]
-        subprocess.run([sys.executable, "-m", "selfattn.bench_flex", *out], check=True)
-        return None
-    if args.child:
-        method, n, threads = args.child
-        print(json.dumps(_memory_child(method, int(n), int(threads))))
-        return None
+    return parser
+
+
+def _out_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
+    """Where the results go; a ``parser.error`` for no place or unknown ``--only`` methods."""
     default = DEFAULT_GPU_OUT if args.gpu else DEFAULT_OUT
     if args.quick and args.out is None:
         # Tiny sizes check the harness; they must never replace the book's measured table.
@@ -1337,6 +1325,30 @@ def main(argv: list[str] | None = None) -> dict | None:
             parser.error(
                 f"--only: unknown methods {unknown}; expected some of {', '.join(METHODS)}"
             )
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Command line: ``python -m selfattn.bench [--quick] [--gpu] [--threads N] [--out FILE]``.
+
+    Also ``--repeats R``, ``--only METHOD[,METHOD]`` (merge into ``--out``) and
+    ``--memory-only``.
+
+    Returns:
+        The report written (``None`` in the internal ``--child`` mode).
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.flex:  # its own table and file, chapters/results/ch12_bench.json; a process of its
+        # own, since selfattn.bench_flex imports this module (its timer)
+        out = [] if args.out is None else ["--out", str(args.out)]
+        subprocess.run([sys.executable, "-m", "selfattn.bench_flex", *out], check=True)
+        return None
+    if args.child:
+        method, n, threads = args.child
+        print(json.dumps(_memory_child(method, int(n), int(threads))))
+        return None
+    out = _out_path(parser, args)
     if args.gpu:  # the forward table alone; `make gpu-check` adds forward + backward
         return run_gpu(out=out, backward=False)
     report = run_cpu(
