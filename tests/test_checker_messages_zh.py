@@ -15,7 +15,7 @@ import pytest
 import selfattn
 import torch
 from selfattn.efficient.linear import linear_attention
-from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch12
+from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch12, ch13
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -220,6 +220,18 @@ CASES = [
         "multiple of DILATION",
     ),
     ("ch12-tiles", ch12.check_tiles_prediction, 10**5, "your prediction"),
+    (
+        "ch13-delta",
+        ch13.check_delta_step,
+        lambda s, k, v, b: s + b * torch.outer(k, v),
+        "linear attention's write",
+    ),
+    (
+        "ch13-gated",
+        ch13.check_gated_step,
+        lambda s, k, v, b, a: s + b * torch.outer(k, v - s.T @ k),
+        "not decayed at all",
+    ),
 ]
 
 

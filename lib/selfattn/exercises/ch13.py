@@ -16,6 +16,7 @@ import torch
 
 from ..efficient.delta_rule import gated_delta_rule
 from ..efficient.ssd import semiseparable_mask
+from ..i18n import _
 from ._core import call_answer, checker, expect_close, expect_predicted, expect_true
 
 __all__ = [
@@ -54,10 +55,13 @@ def _delta_variants(s, k, v, beta):
     read = s.T @ k
     return {
         "right": s + beta * torch.outer(k, v - read),
-        "that is linear attention's write: the delta rule writes the difference between "
-        "v and what the state already holds for k, S^T k": s + beta * torch.outer(k, v),
-        "the correction is not scaled by beta, the write strength": s + torch.outer(k, v - read),
-        "the read uses S k instead of S^T k: the state is (d_k, d_v), a key indexes its rows": (
+        _(
+            "that is linear attention's write: the delta rule writes the difference between "
+            "v and what the state already holds for k, S^T k"
+        ): s + beta * torch.outer(k, v),
+        _("the correction is not scaled by beta, the write strength"): s
+        + torch.outer(k, v - read),
+        _("the read uses S k instead of S^T k: the state is (d_k, d_v), a key indexes its rows"): (
             s + beta * torch.outer(k, v - (s @ k if s.shape[0] == s.shape[1] else read))
         ),
     }
@@ -73,7 +77,7 @@ def delta_step_mistakes() -> list[str]:
 def check_delta_step(answer) -> None:
     """``answer(S, k, v, beta)`` returns ``S + beta k (v - S^T k)^T``: ``S`` ``(d_k, d_v)``,
     ``k`` ``(d_k,)``, ``v`` ``(d_v,)``, ``beta`` a float."""
-    for case, s, k, v, beta, _ in _cases(131):
+    for case, s, k, v, beta, _gate in _cases(131):
         variants = _delta_variants(s, k, v, beta)
         right = variants.pop("right")
         mistakes = {m: w for m, w in variants.items() if not torch.allclose(w, right)}
@@ -88,12 +92,14 @@ def _gated_variants(s, k, v, beta, alpha):
     d = alpha * s
     return {
         "right": d + beta * torch.outer(k, v - d.T @ k),
-        "the read uses the state before the decay: Gated DeltaNet decays S first, then reads "
-        "and corrects the decayed state": d + beta * torch.outer(k, v - s.T @ k),
-        "the decay is applied after the write, so it also shrinks the new token's write": (
+        _(
+            "the read uses the state before the decay: Gated DeltaNet decays S first, then reads "
+            "and corrects the decayed state"
+        ): d + beta * torch.outer(k, v - s.T @ k),
+        _("the decay is applied after the write, so it also shrinks the new token's write"): (
             alpha * (s + beta * torch.outer(k, v - s.T @ k))
         ),
-        "the state is not decayed at all: alpha multiplies S before the write": (
+        _("the state is not decayed at all: alpha multiplies S before the write"): (
             s + beta * torch.outer(k, v - s.T @ k)
         ),
     }
@@ -164,7 +170,7 @@ def check_chunked(answer) -> None:
         beta = torch.rand(n, generator=g_, dtype=torch.float64)
         right = _reference(q, k, v, g, beta)
         mistakes = {
-            "inside a chunk the decays are still treated as 1 (it matches the g = 0 answer)": (
+            _("inside a chunk the decays are still treated as 1 (it matches the g = 0 answer)"): (
                 chunked_buggy(q, k, v, g, beta, c)
             )
         }
@@ -184,10 +190,12 @@ def _mask_variants(log_a):
     diff = cum[:, None] - cum[None, :]
     return {
         "right": semiseparable_mask(log_a),
-        "the product includes a_s too: L_ts multiplies the decays after s, a_{s+1} ... a_t, "
-        "so the diagonal is 1": torch.where(lower, (diff + log_a[None, :]).exp(), 0.0),
-        "the entries above the diagonal must be 0 (causal)": diff.exp(),
-        "every row uses the decay from the start, a_1 ... a_t: the product starts after s": (
+        _(
+            "the product includes a_s too: L_ts multiplies the decays after s, a_{s+1} ... a_t, "
+            "so the diagonal is 1"
+        ): torch.where(lower, (diff + log_a[None, :]).exp(), 0.0),
+        _("the entries above the diagonal must be 0 (causal)"): diff.exp(),
+        _("every row uses the decay from the start, a_1 ... a_t: the product starts after s"): (
             torch.where(lower, cum[:, None].exp().expand(n, n), 0.0)
         ),
     }
@@ -224,14 +232,16 @@ def check_overwrite_prediction(prediction) -> None:
     """How many of the ``d`` keys read back their latest value exactly from a delta-rule
     state (beta = 1) after the writes of :data:`OVERWRITE_CASE`."""
     d, writes = OVERWRITE_CASE
-    expect_true(d <= writes, "the case writes every key at least once")
+    expect_true(d <= writes, _("the case writes every key at least once"))
     expect_predicted(
         prediction,
         {
             "right": d,
-            "that is what linear attention's sum gives (the keys written twice read the sum "
-            "of their two values); the delta rule replaces the old value": 2 * d - writes,
-            "there are more writes than keys: a key written twice is one key": writes,
+            _(
+                "that is what linear attention's sum gives (the keys written twice read the sum "
+                "of their two values); the delta rule replaces the old value"
+            ): 2 * d - writes,
+            _("there are more writes than keys: a key written twice is one key"): writes,
         },
-        case=f"{d} orthonormal keys, {writes} writes",
+        case=_("{d} orthonormal keys, {writes} writes", d=d, writes=writes),
     )
