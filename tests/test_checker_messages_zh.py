@@ -15,7 +15,20 @@ import pytest
 import selfattn
 import torch
 from selfattn.efficient.linear import linear_attention
-from selfattn.exercises import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch12, ch13
+from selfattn.exercises import (
+    ch01,
+    ch02,
+    ch03,
+    ch04,
+    ch05,
+    ch06,
+    ch07,
+    ch08,
+    ch09,
+    ch12,
+    ch13,
+    ch14,
+)
 
 #: Three English words in a row (``dim=0``, ``x[-1]``, ``math.log(n + 1, k)`` are not).
 ENGLISH = re.compile(r"\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b[ ,;:']+\b[A-Za-z]{2,}\b")
@@ -51,6 +64,11 @@ def _one_entry_off(ids, pad_id):
     mask = (ids != pad_id).unsqueeze(1).expand(B, n, n).clone()
     mask[0, 0, 1] = False
     return mask
+
+
+def _ring_keys_only():
+    B, h, n, d, P, size = ch14.RING_BYTES_CASE
+    return (P - 1) * B * h * (n // P) * d * size
 
 
 #: (id, checker, wrong answer, a fragment of its English diagnosis)
@@ -232,6 +250,16 @@ CASES = [
         lambda s, k, v, b, a: s + b * torch.outer(k, v - s.T @ k),
         "not decayed at all",
     ),
+    ("ch14-ring", ch14.check_ring_bytes, _ring_keys_only, "keys only"),
+    (
+        "ch14-merge",
+        ch14.check_merge,
+        lambda oa, la, ob, lb: ((oa + ob) / 2, torch.logaddexp(la, lb)),
+        "averaged",
+    ),
+    ("ch14-zigzag", ch14.check_zigzag_chunks, lambda P, r: [2 * r, 2 * r + 1], "mirror image"),
+    ("ch14-zigzag-type", ch14.check_zigzag_chunks, lambda P, r: "two", "list of two"),
+    ("ch14-ulysses", ch14.check_ulysses_limit, 32, "32 query heads"),
 ]
 
 

@@ -15,6 +15,7 @@ import torch
 
 from ..distributed import chunk_ids, ring_bytes, ring_work
 from ..efficient.decoding import merge_attention_states, partial_attention
+from ..i18n import _
 from ._core import Mismatch, NotAttempted, call_answer, checker, expect_close, expect_predicted
 
 __all__ = [
@@ -50,14 +51,16 @@ def _ring_bytes_variants() -> dict[str, int]:
     block = B * h * (n // P) * d * size  # one K (or one V) block
     return {
         "right": right,
-        "that counts the keys only; every step sends the values too": right // 2,
-        "that counts P sends; the block a rank starts with needs no send, so P - 1": (
+        _("that counts the keys only; every step sends the values too"): right // 2,
+        _("that counts P sends; the block a rank starts with needs no send, so P - 1"): (
             2 * P * block
         ),
-        "that counts 4 bytes a number; bfloat16 takes 2": right * 2,
-        "that sends the whole sequence's keys and values at every step, not one rank's "
-        "block of n / P positions": 2 * (P - 1) * B * h * n * d * size,
-        "that counts one head; every head's keys and values travel": right // h,
+        _("that counts 4 bytes a number; bfloat16 takes 2"): right * 2,
+        _(
+            "that sends the whole sequence's keys and values at every step, not one rank's "
+            "block of n / P positions"
+        ): 2 * (P - 1) * B * h * n * d * size,
+        _("that counts one head; every head's keys and values travel"): right // h,
     }
 
 
@@ -87,20 +90,22 @@ def merge_buggy(out_a, lse_a, out_b, lse_b):
 
 
 def _merge_variants(out_a, lse_a, out_b, lse_b) -> dict[str, torch.Tensor]:
-    right, _ = merge_attention_states(out_a, lse_a, out_b, lse_b)
+    right, _lse = merge_attention_states(out_a, lse_a, out_b, lse_b)
     lse = torch.logaddexp(lse_a, lse_b)
     w_a, w_b = torch.exp(lse_a - lse)[..., None], torch.exp(lse_b - lse)[..., None]
     return {
         "right": right,
-        "the partial outputs are averaged with equal weights; each must weigh its share of "
-        "the softmax mass, exp(L_a - L) and exp(L_b - L)": (out_a + out_b) / 2,
-        "only one of the two outputs is rescaled; both carry their own normalisation": (
+        _(
+            "the partial outputs are averaged with equal weights; each must weigh its share of "
+            "the softmax mass, exp(L_a - L) and exp(L_b - L)"
+        ): (out_a + out_b) / 2,
+        _("only one of the two outputs is rescaled; both carry their own normalisation"): (
             w_a * out_a + out_b
         ),
-        "the weights are exp(L_a) and exp(L_b) without dividing by the total exp(L)": (
+        _("the weights are exp(L_a) and exp(L_b) without dividing by the total exp(L)"): (
             torch.exp(lse_a)[..., None] * out_a + torch.exp(lse_b)[..., None] * out_b
         ),
-        "the weights are swapped: part a's output must be scaled by part a's share": (
+        _("the weights are swapped: part a's output must be scaled by part a's share"): (
             w_b * out_a + w_a * out_b
         ),
     }
@@ -130,7 +135,13 @@ def check_merge(answer) -> None:
         ob, lb = partial_attention(q, k[m_a:], v[m_a:])
         got = call_answer(answer, oa, la, ob, lb)
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
-            raise Mismatch(f"case n={n}: return a tuple (out, lse), got {type(got).__name__}")
+            raise Mismatch(
+                _(
+                    "case n={n}: return a tuple (out, lse), got {type}",
+                    n=n,
+                    type=type(got).__name__,
+                )
+            )
         cases.append((q, k, v, oa, la, ob, lb, got))
         bug = merge_buggy(oa, la, ob, lb)[0]
         planted &= torch.is_tensor(got[0]) and torch.allclose(
@@ -142,7 +153,7 @@ def check_merge(answer) -> None:
         variants = _merge_variants(oa, la, ob, lb)
         right = variants.pop("right")
         mistakes = {d: x for d, x in variants.items() if not torch.allclose(x, right, atol=1e-9)}
-        case = f"{q.shape[0]} queries, {k.shape[0]} keys"
+        case = _("{value} queries, {value2} keys", value=q.shape[0], value2=k.shape[0])
         expect_close(got[0], right, case=case, atol=1e-9, rtol=1e-9, mistakes=mistakes)
         expect_close(got[1], torch.logaddexp(la, lb), case=f"{case} (lse)", atol=1e-9, rtol=1e-9)
     # Rows that saw no key yet, the ring's empty state: both log-sum-exps are -inf and both
@@ -150,13 +161,16 @@ def check_merge(answer) -> None:
     empty = torch.full((2,), float("-inf"), dtype=torch.float64)
     zeros = torch.zeros(2, 3, dtype=torch.float64)
     got = call_answer(answer, zeros, empty, zeros, empty)
-    case = "2 rows that saw no key (both log-sum-exps -inf)"
+    case = _("2 rows that saw no key (both log-sum-exps -inf)")
     if not (isinstance(got, (tuple, list)) and len(got) == 2 and torch.is_tensor(got[0])):
-        raise Mismatch(f"case {case}: return a tuple (out, lse) of tensors")
+        raise Mismatch(_("case {case}: return a tuple (out, lse) of tensors", case=case))
     if torch.isnan(got[0]).any():
         raise Mismatch(
-            f"case {case}: both parts saw no key, and exp(-inf - (-inf)) is NaN; shift by a "
-            "finite reference: torch.where(torch.isfinite(lse), lse, 0.0)"
+            _(
+                "case {case}: both parts saw no key, and exp(-inf - (-inf)) is NaN; shift by a "
+                "finite reference: torch.where(torch.isfinite(lse), lse, 0.0)",
+                case=case,
+            )
         )
     expect_close(got[0], zeros, case=case, atol=1e-12, rtol=0)
 
@@ -167,18 +181,22 @@ def check_merge(answer) -> None:
 def _zigzag_variants(rank: int, P: int) -> dict[str, list[int]]:
     return {
         "right": chunk_ids(rank, P, "zigzag"),
-        "that is the contiguous layout in 2P chunks (chunks 2r and 2r + 1): the last rank "
-        "still holds the two most expensive chunks": [2 * rank, 2 * rank + 1],
-        "the second chunk is off by one: of 2P chunks numbered from 0 the last is 2P - 1": [
+        _(
+            "that is the contiguous layout in 2P chunks (chunks 2r and 2r + 1): the last rank "
+            "still holds the two most expensive chunks"
+        ): [2 * rank, 2 * rank + 1],
+        _("the second chunk is off by one: of 2P chunks numbered from 0 the last is 2P - 1"): [
             rank,
             2 * P - rank,
         ],
-        "that is a striped layout (chunks r and r + P): rank 0 holds the start of each half "
-        "and the last rank the end of each half, so the last rank still does the most work": [
+        _(
+            "that is a striped layout (chunks r and r + P): rank 0 holds the start of each half "
+            "and the last rank the end of each half, so the last rank still does the most work"
+        ): [
             rank,
             rank + P,
         ],
-        "the right chunks in decreasing order; return them in increasing order": [
+        _("the right chunks in decreasing order; return them in increasing order"): [
             2 * P - 1 - rank,
             rank,
         ],
@@ -204,8 +222,14 @@ def check_zigzag_chunks(answer) -> None:
                 got_list = [int(c) for c in got]
             except (TypeError, ValueError):
                 raise Mismatch(
-                    f"case P={P}, rank={rank}: return a list of two chunk numbers, got "
-                    f"{type(got).__name__} {got!r:.40}"
+                    _(
+                        "case P={P}, rank={rank}: return a list of two chunk numbers, got {type} "
+                        "{got}",
+                        P=P,
+                        rank=rank,
+                        type=type(got).__name__,
+                        got=f"{got!r:.40}",
+                    )
                 ) from None
             variants = _zigzag_variants(rank, P)
             right = variants.pop("right")
@@ -213,11 +237,22 @@ def check_zigzag_chunks(answer) -> None:
                 continue
             for diagnosis, wrong in variants.items():
                 if wrong != right and got_list == wrong:
-                    raise Mismatch(f"case P={P}, rank={rank}: {diagnosis}")
+                    raise Mismatch(
+                        _(
+                            "case {case}: {diagnosis}",
+                            case=f"P={P}, rank={rank}",
+                            diagnosis=diagnosis,
+                        )
+                    )
             raise Mismatch(
-                f"case P={P}, rank={rank}: got chunks {got_list}; each rank holds one chunk "
-                f"from the first half and its mirror image from the second, so that every "
-                f"rank's queries see as many keys in all"
+                _(
+                    "case P={P}, rank={rank}: got chunks {got_list}; each rank holds one chunk "
+                    "from the first half and its mirror image from the second, so that every "
+                    "rank's queries see as many keys in all",
+                    P=P,
+                    rank=rank,
+                    got_list=got_list,
+                )
             )
 
 
@@ -228,16 +263,16 @@ ZIGZAG_WORK_CASE = (4, True)
 
 
 def _zigzag_work_variants() -> dict[str, int]:
-    P, _ = ZIGZAG_WORK_CASE
+    P, _n = ZIGZAG_WORK_CASE
     right = round(ring_work(P, "zigzag")[0] * 4)  # in chunk blocks of (n / 2P)^2
     return {
         "right": right,
-        "that counts every block of the two query chunks, masked or not (2 x 2P)": 4 * P,
-        "that leaves out the two diagonal blocks, which are computed with a mask": right - 2,
-        "that is the average over ranks with contiguous shards, each rank's diagonal block "
-        "counted whole as the ring computes it, not zigzag's count": (
-            sum(4 * w for w in ring_work(P, "contiguous")) // P
-        ),
+        _("that counts every block of the two query chunks, masked or not (2 x 2P)"): 4 * P,
+        _("that leaves out the two diagonal blocks, which are computed with a mask"): right - 2,
+        _(
+            "that is the average over ranks with contiguous shards, each rank's diagonal block "
+            "counted whole as the ring computes it, not zigzag's count"
+        ): (sum(4 * w for w in ring_work(P, "contiguous")) // P),
     }
 
 
@@ -251,8 +286,8 @@ def check_zigzag_work(prediction) -> None:
     """``prediction``: how many chunk blocks (of ``(n / 2P)^2`` scores; a diagonal block, computed
     with a mask, counts whole) rank 0 computes in causal ring attention with zigzag shards and
     ``P = 4``: the sequence is cut into 8 chunks and rank 0 holds chunks 0 and 7."""
-    P, _ = ZIGZAG_WORK_CASE
-    expect_predicted(prediction, _zigzag_work_variants(), case=f"P={P}, zigzag, causal")
+    P, _n = ZIGZAG_WORK_CASE
+    expect_predicted(prediction, _zigzag_work_variants(), case=_("P={P}, zigzag, causal", P=P))
 
 
 # -- Predict, then run: Ulysses' limit on P -------------------------------------------------
@@ -265,12 +300,14 @@ def _ulysses_variants() -> dict[str, int]:
     h, h_kv = ULYSSES_CASE
     return {
         "right": h_kv,
-        "that divides the 32 query heads, but each rank also needs whole key/value heads, and "
-        "there are only 8": h,
-        "that is the group size (query heads per key/value head), not a limit on the ranks": (
+        _(
+            "that divides the 32 query heads, but each rank also needs whole key/value heads, and "
+            "there are only 8"
+        ): h,
+        _("that is the group size (query heads per key/value head), not a limit on the ranks"): (
             h // h_kv
         ),
-        "that would leave a rank with part of a head: Ulysses splits whole heads": 2 * h_kv,
+        _("that would leave a rank with part of a head: Ulysses splits whole heads"): 2 * h_kv,
     }
 
 
