@@ -25,6 +25,7 @@ from selfattn.exercises import (
     ch07,
     ch08,
     ch09,
+    ch11,
     ch12,
     ch13,
     ch14,
@@ -260,6 +261,20 @@ CASES = [
     ("ch14-zigzag", ch14.check_zigzag_chunks, lambda P, r: [2 * r, 2 * r + 1], "mirror image"),
     ("ch14-zigzag-type", ch14.check_zigzag_chunks, lambda P, r: "two", "list of two"),
     ("ch14-ulysses", ch14.check_ulysses_limit, 32, "32 query heads"),
+    (
+        "ch11-absorbed",
+        ch11.check_absorbed_scores,
+        lambda q, w, c: (q @ w.transpose(-1, -2)) @ c.T,
+        "W_UK transposed",
+    ),
+    (
+        "ch11-absorbed-first",
+        ch11.check_absorbed_scores,
+        lambda q, w, c: (q @ w[:1]) @ c.T,
+        "first head's W_UK",
+    ),
+    ("ch11-gqa", ch11.check_gqa_bytes, 12345, "your prediction"),
+    ("ch11-softcap", ch11.check_softcap, lambda s, cap: torch.tanh(s / cap), "multiplied back"),
 ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..cache_sizes import AttentionConfig, bytes_per_token
+from ..i18n import _
 from ..positional import apply_rope
 from ._core import (
     NotAttempted,
@@ -50,15 +51,19 @@ def _absorbed_variants(q, w_uk, latent) -> dict[str, torch.Tensor]:
     variants = {}
     if w_uk.shape[-1] == w_uk.shape[-2]:
         variants[
-            "you multiplied by W_UK transposed: the key is k = W_UK c, so the query meets "
-            "W_UK's columns, q W_UK (a row vector times W_UK)"
+            _(
+                "you multiplied by W_UK transposed: the key is k = W_UK c, so the query meets "
+                "W_UK's columns, q W_UK (a row vector times W_UK)"
+            )
         ] = (q @ w_uk.transpose(-1, -2)) @ latent.T
-    variants["every head used the first head's W_UK: each head has its own up-projection"] = (
+    variants[_("every head used the first head's W_UK: each head has its own up-projection")] = (
         q @ w_uk[:1]
     ) @ latent.T
     variants[
-        "these scores are divided by sqrt(d): the exercise asks for the unscaled q . k "
-        "(the layer scales them afterwards)"
+        _(
+            "these scores are divided by sqrt(d): the exercise asks for the unscaled q . k "
+            "(the layer scales them afterwards)"
+        )
     ] = (q @ w_uk) @ latent.T / q.shape[-1] ** 0.5
     return variants
 
@@ -111,9 +116,18 @@ def _expect_no_up_projection(answer) -> None:
     folded = 2 * h * n * d * r + 2 * h * n * r * t
     expect_true(
         counter.get_total_flops() <= 4 * folded,
-        f"you up-projected all t latents (h={h}, n={n}, d_nope={d}, kv_rank={r}, t={t}): "
-        f"{counter.get_total_flops()} operations where folding W_UK into the n queries "
-        f"takes {folded}; fold W_UK into the queries instead",
+        _(
+            "you up-projected all t latents (h={h}, n={n}, d_nope={d}, kv_rank={r}, t={t}): "
+            "{value} operations where folding W_UK into the n queries takes {folded}; fold W_UK "
+            "into the queries instead",
+            h=h,
+            n=n,
+            d=d,
+            r=r,
+            t=t,
+            value=counter.get_total_flops(),
+            folded=folded,
+        ),
     )
 
 
@@ -138,11 +152,15 @@ def _mla_keys_variants(latent, k_rope, w_uk, positions) -> dict[str, torch.Tenso
     rotated = apply_rope(k_rope, positions).expand(h, -1, -1)
     return {
         "right": torch.cat([content, rotated], dim=-1),
-        "the decoupled key k^R is not rotated any more: without it the keys carry no "
-        "position at all": torch.cat([content, k_rope.expand(h, -1, -1)], dim=-1),
-        "the latent is rotated before the up-projection: W_UK can still be folded into the "
-        "query, but the content score then depends on the key's absolute position, not on "
-        "the distance, and the same latent gives the values, which would be rotated too": (
+        _(
+            "the decoupled key k^R is not rotated any more: without it the keys carry no "
+            "position at all"
+        ): torch.cat([content, k_rope.expand(h, -1, -1)], dim=-1),
+        _(
+            "the latent is rotated before the up-projection: W_UK can still be folded into the "
+            "query, but the content score then depends on the key's absolute position, not on "
+            "the distance, and the same latent gives the values, which would be rotated too"
+        ): (
             torch.cat(
                 [torch.einsum("hdr,tr->htd", w_uk, apply_rope(latent, positions)), rotated],
                 dim=-1,
@@ -220,12 +238,16 @@ def _gqa_variants() -> dict[str, int]:
     one = bytes_per_token(cfg)  # 2 * 8 * 128 * 2
     return {
         "right": cfg.layers * one,
-        "that caches the keys only: the values are cached too, a factor 2": cfg.layers * one // 2,
-        "that uses the 64 query heads; Llama 3 70B caches only its 8 key/value heads (GQA)": (
+        _("that caches the keys only: the values are cached too, a factor 2"): cfg.layers
+        * one
+        // 2,
+        _("that uses the 64 query heads; Llama 3 70B caches only its 8 key/value heads (GQA)"): (
             cfg.layers * one * cfg.heads // cfg.kv_heads
         ),
-        "that is one layer: every one of the 80 layers has its own cache": one,
-        "that counts 4 bytes a number (float32); the model's bf16 takes 2": cfg.layers * one * 2,
+        _("that is one layer: every one of the 80 layers has its own cache"): one,
+        _("that counts 4 bytes a number (float32); the model's bf16 takes 2"): cfg.layers
+        * one
+        * 2,
     }
 
 
@@ -238,7 +260,7 @@ def gqa_mistakes() -> list[str]:
 def check_gqa_bytes(prediction) -> None:
     """``prediction``: the bytes one token adds to Llama 3 70B's cache, over all 80 layers, in
     bf16 (64 query heads, 8 key/value heads of width 128)."""
-    expect_predicted(prediction, _gqa_variants(), case="Llama 3 70B, bf16")
+    expect_predicted(prediction, _gqa_variants(), case=_("Llama 3 70B, bf16"))
 
 
 def _mla_bytes_variants() -> dict[str, int]:
@@ -247,14 +269,17 @@ def _mla_bytes_variants() -> dict[str, int]:
     b = cfg.bytes_per_number
     return {
         "right": cfg.layers * one,
-        "that leaves out the rotated key k^R (64 numbers), which is cached beside the latent": (
+        _("that leaves out the rotated key k^R (64 numbers), which is cached beside the latent"): (
             cfg.layers * cfg.kv_rank * b
         ),
-        "that caches the latent twice, once for the keys and once for the values; one latent "
-        "serves both": cfg.layers * 2 * one,
-        "that is one layer: each of the 27 layers caches its own latent": one,
-        "that is what 16 heads of keys (192 numbers) and values (128) would cache without "
-        "MLA": cfg.layers * cfg.heads * (cfg.d_head + cfg.rope_dim + cfg.d_head) * b,
+        _(
+            "that caches the latent twice, once for the keys and once for the values; one latent "
+            "serves both"
+        ): cfg.layers * 2 * one,
+        _("that is one layer: each of the 27 layers caches its own latent"): one,
+        _(
+            "that is what 16 heads of keys (192 numbers) and values (128) would cache without MLA"
+        ): cfg.layers * cfg.heads * (cfg.d_head + cfg.rope_dim + cfg.d_head) * b,
     }
 
 
@@ -267,7 +292,7 @@ def mla_bytes_mistakes() -> list[str]:
 def check_mla_bytes(prediction) -> None:
     """``prediction``: the bytes one token adds to DeepSeek-V2-Lite's cache, over its 27
     layers, in bf16 (``kv_lora_rank = 512``, ``qk_rope_head_dim = 64``)."""
-    expect_predicted(prediction, _mla_bytes_variants(), case="DeepSeek-V2-Lite, bf16")
+    expect_predicted(prediction, _mla_bytes_variants(), case=_("DeepSeek-V2-Lite, bf16"))
 
 
 # -- Build: soft-capping ------------------------------------------------------------------
@@ -275,11 +300,15 @@ def check_mla_bytes(prediction) -> None:
 
 def _softcap_variants(s: torch.Tensor, cap: float) -> dict[str, torch.Tensor]:
     return {
-        "tanh is applied to the raw scores: divide by the cap first, cap * tanh(s / cap), "
-        "or small scores are squashed too": cap * torch.tanh(s),
-        "the result is not multiplied back by the cap: it lies in (-1, 1)": torch.tanh(s / cap),
-        "that is hard clipping: soft-capping is smooth, cap * tanh(s / cap), and keeps a "
-        "gradient beyond the cap": s.clamp(-cap, cap),
+        _(
+            "tanh is applied to the raw scores: divide by the cap first, cap * tanh(s / cap), "
+            "or small scores are squashed too"
+        ): cap * torch.tanh(s),
+        _("the result is not multiplied back by the cap: it lies in (-1, 1)"): torch.tanh(s / cap),
+        _(
+            "that is hard clipping: soft-capping is smooth, cap * tanh(s / cap), and keeps a "
+            "gradient beyond the cap"
+        ): s.clamp(-cap, cap),
     }
 
 
@@ -298,7 +327,7 @@ def check_softcap(answer) -> None:
         expect_close(
             call_answer(answer, s, cap),
             cap * torch.tanh(s / cap),
-            case=f"scores {shape}, cap {cap:g}",
+            case=_("scores {shape}, cap {cap}", shape=shape, cap=f"{cap:g}"),
             atol=1e-9,
             rtol=1e-9,
             mistakes=_softcap_variants(s, cap),
