@@ -342,15 +342,18 @@ def check_predicted_layers(answer):
     expect_predicted(answer, variants, case=case)
 
 
-@checker("accuracy", "accuracy by distance")
-def check_accuracy_by_distance(answer):
+def _accuracy_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # ten examples at distances 1, 5 and 20: one wrong at 5, three at 20
     generator = torch.Generator().manual_seed(2)
     distances = torch.tensor([5, 1, 5, 20, 1, 5, 20, 20, 20, 1])
     targets = torch.randint(4, (10,), generator=generator)
     predictions = targets.clone()
     predictions[[0, 3, 6, 8]] = (predictions[[0, 3, 6, 8]] + 1) % 4  # one wrong at 5, three at 20
-    got = call_answer(answer, predictions.clone(), targets.clone(), distances.clone())
-    expected = accuracy_by_distance(predictions, targets, distances)
+    return predictions, targets, distances
+
+
+def _expect_accuracy_keys(got, expected: dict[int, float]) -> None:
+    # a dict whose keys are plain ints, the distances of the examples
     expect_true(
         isinstance(got, dict),
         _("expected a dict {{distance: accuracy}}, got {what}", what=type(got).__name__),
@@ -376,34 +379,46 @@ def check_accuracy_by_distance(answer):
             got=keys,
         ),
     )
+
+
+def _diagnose_accuracy(dist: int, value: float, acc: float, overall: float, in_group: float):
+    """The Mismatch for a wrong accuracy ``value`` at ``dist``, naming the likely mistake."""
+    if math.isclose(value, overall, abs_tol=1e-6):
+        return Mismatch(
+            _(
+                "distance {dist}: {value} is the accuracy over all examples, at every distance",
+                dist=dist,
+                value=f"{value:.4g}",
+            )
+        )
+    if math.isclose(value, acc * in_group, abs_tol=1e-6):
+        return Mismatch(
+            _(
+                "distance {dist}: {value} divides the correct answers at this distance by all "
+                "N examples",
+                dist=dist,
+                value=f"{value:.4g}",
+            )
+        )
+    return Mismatch(
+        _(
+            "distance {dist}: expected accuracy {expected}, got {got}",
+            dist=dist,
+            expected=f"{acc:.4g}",
+            got=f"{value:.4g}",
+        )
+    )
+
+
+@checker("accuracy", "accuracy by distance")
+def check_accuracy_by_distance(answer):
+    predictions, targets, distances = _accuracy_case()
+    got = call_answer(answer, predictions.clone(), targets.clone(), distances.clone())
+    expected = accuracy_by_distance(predictions, targets, distances)
+    _expect_accuracy_keys(got, expected)
     overall = float((predictions == targets).float().mean())
     for dist, acc in expected.items():
         value = float(got[dist])
         if not math.isclose(value, acc, abs_tol=1e-6):
             in_group = (distances == dist).float().mean().item()
-            if math.isclose(value, overall, abs_tol=1e-6):
-                raise Mismatch(
-                    _(
-                        "distance {dist}: {value} is the accuracy over all examples, at "
-                        "every distance",
-                        dist=dist,
-                        value=f"{value:.4g}",
-                    )
-                )
-            if math.isclose(value, acc * in_group, abs_tol=1e-6):
-                raise Mismatch(
-                    _(
-                        "distance {dist}: {value} divides the correct answers at this "
-                        "distance by all N examples",
-                        dist=dist,
-                        value=f"{value:.4g}",
-                    )
-                )
-            raise Mismatch(
-                _(
-                    "distance {dist}: expected accuracy {expected}, got {got}",
-                    dist=dist,
-                    expected=f"{acc:.4g}",
-                    got=f"{value:.4g}",
-                )
-            )
+            raise _diagnose_accuracy(dist, value, acc, overall, in_group)
