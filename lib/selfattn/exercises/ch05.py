@@ -312,6 +312,68 @@ def _merge_cases():
     return cases
 
 
+def _expect_finite_merge(name: str, got_out, got_lse) -> None:
+    # the float32 case: scores above 300, where exp(lse) overflows
+    finite = all(
+        torch.isfinite(torch.as_tensor(t, dtype=torch.float32)).all() for t in (got_out, got_lse)
+    )
+    expect_true(
+        finite,
+        _(
+            "case {name}: your result has inf or NaN: exp(lse) overflowed (the "
+            "log-sum-exps here are above 300)",
+            name=name,
+        ),
+    )
+
+
+def _merged_out_mistakes(out_a, lse_a, out_b, lse_b, lse):
+    """``(candidate, diagnosis)`` pairs: the likely wrong merges of the two outputs."""
+    w_a, w_b = (torch.exp(t - lse).unsqueeze(-1) for t in (lse_a, lse_b))
+    return (
+        (
+            (out_a + out_b) / 2,
+            _(
+                "you averaged the outputs, as if both parts held the same share of "
+                "the softmax mass"
+            ),
+        ),
+        (
+            out_a + out_b,
+            _(
+                "you added the outputs without rescaling them, although each part's "
+                "output is normalised over its own keys only"
+            ),
+        ),
+        (
+            torch.exp(lse_a).unsqueeze(-1) * out_a + torch.exp(lse_b).unsqueeze(-1) * out_b,
+            _("you weighted by exp(lse_i), and the weights do not sum to 1"),
+        ),
+        (w_b * out_a + w_a * out_b, _("you swapped the weights of the two parts")),
+    )
+
+
+def _merged_lse_mistakes(lse_a, lse_b):
+    """``(candidate, diagnosis)`` pairs: the likely wrong merges of the two log-sum-exps."""
+    return (
+        (
+            lse_a + lse_b,
+            _("you added the two log-sum-exps, which multiplies the two sums"),
+        ),
+        (
+            torch.maximum(lse_a, lse_b),
+            _("you kept the larger lse, which leaves out the other part's mass"),
+        ),
+    )
+
+
+def _diagnose_merge(name: str, got, named, *, nan_to_num: bool = False) -> None:
+    """Raise the Mismatch of the first named mistake that ``got`` matches, if any."""
+    for candidate, message in named:
+        if _matches(got, torch.nan_to_num(candidate) if nan_to_num else candidate):
+            raise Mismatch(_("case {case}: {diagnosis}", case=name, diagnosis=message))
+
+
 @checker("mergestates", "merge two partial attention states")
 def check_merge_states(answer) -> None:
     """``answer(out_a, lse_a, out_b, lse_b)`` must return ``(out, lse)``: attention over the
@@ -328,60 +390,13 @@ def check_merge_states(answer) -> None:
         got_out, got_lse = got
         tol = 1e-4 if out.dtype == torch.float32 else 1e-9
         if name.endswith("float32"):
-            finite = all(
-                torch.isfinite(torch.as_tensor(t, dtype=torch.float32)).all()
-                for t in (got_out, got_lse)
-            )
-            expect_true(
-                finite,
-                _(
-                    "case {name}: your result has inf or NaN: exp(lse) overflowed (the "
-                    "log-sum-exps here are above 300)",
-                    name=name,
-                ),
-            )
+            _expect_finite_merge(name, got_out, got_lse)
         if not _matches(got_out, out):
-            w_a, w_b = (torch.exp(t - lse).unsqueeze(-1) for t in (lse_a, lse_b))
-            named = (
-                (
-                    (out_a + out_b) / 2,
-                    _(
-                        "you averaged the outputs, as if both parts held the same share of "
-                        "the softmax mass"
-                    ),
-                ),
-                (
-                    out_a + out_b,
-                    _(
-                        "you added the outputs without rescaling them, although each part's "
-                        "output is normalised over its own keys only"
-                    ),
-                ),
-                (
-                    torch.exp(lse_a).unsqueeze(-1) * out_a
-                    + torch.exp(lse_b).unsqueeze(-1) * out_b,
-                    _("you weighted by exp(lse_i), and the weights do not sum to 1"),
-                ),
-                (w_b * out_a + w_a * out_b, _("you swapped the weights of the two parts")),
-            )
-            for candidate, message in named:
-                if _matches(got_out, torch.nan_to_num(candidate)):
-                    raise Mismatch(_("case {case}: {diagnosis}", case=name, diagnosis=message))
+            named = _merged_out_mistakes(out_a, lse_a, out_b, lse_b, lse)
+            _diagnose_merge(name, got_out, named, nan_to_num=True)
             expect_close(got_out, out, case=f"{name} (out)", atol=tol, rtol=tol)
         if not _matches(got_lse, lse):
-            named_lse = (
-                (
-                    lse_a + lse_b,
-                    _("you added the two log-sum-exps, which multiplies the two sums"),
-                ),
-                (
-                    torch.maximum(lse_a, lse_b),
-                    _("you kept the larger lse, which leaves out the other part's mass"),
-                ),
-            )
-            for candidate, message in named_lse:
-                if _matches(got_lse, candidate):
-                    raise Mismatch(_("case {case}: {diagnosis}", case=name, diagnosis=message))
+            _diagnose_merge(name, got_lse, _merged_lse_mistakes(lse_a, lse_b))
             expect_close(got_lse, lse, case=f"{name} (lse)", atol=tol, rtol=tol)
 
 
@@ -426,6 +441,54 @@ def _as_triple(got, case: str):
     return got
 
 
+def _cache_order_mistakes(args) -> dict:
+    """The likely wrong outputs of one cached step with arguments ``args``, by diagnosis."""
+    return {
+        _(
+            "the new keys and values are still put before the cached ones: a chunk of "
+            "new queries then sees the wrong keys through the causal mask"
+        ): _cached_step(*args, new_first=True)[0],
+        _(
+            "the causal mask is aligned top-left, so the new queries cannot see the "
+            "cache: new query i is position c + i"
+        ): _cached_step(*args, top_left=True)[0],
+    }
+
+
+def _grown_cache_mistakes(name: str, wrong_order, size: int, start: int) -> dict:
+    """The returned cache ``name`` with the new positions first, by diagnosis."""
+    if size == 1 and start > 0:
+        return {
+            _(
+                "the output is right here only because one new query sees every key, and "
+                "attention does not depend on the order of keys it sees all of; but the "
+                "cache {name} you return puts the new position before the cached ones, "
+                "which breaks the next chunk",
+                name=name,
+            ): wrong_order
+        }
+    return {
+        _(
+            "the cache {name} you return puts the new positions before the cached ones",
+            name=name,
+        ): wrong_order
+    }
+
+
+def _expect_grown_cache(got_k, got_v, k, v, start: int, stop: int, case: str) -> None:
+    """The returned caches must be the keys and values of positions ``:stop``, oldest first."""
+    for name, got_t, ref in (("k", got_k, k), ("v", got_v, v)):
+        wrong_order = torch.cat([ref[:, start:stop], ref[:, :start]], dim=-2)
+        expect_close(
+            got_t,
+            ref[:, :stop],
+            case=_("{case} (the returned cache {name}, oldest first)", case=case, name=name),
+            atol=0,
+            rtol=0,
+            mistakes=_grown_cache_mistakes(name, wrong_order, stop - start, start),
+        )
+
+
 @checker("cache-order-bug", "a cache appended in the wrong order")
 def check_cached_attention_fixed(answer) -> None:
     """``answer(q_new, k_new, v_new, k_cache, v_cache)`` must return ``(out, k, v)``: the
@@ -447,52 +510,15 @@ def check_cached_attention_fixed(answer) -> None:
         args = (q[:, start:stop], k[:, start:stop], v[:, start:stop], k_cache, v_cache)
         case = _("{size} new position(s) after {start} cached", size=size, start=start)
         got_out, got_k, got_v = _as_triple(call_answer(answer, *args), case)
-        mistakes = {
-            _(
-                "the new keys and values are still put before the cached ones: a chunk of "
-                "new queries then sees the wrong keys through the causal mask"
-            ): _cached_step(*args, new_first=True)[0],
-            _(
-                "the causal mask is aligned top-left, so the new queries cannot see the "
-                "cache: new query i is position c + i"
-            ): _cached_step(*args, top_left=True)[0],
-        }
         expect_close(
             got_out,
             full[:, start:stop],
             case=f"{case} (out)",
             atol=1e-9,
             rtol=1e-9,
-            mistakes=mistakes,
+            mistakes=_cache_order_mistakes(args),
         )
-        for name, got_t, ref in (("k", got_k, k), ("v", got_v, v)):
-            wrong_order = torch.cat([ref[:, start:stop], ref[:, :start]], dim=-2)
-            if size == 1 and start > 0:
-                mistakes = {
-                    _(
-                        "the output is right here only because one new query sees every key, and "
-                        "attention does not depend on the order of keys it sees all of; but the "
-                        "cache {name} you return puts the new position before the cached ones, "
-                        "which breaks the next chunk",
-                        name=name,
-                    ): wrong_order
-                }
-            else:
-                mistakes = {
-                    _(
-                        "the cache {name} you return puts the new positions before the cached "
-                        "ones",
-                        name=name,
-                    ): wrong_order
-                }
-            expect_close(
-                got_t,
-                ref[:, :stop],
-                case=_("{case} (the returned cache {name}, oldest first)", case=case, name=name),
-                atol=0,
-                rtol=0,
-                mistakes=mistakes,
-            )
+        _expect_grown_cache(got_k, got_v, k, v, start, stop, case)
         # carry the reader's own cache forward: a fix that only looks right for one step
         # meets its own cache again at the next
         k_cache = torch.as_tensor(got_k, dtype=torch.float64)
@@ -658,6 +684,123 @@ def _fed_again(fed: _Fed) -> tuple[int, int] | None:
     return None
 
 
+def _whole_again() -> str:
+    return _(
+        "the whole sequence went into the model again although its caches already "
+        "held all of it but the newest token"
+    )
+
+
+def _call_decode(answer, counting, prompt, steps: int, fed: _Fed, case: str) -> torch.Tensor:
+    """The reader's ids as a tensor, naming a model that refused positions fed twice."""
+    try:
+        got = call_answer(answer, counting, prompt.clone(), steps)
+    except AnswerRaised as err:
+        again = _fed_again(fed)
+        if again is None:
+            raise
+        # The model's own error (too many positions) hides the mistake: name it.
+        raise Mismatch(
+            _(
+                "case {case}: {whole}: a call fed {value} positions into caches holding "
+                "{value2}, so positions were cached twice, until the model refused ({type})",
+                case=case,
+                whole=_whole_again(),
+                value=again[0],
+                value2=again[1],
+                type=type(err.error).__name__,
+            )
+        ) from None
+    try:
+        return torch.as_tensor(got)
+    except Exception:
+        raise Mismatch(
+            _("case {case}: return a tensor of ids (B, p + steps)", case=case)
+        ) from None
+
+
+def _decode_mistakes(model, prompt, steps: int) -> dict:
+    """What the likely wrong decoding loops return, by diagnosis (``None``: it crashes)."""
+    return {
+        _("you did not prefill: only the prompt's last token went into the empty cache"): (
+            _wrong_decode(model, prompt, steps, "no_prefill")
+        ),
+        _("you made a new cache at every step, so each new token sees only itself"): (
+            _wrong_decode(model, prompt, steps, "fresh_cache")
+        ),
+    }
+
+
+def _expect_decode_shape(got: torch.Tensor, B: int, p: int, steps: int, case: str) -> None:
+    if tuple(got.shape) == (B, p) or tuple(got.shape) == (B, steps):
+        raise Mismatch(
+            _(
+                "case {case}: return the prompt followed by the {steps} new tokens, shape "
+                "{value}; got {shape}",
+                case=case,
+                steps=steps,
+                value=(B, p + steps),
+                shape=tuple(got.shape),
+            )
+        )
+    expect_true(
+        tuple(got.shape) == (B, p + steps),
+        _(
+            "case {case}: expected ids of shape {value}, got {shape}",
+            case=case,
+            value=(B, p + steps),
+            shape=tuple(got.shape),
+        ),
+    )
+
+
+def _expect_fed_once(fed: _Fed, case: str) -> None:
+    again = _fed_again(fed)
+    if again is not None:
+        raise Mismatch(
+            _(
+                "case {case}: {whole}: a call fed {value} positions into caches holding "
+                "{value2}, so those positions were cached twice",
+                case=case,
+                whole=_whole_again(),
+                value=again[0],
+                value2=again[1],
+            )
+        )
+
+
+def _diagnose_decode(got: torch.Tensor, expected: torch.Tensor, mistakes: dict, case: str):
+    """The Mismatch for wrong ids ``got``: a named mistake, or the first wrong token."""
+    for diagnosis, wrong in mistakes.items():
+        if wrong is not None and torch.equal(got.long(), wrong):
+            return Mismatch(_("case {case}: {diagnosis}", case=case, diagnosis=diagnosis))
+    bad = (got.long() != expected).nonzero()[0].tolist()
+    return Mismatch(
+        _(
+            "case {case}: token {bad} should be {value}, got {value2}",
+            case=case,
+            bad=tuple(bad),
+            value=int(expected[tuple(bad)]),
+            value2=int(got[tuple(bad)]),
+        )
+    )
+
+
+def _expect_no_recompute(fed: _Fed, p: int, steps: int, case: str) -> None:
+    expect_true(
+        sum(fed) <= p + steps,
+        _(
+            "case {case}: right tokens, but your model read {fed} positions in {fed2} calls: "
+            "with a cache it needs only the prompt once, then one new token per step "
+            "({value} positions in all); you recomputed the prefix",
+            case=case,
+            fed=sum(fed),
+            fed2=len(fed),
+            value=p + steps - 1,
+        ),
+    )
+
+
 @checker("decode-loop", "a decoding loop with a KV cache")
 def check_decode_loop(answer) -> None:
     """``answer(model, prompt, steps)`` must continue ``prompt`` ``(B, p)`` greedily by
@@ -671,100 +814,13 @@ def check_decode_loop(answer) -> None:
         expected = model.generate(prompt, steps, greedy=True, use_cache=False)
         counting, fed = _counting_copy(model)
         case = _("batch {B}, prompt of {p} tokens, {steps} steps", B=B, p=p, steps=steps)
-        whole = _(
-            "the whole sequence went into the model again although its caches already "
-            "held all of it but the newest token"
-        )
-        try:
-            got = call_answer(answer, counting, prompt.clone(), steps)
-        except AnswerRaised as err:
-            again = _fed_again(fed)
-            if again is None:
-                raise
-            # The model's own error (too many positions) hides the mistake: name it.
-            raise Mismatch(
-                _(
-                    "case {case}: {whole}: a call fed {value} positions into caches holding "
-                    "{value2}, so positions were cached twice, until the model refused ({type})",
-                    case=case,
-                    whole=whole,
-                    value=again[0],
-                    value2=again[1],
-                    type=type(err.error).__name__,
-                )
-            ) from None
-        try:
-            got = torch.as_tensor(got)
-        except Exception:
-            raise Mismatch(
-                _("case {case}: return a tensor of ids (B, p + steps)", case=case)
-            ) from None
-        mistakes = {
-            _("you did not prefill: only the prompt's last token went into the empty cache"): (
-                _wrong_decode(model, prompt, steps, "no_prefill")
-            ),
-            _("you made a new cache at every step, so each new token sees only itself"): (
-                _wrong_decode(model, prompt, steps, "fresh_cache")
-            ),
-        }
-        if tuple(got.shape) == (B, p) or tuple(got.shape) == (B, steps):
-            raise Mismatch(
-                _(
-                    "case {case}: return the prompt followed by the {steps} new tokens, shape "
-                    "{value}; got {shape}",
-                    case=case,
-                    steps=steps,
-                    value=(B, p + steps),
-                    shape=tuple(got.shape),
-                )
-            )
-        expect_true(
-            tuple(got.shape) == (B, p + steps),
-            _(
-                "case {case}: expected ids of shape {value}, got {shape}",
-                case=case,
-                value=(B, p + steps),
-                shape=tuple(got.shape),
-            ),
-        )
-        again = _fed_again(fed)
-        if again is not None:
-            raise Mismatch(
-                _(
-                    "case {case}: {whole}: a call fed {value} positions into caches holding "
-                    "{value2}, so those positions were cached twice",
-                    case=case,
-                    whole=whole,
-                    value=again[0],
-                    value2=again[1],
-                )
-            )
+        got = _call_decode(answer, counting, prompt, steps, fed, case)
+        mistakes = _decode_mistakes(model, prompt, steps)
+        _expect_decode_shape(got, B, p, steps, case)
+        _expect_fed_once(fed, case)
         if not torch.equal(got.long(), expected):
-            for diagnosis, wrong in mistakes.items():
-                if wrong is not None and torch.equal(got.long(), wrong):
-                    raise Mismatch(_("case {case}: {diagnosis}", case=case, diagnosis=diagnosis))
-            bad = (got.long() != expected).nonzero()[0].tolist()
-            raise Mismatch(
-                _(
-                    "case {case}: token {bad} should be {value}, got {value2}",
-                    case=case,
-                    bad=tuple(bad),
-                    value=int(expected[tuple(bad)]),
-                    value2=int(got[tuple(bad)]),
-                )
-            )
-        expect_true(
-            sum(fed) <= p + steps,
-            _(
-                "case {case}: right tokens, but your model read {fed} positions in {fed2} calls: "
-                "with a cache it needs only the prompt once, then one new token per step "
-                "({value} positions in all); you recomputed the prefix",
-                case=case,
-                fed=sum(fed),
-                fed2=len(fed),
-                value=p + steps - 1,
-            ),
-        )
+            raise _diagnose_decode(got, expected, mistakes, case)
+        _expect_no_recompute(fed, p, steps, case)
 
 
 # -- Predict, then run: the size of the cache ------------------------------------------
@@ -779,6 +835,50 @@ def lm_cache_bytes(
     returned, never fed back) are cached: ``2 x layers x d_model x (p + T - 1) x bytes``.
     """
     return 2 * num_layers * d_model * (prompt_len + new_tokens - 1) * bytes_per_number
+
+
+def _as_byte_count(prediction, case: str):
+    """``prediction`` as a plain number (a one-element tensor's item), or a Mismatch."""
+    if isinstance(prediction, torch.Tensor) and prediction.numel() == 1:
+        prediction = prediction.item()
+    if isinstance(prediction, bool) or not isinstance(prediction, numbers.Real):
+        raise Mismatch(
+            _(
+                "case {case}: write a number of bytes, got {prediction}",
+                case=case,
+                prediction=f"{prediction!r:.60}",
+            )
+        )
+    return prediction
+
+
+def _cache_size_mistakes(expected: int, L: int, d: int, num_heads: int, p: int, T: int, nb: int):
+    """``{wrong size: diagnosis}``: the likely wrong predictions of the caches' bytes."""
+    return {
+        expected // 2: _(
+            "half the right size: the cache holds keys AND values, in every one of the {L} layers",
+            L=L,
+        ),
+        2 * L * d * (p + T) * nb: _(
+            "one position too many: the last generated token is "
+            "returned but never fed back, so the cache holds p + T - 1 positions"
+        ),
+        2 * L * d * (T - 1) * nb: _(
+            "you left out the prompt: its positions are cached too (by the prefill)"
+        ),
+        2 * L * d * T * nb: _(
+            "you counted only the generated tokens: the prompt's positions "
+            "are cached too, and the last token is never fed back (p + T - 1 positions)"
+        ),
+        expected * num_heads: _(
+            "too large by the number of heads: the {num_heads} heads of d_head = {value} "
+            "together make d_model = {d} numbers per position",
+            num_heads=num_heads,
+            value=d // num_heads,
+            d=d,
+        ),
+        expected * 8: _("that is bits: divide by 8 for bytes"),
+    }
 
 
 @checker("predict-cache", "the size of the language model's cache")
@@ -808,41 +908,8 @@ def check_cache_prediction(
         T=T,
         nb=nb,
     )
-    if isinstance(prediction, torch.Tensor) and prediction.numel() == 1:
-        prediction = prediction.item()
-    if isinstance(prediction, bool) or not isinstance(prediction, numbers.Real):
-        raise Mismatch(
-            _(
-                "case {case}: write a number of bytes, got {prediction}",
-                case=case,
-                prediction=f"{prediction!r:.60}",
-            )
-        )
-    mistakes = {
-        expected // 2: _(
-            "half the right size: the cache holds keys AND values, in every one of the {L} layers",
-            L=L,
-        ),
-        2 * L * d * (p + T) * nb: _(
-            "one position too many: the last generated token is "
-            "returned but never fed back, so the cache holds p + T - 1 positions"
-        ),
-        2 * L * d * (T - 1) * nb: _(
-            "you left out the prompt: its positions are cached too (by the prefill)"
-        ),
-        2 * L * d * T * nb: _(
-            "you counted only the generated tokens: the prompt's positions "
-            "are cached too, and the last token is never fed back (p + T - 1 positions)"
-        ),
-        expected * num_heads: _(
-            "too large by the number of heads: the {num_heads} heads of d_head = {value} "
-            "together make d_model = {d} numbers per position",
-            num_heads=num_heads,
-            value=d // num_heads,
-            d=d,
-        ),
-        expected * 8: _("that is bits: divide by 8 for bytes"),
-    }
+    prediction = _as_byte_count(prediction, case)
+    mistakes = _cache_size_mistakes(expected, L, d, num_heads, p, T, nb)
     if prediction == expected:
         return
     for value, diagnosis in mistakes.items():
