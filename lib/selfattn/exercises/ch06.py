@@ -261,14 +261,9 @@ _ROPE_TOLERANCE = {torch.bfloat16: 2.0**-6, torch.float16: 2.0**-9, torch.float3
 PLANTED_ROPE = "the angles are still computed in the input's own precision"
 
 
-@checker("rope", "RoPE in bfloat16")
-def check_rope(answer):
-    """``answer(x, positions)`` must return RoPE of ``x (n, d)`` (adjacent pairs,
-    counter-clockwise, ``theta_i = 10000^(-2i/d)``) at the integer ``positions (n,)``, in
-    ``x``'s dtype, as accurate as that dtype allows: ``x`` is bfloat16, float16 or float32,
-    and the positions reach 8191. While the answer still computes what :func:`rope_buggy`
-    computes, the exercise counts as not attempted, as in the book's other find-the-bug
-    exercises."""
+def _rope_answers(answer) -> tuple[list, bool]:
+    """The answer's RoPE of every case as ``(case, x, positions, got)``, and whether it
+    computed exactly what :func:`rope_buggy` computes in every case (the bug left in)."""
     g = torch.Generator().manual_seed(6)
     results, planted = [], True
     for dtype, d, positions in ROPE_CASES:
@@ -288,50 +283,73 @@ def check_rope(answer):
             same = False
         planted = planted and same
         results.append((case, x, pos, got))
+    return results, planted
+
+
+def _rope_mistakes(x, pos, expected: torch.Tensor, atol: float) -> dict:
+    """The likely wrong RoPEs of ``x`` at ``pos``, by diagnosis: those that differ from
+    ``expected`` by more than ``atol`` (a mistake the dtype hides here is not one)."""
+    x64 = x.double()
+    d = x.shape[-1]
+    mistakes = {
+        _(PLANTED_ROPE): rope_buggy(x, pos),
+        _(
+            "the frequencies theta_i are still rounded to the input's precision: at large "
+            "positions a tiny error in theta_i is a large error in the angle"
+        ): _rope_low(x, pos, theta_low=True),
+        _(
+            "the positions went through the input's precision, which cannot hold every "
+            "large integer"
+        ): _rope_low(x, pos, positions_low=True),
+        _("you rotate clockwise, by -p theta_i: that is R_-p, not the paper's R_p"): (
+            apply_rope(x64, -pos)
+        ),
+        _(
+            "you paired dimension i with i + d/2 (the rotate-half layout), which is not this "
+            "RoPE's pairing"
+        ): apply_rope(x64, pos, layout="half"),
+        _("theta_i = 10000^(-i/d): the frequencies step once per dimension, not once per pair"): (
+            apply_rope(x64, pos, frequencies=10000.0 ** (-torch.arange(d // 2) / d))
+        ),
+    }
+    return {
+        name: wrong.double()
+        for name, wrong in mistakes.items()
+        if (wrong.double() - expected).abs().max() > atol
+    }
+
+
+def _expect_rope(case: str, x, pos, got) -> None:
+    """``got`` must be RoPE of ``x`` at ``pos`` in ``x``'s dtype, within a few roundings."""
+    expect_true(
+        torch.is_tensor(got) and got.dtype == x.dtype,
+        _(
+            "case {case}: return a tensor of x's dtype ({dtype}), got {value}",
+            case=case,
+            dtype=x.dtype,
+            value=got.dtype if torch.is_tensor(got) else type(got).__name__,
+        ),
+    )
+    x64 = x.double()
+    atol = _ROPE_TOLERANCE[x.dtype] * x64.abs().max().item()
+    expected = apply_rope(x64, pos)
+    mistakes = _rope_mistakes(x, pos, expected, atol)
+    expect_close(got.double(), expected, case=case, atol=atol, rtol=0, mistakes=mistakes)
+
+
+@checker("rope", "RoPE in bfloat16")
+def check_rope(answer):
+    """``answer(x, positions)`` must return RoPE of ``x (n, d)`` (adjacent pairs,
+    counter-clockwise, ``theta_i = 10000^(-2i/d)``) at the integer ``positions (n,)``, in
+    ``x``'s dtype, as accurate as that dtype allows: ``x`` is bfloat16, float16 or float32,
+    and the positions reach 8191. While the answer still computes what :func:`rope_buggy`
+    computes, the exercise counts as not attempted, as in the book's other find-the-bug
+    exercises."""
+    results, planted = _rope_answers(answer)
     if planted:
         raise NotAttempted()
     for case, x, pos, got in results:
-        expect_true(
-            torch.is_tensor(got) and got.dtype == x.dtype,
-            _(
-                "case {case}: return a tensor of x's dtype ({dtype}), got {value}",
-                case=case,
-                dtype=x.dtype,
-                value=got.dtype if torch.is_tensor(got) else type(got).__name__,
-            ),
-        )
-        x64 = x.double()
-        atol = _ROPE_TOLERANCE[x.dtype] * x64.abs().max().item()
-        expected = apply_rope(x64, pos)
-        d = x.shape[-1]
-        mistakes = {
-            _(PLANTED_ROPE): rope_buggy(x, pos),
-            _(
-                "the frequencies theta_i are still rounded to the input's precision: at large "
-                "positions a tiny error in theta_i is a large error in the angle"
-            ): _rope_low(x, pos, theta_low=True),
-            _(
-                "the positions went through the input's precision, which cannot hold every "
-                "large integer"
-            ): _rope_low(x, pos, positions_low=True),
-            _("you rotate clockwise, by -p theta_i: that is R_-p, not the paper's R_p"): (
-                apply_rope(x64, -pos)
-            ),
-            _(
-                "you paired dimension i with i + d/2 (the rotate-half layout), which is not this "
-                "RoPE's pairing"
-            ): apply_rope(x64, pos, layout="half"),
-            _(
-                "theta_i = 10000^(-i/d): the frequencies step once per dimension, not once per "
-                "pair"
-            ): (apply_rope(x64, pos, frequencies=10000.0 ** (-torch.arange(d // 2) / d))),
-        }
-        mistakes = {
-            name: wrong.double()
-            for name, wrong in mistakes.items()
-            if (wrong.double() - expected).abs().max() > atol
-        }
-        expect_close(got.double(), expected, case=case, atol=atol, rtol=0, mistakes=mistakes)
+        _expect_rope(case, x, pos, got)
 
 
 def shifted_score_setup() -> tuple[torch.Tensor, torch.Tensor]:
