@@ -63,7 +63,7 @@ def test_ch02_weights_figures_and_explorer():
         len(task.vocab),
         task.num_classes,
         d_model=8,
-        n_layers=2,
+        num_layers=2,
         n_heads=2,
         positions="learned",
         max_len=11,
