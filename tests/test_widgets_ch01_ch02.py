@@ -64,7 +64,7 @@ def test_ch02_weights_figures_and_explorer():
         task.num_classes,
         d_model=8,
         num_layers=2,
-        n_heads=2,
+        num_heads=2,
         positions="learned",
         max_len=11,
     )
