@@ -212,3 +212,27 @@ def test_the_flash_kernel_checks_once_and_equals_flash_attention(shape):
     (grad,) = torch.autograd.grad(out.sum(), q)
     (grad_want,) = torch.autograd.grad(want.sum(), q)
     torch.testing.assert_close(grad, grad_want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("absorb", [False, True])
+@pytest.mark.parametrize(
+    "mask",
+    [None, "causal", torch.ones(6, 6, dtype=torch.bool).tril()],
+    ids=["none", "causal", "t"],
+)
+def test_a_latent_attention_forward_checks_its_mask_once(absorb, mask):
+    # MultiHeadLatentAttention builds q, k, v and the mask itself: both attention paths
+    # (up-projected, absorbed) are the trusting ones, as MultiHeadAttention's.
+    from selfattn.latent import MultiHeadLatentAttention
+
+    torch.manual_seed(0)
+    layer = MultiHeadLatentAttention(32, 4, kv_rank=8, rope_dim=4, d_nope=8).eval()
+    with torch.no_grad():
+        calls = _forward_calls(layer, torch.randn(2, 6, 32), mask=mask, absorb=absorb)
+    # (RoPE checks the query and key parts it rotates, two tensors: not counted here.)
+    attention_checks = ("resolve_mask_arg", "require_mask", "require_kernel_args", "require_qkv")
+    twice = {k: c for k, c in calls.items() if c > 1 and k[0] in attention_checks}
+    assert not twice, twice
+    assert calls[("resolve_mask_arg", None)] == 1
+    assert calls[("require_qkv", None)] == 0
+    assert calls[("require_mask", None)] == (1 if isinstance(mask, torch.Tensor) else 0)

@@ -48,11 +48,21 @@ def _shapes(count=4, seed=0):
 
 @pytest.mark.parametrize("n,m", [(1, 1), (5, 5), (4, 9), (9, 4)])
 def test_causal_mask_mod_draws_causal_mask(n, m):
-    assert torch.equal(fx.dense_mask(fx.causal(), n, m), causal_mask(n, m))
+    # One default everywhere: causal(n=, m=) is causal_mask(n, m), both aligned bottom-right.
+    assert torch.equal(fx.dense_mask(fx.causal(n=n, m=m), n, m), causal_mask(n, m))
     expected = causal_mask(n, m, alignment="bottom_right")
     assert torch.equal(fx.dense_mask(fx.causal("bottom_right", n=n, m=m), n, m), expected)
-    with pytest.raises(ValueError, match="needs n and m"):
-        fx.causal("bottom_right")
+    top_left = causal_mask(n, m, alignment="top_left")
+    assert torch.equal(fx.dense_mask(fx.causal("top_left"), n, m), top_left)
+    if n == m:  # the square mask, where the alignments agree
+        assert torch.equal(fx.dense_mask(fx.causal(), n, m), causal_mask(n))
+    else:  # without n and m it would have to guess the alignment: it refuses
+        with pytest.raises(ValueError, match=rf"square mask.*n={n}, m={m}"):
+            fx.dense_mask(fx.causal(), n, m)
+        with pytest.raises(ValueError, match="square mask"):
+            fx.block_mask(fx.and_masks(fx.causal(), fx.padding([n])), n, m)
+    with pytest.raises(ValueError, match="both n and m"):
+        fx.causal("bottom_right", n=3)
     with pytest.raises(ValueError, match="alignment"):
         fx.causal("bottom")
 

@@ -14,9 +14,17 @@ from selfattn import (
 )
 
 
-def test_causal_mask_matches_sdpa_is_causal():
+def test_causal_mask_matches_torchs_two_alignments():
+    # The default is bottom-right, torch's causal_lower_right (and mask="causal"'s alignment);
+    # SDPA's is_causal is top-left.
+    from torch.nn.attention.bias import causal_lower_right
+
     q, k, v = torch.randn(2, 5, 4), torch.randn(2, 7, 4), torch.randn(2, 7, 3)
     ours = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(5, 7))
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(5, 7))
+    torch.testing.assert_close(ours, theirs)
+    top_left = causal_mask(5, 7, alignment="top_left")
+    ours = F.scaled_dot_product_attention(q, k, v, attn_mask=top_left)
     torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 

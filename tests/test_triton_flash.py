@@ -195,9 +195,9 @@ def test_gradients_bf16_and_broadcast_batch():
 def test_bottom_right_alignment_matches_causal_lower_right(n, m):
     g = torch.Generator().manual_seed(n + 10 * m)
     q, k, v = (torch.randn(2, r, 16, generator=g) for r in (n, m, m))
-    out = triton_flash_attention(q, k, v, causal=True, alignment="bottom_right")
+    out = triton_flash_attention(q, k, v, causal=True)  # the default, as mask="causal"
     torch.testing.assert_close(out, _sdpa(q, k, v, True, "bottom_right"), atol=1e-5, rtol=1e-5)
-    top = triton_flash_attention(q, k, v, causal=True)  # the default stays top-left
+    top = triton_flash_attention(q, k, v, causal=True, alignment="top_left")
     torch.testing.assert_close(top, _sdpa(q, k, v, True, "top_left"), atol=1e-5, rtol=1e-5)
     assert (n == m) == torch.allclose(out, top)  # the two alignments differ unless n == m
     if n > m:

@@ -5,7 +5,9 @@
 * no alias wrappers (``check_causal``, ``check_alignment``, ``_checked_size``, ``_renamed``)
   and no former argument names (``n_heads``, ``n_layers``);
 * the per-head width is ``d_head``, tiles are ``block_q``/``block_k``, the causal diagonal
-  is ``offset``.
+  is ``offset``;
+* "causal" is aligned bottom-right wherever it is spelled (``mask="causal"``,
+  ``causal=True``, ``causal_mask(n, m)``): every ``alignment`` defaults to it.
 
 The scan reads every function signature of ``lib/selfattn`` with ``ast``. Triton kernels
 (``@jit``) keep their names: chapter 7 prints one's source in its recorded output.
@@ -20,7 +22,8 @@ from pathlib import Path
 import torch
 from selfattn import _checks
 from selfattn.attention import scaled_dot_product_attention
-from selfattn.efficient.flash import flash_attention
+from selfattn.efficient.flash import flash_attention, flash_attention_reference
+from selfattn.masks import causal_mask
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "selfattn"
 
@@ -96,13 +99,40 @@ def test_no_banned_synonyms_in_signatures():
     assert not bad, bad
 
 
-def test_causal_spellings_agree_when_the_alignment_is_named():
-    """``mask="causal"`` is bottom-right (decoding against a cache); ``causal=True`` takes its
-    alignment as ``alignment=`` and agrees with it when told ``"bottom_right"``."""
+def test_every_alignment_default_is_bottom_right():
+    """One meaning of "causal": every ``alignment`` parameter of the library defaults to
+    ``"bottom_right"``, the alignment of ``mask="causal"``."""
+    found, bad = 0, []
+    for path, node, _ in _functions():
+        args = node.args.args + node.args.kwonlyargs
+        defaults = [None] * (len(node.args.args) - len(node.args.defaults))
+        defaults += node.args.defaults + node.args.kw_defaults
+        for arg, default in zip(args, defaults):
+            if arg.arg == "alignment" and default is not None:  # a required one is told
+                found += 1
+                value = (
+                    default.value if isinstance(default, ast.Constant) else ast.unparse(default)
+                )
+                if value != "bottom_right":
+                    bad.append(f"{path}:{node.name} alignment={value!r}")
+    assert found >= 8 and not bad, (found, bad)
+
+
+def test_causal_spellings_agree_without_naming_the_alignment():
+    """``mask="causal"``, ``causal=True`` and ``causal_mask(n, m)`` are one mask, aligned
+    bottom-right (decoding against a cache), for n < m and n > m."""
     torch.manual_seed(0)
+    for n, m in ((3, 7), (7, 3)):
+        q, k, v = torch.randn(2, n, 8), torch.randn(2, m, 8), torch.randn(2, m, 8)
+        by_mask = scaled_dot_product_attention(q, k, v, "causal")
+        by_dense = scaled_dot_product_attention(q, k, v, causal_mask(n, m))
+        torch.testing.assert_close(by_dense, by_mask)
+        for kernel in (flash_attention, flash_attention_reference):
+            by_flag = kernel(q, k, v, causal=True)
+            torch.testing.assert_close(by_flag, by_mask, rtol=1e-5, atol=1e-6)
+        top_left = flash_attention(q, k, v, causal=True, alignment="top_left")
+        assert not torch.allclose(top_left, by_mask)  # the other alignment is named
     q, k, v = torch.randn(2, 3, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8)
     by_mask = scaled_dot_product_attention(q, k, v, "causal")
-    by_flag = flash_attention(q, k, v, causal=True, alignment="bottom_right")
-    torch.testing.assert_close(by_flag, by_mask, rtol=1e-5, atol=1e-6)
     by_flash_kernel = scaled_dot_product_attention(q, k, v, "causal", kernel="flash")
     torch.testing.assert_close(by_flash_kernel, by_mask, rtol=1e-5, atol=1e-6)

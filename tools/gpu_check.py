@@ -360,8 +360,8 @@ def _kernel_pair(name, fn, mode, n, m, window, device):
             lambda q, k, v: references.sdpa(q, k, v, mask)
         )
     if name == "sliding_window_attention":
-        # non-causal bands are defined for n == m only: their alignment is top-left
-        align = "bottom_right" if mode == "bottom_right" else "top_left"
+        # a band without a causal mask is centred on the default diagonal, bottom-right
+        align = "top_left" if mode == "top_left" else "bottom_right"
         band = references.band_mask(n, m, window, causal, align, device)
         return (lambda q, k, v: fn(q, k, v, window, causal=causal, **kw)), (
             lambda q, k, v: references.sdpa(q, k, v, band)

@@ -6,9 +6,10 @@ One module, so that the tests on the CPU and the GPU check hold every kernel to 
 oracle. Conventions:
 
 - a mask is boolean, ``True`` = the query may attend to the key, shape ``(n, m)``;
-- the causal diagonal's alignment: ``"top_left"`` (key ``j`` visible to query ``i`` when
-  ``j <= i``) or ``"bottom_right"`` (``j <= i + m - n``: the last query sees every key, as
-  when new queries follow a cache); ``"none"`` for no mask;
+- the causal diagonal's alignment: ``"bottom_right"``, the library's default (``j <= i + m -
+  n``: the last query sees every key, as when new queries follow a cache) or ``"top_left"``
+  (key ``j`` visible to query ``i`` when ``j <= i``, SDPA's ``is_causal``); ``"none"`` for
+  no mask;
 - a query row with no visible key comes out 0 (as flash-attn and torch's
   ``causal_lower_right`` give it), not NaN.
 
@@ -31,7 +32,9 @@ def _offset(n: int, m: int, alignment: str) -> int:
     return m - n if alignment == "bottom_right" else 0
 
 
-def causal_mask(n: int, m: int, alignment: str = "top_left", device=None) -> torch.Tensor | None:
+def causal_mask(
+    n: int, m: int, alignment: str = "bottom_right", device=None
+) -> torch.Tensor | None:
     """``(n, m)``, ``True`` where key ``j <= i + offset`` (offset ``m - n`` for bottom-right);
     ``None`` for ``alignment="none"``."""
     if alignment == "none":
@@ -41,7 +44,7 @@ def causal_mask(n: int, m: int, alignment: str = "top_left", device=None) -> tor
 
 
 def band_mask(
-    n: int, m: int, window: int, causal: bool = False, alignment: str = "top_left", device=None
+    n: int, m: int, window: int, causal: bool = False, alignment: str = "bottom_right", device=None
 ) -> torch.Tensor:
     """The sliding window written out: key ``j`` is in query ``i``'s band when
     ``-(window - 1) <= j - (i + offset) <= (0 if causal else window - 1)``."""
@@ -61,9 +64,9 @@ def sdpa(q, k, v, mask: torch.Tensor | None = None):
     return torch.where(mask.any(-1, keepdim=True), out, torch.zeros_like(out))
 
 
-def torch_attention(q, k, v, causal=False, alignment="top_left", scale=None):
-    """torch's own causal attention: SDPA's ``is_causal`` (top-left), or its
-    ``causal_lower_right`` bias (bottom-right)."""
+def torch_attention(q, k, v, causal=False, alignment="bottom_right", scale=None):
+    """torch's own causal attention: its ``causal_lower_right`` bias (bottom-right, the
+    library's default alignment), or SDPA's ``is_causal`` (top-left)."""
     if causal and alignment == "bottom_right":
         from torch.nn.attention.bias import causal_lower_right
 

@@ -204,8 +204,10 @@ def require_choice(value, name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-#: Where a causal mask's diagonal sits when ``n != m``: ``"top_left"`` (query ``i`` sees keys
-#: ``j <= i``, SDPA's ``is_causal``) or ``"bottom_right"`` (``j <= i + m - n``, decoding).
+#: Where a causal mask's diagonal sits when ``n != m``: ``"bottom_right"`` (``j <= i + m - n``,
+#: decoding; what "causal" means everywhere in the library unless told otherwise: ``mask=
+#: "causal"``, ``causal=True``, :func:`~selfattn.masks.causal_mask`) or ``"top_left"`` (query
+#: ``i`` sees keys ``j <= i``, SDPA's ``is_causal``). For ``n = m`` the two are one mask.
 ALIGNMENTS = ("top_left", "bottom_right")
 
 

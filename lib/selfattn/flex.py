@@ -105,29 +105,43 @@ def _require_flex(compiled: bool = False):
 # ---- masks: mask_mod(b, h, q_idx, kv_idx) -> bool ---------------------------------------
 
 
-def causal(alignment: str = "top_left", *, n: int | None = None, m: int | None = None) -> MaskMod:
+def causal(
+    alignment: str = "bottom_right", *, n: int | None = None, m: int | None = None
+) -> MaskMod:
     """Causal masking: query ``i`` sees keys ``j <= i + offset`` (chapter 4).
 
     Args:
-        alignment: ``"top_left"`` (offset 0, SDPA's ``is_causal``) or ``"bottom_right"``
-            (offset ``m - n``: the last query sees every key, the alignment for new queries
-            against a cache); the latter needs ``n`` and ``m``.
-        n, m: numbers of queries and keys (only for ``"bottom_right"``).
+        alignment: ``"bottom_right"`` (the default, as everywhere in the library: offset
+            ``m - n``, the last query sees every key, the alignment for new queries against
+            a cache) or ``"top_left"`` (offset 0, SDPA's ``is_causal``).
+        n, m: numbers of queries and keys. Without them the mask is the square one
+            (``n = m``, where both alignments agree), and :func:`dense_mask`,
+            :func:`block_mask` and :func:`flex` refuse it for ``n != m`` rather than guess.
 
     Returns:
         A ``mask_mod``; its dense form is :func:`selfattn.masks.causal_mask`.
     """
     require_choice(alignment, "alignment", ALIGNMENTS)
+    if (n is None) != (m is None):
+        raise ValueError(f"causal() needs both n and m or neither, got n={n!r}, m={m!r}")
     offset = 0
-    if alignment == "bottom_right":
-        if n is None or m is None:
-            raise ValueError("causal(alignment='bottom_right') needs n and m (its offset m - n)")
+    if alignment == "bottom_right" and n is not None:
         offset = require_int(m, "m", 1) - require_int(n, "n", 1)
 
     def causal_mod(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx + offset
 
+    causal_mod.square_only = n is None and alignment == "bottom_right"
     return causal_mod
+
+
+def _require_fits(mask_mod: MaskMod, n: int, m: int) -> None:
+    """A ``causal()`` built without ``n`` and ``m`` is the square mask: refuse ``n != m``."""
+    if getattr(mask_mod, "square_only", False) and n != m:
+        raise ValueError(
+            f"causal() without n and m is the square mask (n = m), got n={n}, m={m}: pass "
+            f"causal(n={n}, m={m}) (bottom-right) or causal('top_left')"
+        )
 
 
 def padding(lengths) -> MaskMod:
@@ -247,6 +261,7 @@ def and_masks(*mask_mods: MaskMod) -> MaskMod:
             out = out & f(b, h, q_idx, kv_idx)
         return out
 
+    and_mod.square_only = any(getattr(f, "square_only", False) for f in mask_mods)
     return and_mod
 
 
@@ -339,6 +354,7 @@ def dense_mask(mask_mod: MaskMod, n: int, m: int | None = None, *, batch=None, h
     fa = _require_flex()
     n = require_int(n, "n", 1)
     m = n if m is None else require_int(m, "m", 1)
+    _require_fits(mask_mod, n, m)
     with _quiet():
         dense = fa.create_mask(mask_mod, batch, heads, n, m, device="cpu")
     return dense if batch is not None or heads is not None else dense[0, 0]
@@ -366,6 +382,7 @@ def block_mask(
     n = require_int(n, "n", 1)
     m = n if m is None else require_int(m, "m", 1)
     block_size = require_int(block_size, "block_size", 1)
+    _require_fits(mask_mod, n, m)
     with _quiet():
         return fa.create_block_mask(
             mask_mod, batch, heads, n, m, device=device or "cpu", BLOCK_SIZE=block_size

@@ -68,7 +68,7 @@ from ._checks import (
     require_int,
     require_number,
 )
-from .attention import scaled_dot_product_attention
+from .attention import attend, attention_args
 from .multihead import merge_heads, self_attention_inputs
 from .norms import RMSNorm
 from .positional import ROPE_LAYOUTS, RotaryEmbedding
@@ -325,7 +325,8 @@ class MultiHeadLatentAttention(nn.Module):
         k_rope = k_rope.unsqueeze(1).expand(-1, self.num_heads, -1, -1)
         q = torch.cat([q_nope, q_rope], dim=-1)  # (B, h, n, d_nope + rope_dim)
         k = torch.cat([k_nope, k_rope], dim=-1)  # (B, h, m, d_nope + rope_dim)
-        return scaled_dot_product_attention(q, k, v, mask, scale=self.scale, kernel=self.kernel)
+        # the mask was checked and built at the door (self_attention_inputs): the trusting path
+        return attend(attention_args(q, k, v, mask, scale=self.scale, kernel=self.kernel))
 
     def _absorbed(self, q_nope, q_rope, latent, k_rope, mask):
         """W_UK folded into the query, W_UV applied after the weighted sum of latents.
@@ -341,6 +342,6 @@ class MultiHeadLatentAttention(nn.Module):
         if mask is not None:
             m = k.shape[-2]
             mask = mask.expand(batch, h, n, m).reshape(batch, 1, h * n, m)
-        o = scaled_dot_product_attention(q, k, v, mask, scale=self.scale, kernel=self.kernel)
+        o = attend(attention_args(q, k, v, mask, scale=self.scale, kernel=self.kernel))
         o = o.reshape(batch, h, n, self.kv_rank)  # sum_j a_ij c_j per head
         return torch.matmul(o, w_uv.transpose(-1, -2))  # (B, h, n, d_v)

@@ -34,16 +34,18 @@ __all__ = [
 
 
 def causal_mask(
-    n: int, m: int | None = None, *, alignment: str = "top_left", device=None
+    n: int, m: int | None = None, *, alignment: str = "bottom_right", device=None
 ) -> torch.Tensor:
     """Mask letting query ``i`` attend to keys ``j <= i`` (plus an offset when n != m).
 
     Args:
         n: number of queries.
         m: number of keys (defaults to ``n``).
-        alignment: ``"top_left"`` (query i sees keys 0..i, as ``is_causal=True`` in torch SDPA)
-            or ``"bottom_right"`` (the last query sees every key: query i sees keys
-            0..i + m - n, the alignment for decoding new tokens against a cache).
+        alignment: ``"bottom_right"`` (the default, as ``mask="causal"`` and every
+            ``causal=True`` of the library: the last query sees every key, query i sees
+            keys 0..i + m - n, the alignment for decoding new tokens against a cache) or
+            ``"top_left"`` (query i sees keys 0..i, as ``is_causal=True`` in torch SDPA).
+            For ``n = m`` both give the same mask.
         device: where to create the mask.
 
     Returns:
@@ -55,13 +57,13 @@ def causal_mask(
     return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=diagonal)
 
 
-def causal_diagonal(n: int, m: int, alignment: str = "top_left") -> int:
+def causal_diagonal(n: int, m: int, alignment: str = "bottom_right") -> int:
     """The causal mask's diagonal: key ``j`` is visible to query ``i`` iff ``j <= i + diag``.
 
-    ``"top_left"`` (SDPA's ``is_causal``): ``diag = 0``, query 0 sees key 0.
-    ``"bottom_right"`` (``torch.nn.attention.bias.causal_lower_right``, flash-attn >= 2.1):
-    ``diag = m - n``, the last query sees every key, as when ``n`` new queries are decoded
-    against a cache of ``m`` keys. With ``n > m`` the first ``n - m`` queries see no key.
+    ``"bottom_right"`` (the library's default; ``torch.nn.attention.bias.causal_lower_right``,
+    flash-attn >= 2.1): ``diag = m - n``, the last query sees every key, as when ``n`` new
+    queries are decoded against a cache of ``m`` keys. With ``n > m`` the first ``n - m``
+    queries see no key. ``"top_left"`` (SDPA's ``is_causal``): ``diag = 0``, query 0 sees key 0.
     :func:`causal_mask` and the tiled kernels (:mod:`selfattn.efficient`) all read it here.
     """
     return 0 if require_choice(alignment, "alignment", ALIGNMENTS) == "top_left" else m - n

@@ -22,10 +22,11 @@ Two versions: :func:`flash_attention_reference` is that recurrence and nothing e
 with a backward pass (FlashAttention-2's Algorithm 2) that recomputes the score tiles
 from the saved row log-sum-exp instead of storing the ``n x m`` probabilities.
 
-Causal alignment: with ``n != m`` "causal" needs an anchor. ``"top_left"`` (torch SDPA's
-``is_causal``): query ``i`` sees keys ``j <= i``. ``"bottom_right"`` (torch's
-``causal_lower_right``, flash-attn >= 2.1, decoding against a cache): the last query
-sees the last key, query ``i`` sees ``j <= i + m - n``. A query that sees no key at all
+Causal alignment: with ``n != m`` "causal" needs an anchor. ``"bottom_right"``, the
+default here as everywhere in the library (``mask="causal"`` included; torch's
+``causal_lower_right``, flash-attn >= 2.1, decoding against a cache): the last query sees
+the last key, query ``i`` sees ``j <= i + m - n``. ``"top_left"`` (torch SDPA's
+``is_causal``): query ``i`` sees keys ``j <= i``. A query that sees no key at all
 (bottom-right with ``n > m``) gets an output of zeros, never NaN, as everywhere in the
 book (and as torch SDPA gives).
 """
@@ -62,7 +63,7 @@ _LOG2_E = math.log2(math.e)
 # fmt: off
 def flash_attention_reference(
     q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-    alignment: str = "top_left", scale: float | None = None,
+    alignment: str = "bottom_right", scale: float | None = None,
     block_q: int = 64, block_k: int = 64,
 ) -> Tensor:
     """FlashAttention's forward pass, the bare recurrence, written to be read.
@@ -211,7 +212,7 @@ def flash_attention(
     scale: float | None = None,
     block_q: int = 256,
     block_k: int = 512,
-    alignment: str = "top_left",
+    alignment: str = "bottom_right",
 ) -> torch.Tensor:
     r"""softmax(q k^T * scale) v, by tiles ``Q_i`` x ``K_j, V_j`` (online softmax)::
 
@@ -223,7 +224,8 @@ def flash_attention(
 
     :func:`flash_attention_reference` is exactly that recurrence. This is equal to
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
-    scale=scale)`` (to about 1e-6 in float32), but the n x m score matrix never
+    scale=scale)`` for ``n = m`` (to about 1e-6 in float32; for ``n != m`` SDPA's
+    ``is_causal`` is ``alignment="top_left"``), but the n x m score matrix never
     exists: only ``block_q x block_k`` tiles of it, one at a time. The
     same holds for the gradients: when an input requires grad, the forward saves only
     the output and the row log-sum-exp, and the backward pass (FlashAttention-2's
@@ -240,10 +242,11 @@ def flash_attention(
         block_q: rows of queries per outer-loop step. Any value >= 1; ``n`` need
             not be a multiple of it (the last block is shorter).
         block_k: keys per inner-loop step; same rules.
-        alignment: where the causal diagonal sits when ``n != m``: ``"top_left"``
-            (query ``i`` sees ``j <= i``, SDPA's ``is_causal``) or ``"bottom_right"``
-            (``j <= i + m - n``, torch's ``causal_lower_right``; the one for decoding
-            against a cache). Ignored when not ``causal``.
+        alignment: where the causal diagonal sits when ``n != m``: ``"bottom_right"``
+            (the default, as ``mask="causal"``: ``j <= i + m - n``, torch's
+            ``causal_lower_right``; the one for decoding against a cache) or
+            ``"top_left"`` (query ``i`` sees ``j <= i``, SDPA's ``is_causal``). Ignored
+            when not ``causal``.
 
     Returns:
         ``(..., n, d_v)`` in the dtype of ``q``. float16 / bfloat16 inputs are

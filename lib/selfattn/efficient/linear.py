@@ -112,7 +112,7 @@ def linear_attention(
     feature_map: FeatureMap | None = None,
     eps: float = 1e-6,
     chunk_size: int = 128,
-    alignment: str = "top_left",
+    alignment: str = "bottom_right",
 ) -> torch.Tensor:
     r"""Linear attention: ``phi(Q) (phi(K)^T V)`` over ``phi(Q) (phi(K)^T 1) + eps``.
 
@@ -124,14 +124,14 @@ def linear_attention(
 
     Args:
         q: ``(..., n, d)``; k: ``(..., m, d)``; v: ``(..., m, d_v)`` (batch dims broadcast).
-        causal: position ``i`` sums over the keys up to its diagonal only: ``j <= i``
-            (``alignment="top_left"``) or ``j <= i + m - n`` (``"bottom_right"``, the last
-            query sees every key, as when decoding against a cache).
+        causal: position ``i`` sums over the keys up to its diagonal only:
+            ``j <= i + m - n`` (``alignment="bottom_right"``, the default: the last query
+            sees every key, as when decoding against a cache) or ``j <= i`` (``"top_left"``).
         feature_map: ``phi``, applied to q and k; default ``elu(x) + 1``. Must give
             non-negative features, or the normaliser can vanish.
         eps: added to the normaliser.
         chunk_size: causal only: queries per chunk. Cost ``O(n (chunk_size + d) d)``.
-        alignment: ``"top_left"`` or ``"bottom_right"``; ignored when not ``causal``.
+        alignment: ``"bottom_right"`` (default) or ``"top_left"``; ignored when not ``causal``.
 
     Returns:
         ``(..., n, d_v)`` in the dtype of ``q``; float16 / bfloat16 inputs are computed in

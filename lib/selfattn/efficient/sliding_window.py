@@ -9,8 +9,9 @@ own position included (``i - w < j <= i``, or ``|i - j| < w`` when not causal). 
 dense masks of the other sparse patterns are in :mod:`selfattn.efficient.sparse`.
 
 With ``n`` queries and ``m`` keys the band follows a diagonal anchored by ``alignment``
-(see :mod:`selfattn.efficient.flash`): ``"top_left"`` puts key ``i`` on query ``i``'s
-diagonal, ``"bottom_right"`` key ``i + m - n`` (a window over the end of a cache). A
+(see :mod:`selfattn.efficient.flash`): ``"bottom_right"`` (the default) puts key
+``i + m - n`` on query ``i``'s diagonal (a window over the end of a cache),
+``"top_left"`` key ``i``. A
 query whose band holds no key gets zeros. :func:`sliding_window_attention_reference` is
 the short blocked version that the fast one is tested against.
 
@@ -67,7 +68,7 @@ def sliding_window_attention_reference(
     window: int,
     *,
     causal: bool = True,
-    alignment: str = "top_left",
+    alignment: str = "bottom_right",
     scale: float | None = None,
     block_q: int = 64,
 ) -> torch.Tensor:
@@ -182,7 +183,7 @@ def sliding_window_attention(
     causal: bool = True,
     scale: float | None = None,
     block_q: int | None = None,
-    alignment: str = "top_left",
+    alignment: str = "bottom_right",
 ) -> torch.Tensor:
     r"""Attention on a band of ``window`` keys, computing only the band: O(n * window)::
 
@@ -213,8 +214,8 @@ def sliding_window_attention(
         scale: defaults to ``1 / sqrt(d_k)``.
         block_q: queries per tile; default ``max(window, 16)`` (any n works, not only
             multiples).
-        alignment: ``"top_left"`` or ``"bottom_right"``: where the band's diagonal sits when
-            ``n != m`` (see :func:`selfattn.efficient.flash.flash_attention`).
+        alignment: ``"bottom_right"`` (default) or ``"top_left"``: where the band's
+            diagonal sits when ``n != m`` (see :func:`selfattn.efficient.flash.flash_attention`).
 
     Returns:
         ``(..., n, d_v)`` in the dtype of ``q``; float16 / bfloat16 inputs are computed in

@@ -253,7 +253,7 @@ def triton_flash_attention(
     scale: float | None = None,
     block_q: int | None = None,
     block_k: int | None = None,
-    alignment: str = "top_left",
+    alignment: str = "bottom_right",
 ) -> torch.Tensor:
     r"""softmax(q k^T * scale) v by the Triton FlashAttention kernels, differentiable.
 
@@ -272,9 +272,9 @@ def triton_flash_attention(
         block_q, block_k: queries and keys per tile (powers of two >= 16) for the forward and
             backward kernels. Default: chosen for the device's shared memory
             (:func:`~selfattn.efficient.triton_configs.choose_config`); 16 in the interpreter.
-        alignment: ``"top_left"`` (query ``i`` sees keys ``j <= i``, SDPA's ``is_causal``) or
-            ``"bottom_right"`` (``j <= i + m - n``, ``causal_lower_right``: the last query sees
-            every key, as in decoding against a cache); see
+        alignment: ``"bottom_right"`` (the default, as ``mask="causal"``: ``j <= i + m - n``,
+            ``causal_lower_right``: the last query sees every key, as in decoding against a
+            cache) or ``"top_left"`` (query ``i`` sees keys ``j <= i``, SDPA's ``is_causal``); see
             :func:`~selfattn.masks.causal_diagonal`.
 
     Returns:
