@@ -23,8 +23,6 @@ stack's reach and beyond it. A few minutes of CPU:
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
-
 import torch
 import torch.nn.functional as F
 
@@ -38,7 +36,8 @@ from selfattn.differential import DifferentialAttention
 from selfattn.multihead import MultiHeadAttention
 from torch import nn
 
-from tools._precompute import RESULTS, parser, write_json
+from tools._ch11_common import TRAINING, seeds_in_processes
+from tools._precompute import RESULTS, write_json
 
 OUT = RESULTS / "ch11_retrieval.json"
 DIFF = dict(
@@ -47,9 +46,7 @@ DIFF = dict(
     n_values=32,
     d_model=64,
     num_heads=4,
-    steps=500,
-    batch=64,
-    lr=3e-3,
+    **TRAINING,
     eval_batch=128,
 )
 SCHEDULE = dict(
@@ -59,9 +56,7 @@ SCHEDULE = dict(
     d_model=64,
     num_heads=4,
     window=4,
-    steps=500,
-    batch=64,
-    lr=3e-3,
+    **TRAINING,
     eval_batch=128,
 )
 LAYERS = ("standard", "differential")
@@ -200,11 +195,7 @@ def seed_runs(seed: int) -> tuple[list[dict], list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__, OUT)
-    p.add_argument("--workers", type=int, default=1, help="processes, one per seed")
-    args = p.parse_args(argv)
-    with ProcessPoolExecutor(args.workers) as pool:
-        done = list(pool.map(seed_runs, SEEDS))
+    args, done = seeds_in_processes(__doc__, OUT, seed_runs, SEEDS, argv)
     write_json(
         args.out,
         {

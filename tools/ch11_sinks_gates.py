@@ -23,8 +23,6 @@ trigger positions: the copying accuracy. A few minutes of CPU:
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
-
 import torch
 import torch.nn.functional as F
 
@@ -36,7 +34,8 @@ if __name__ == "__main__" and not __package__:  # python tools/NAME.py: as -m to
 from selfattn.multihead import MultiHeadAttention
 from torch import nn
 
-from tools._precompute import RESULTS, parser, write_json
+from tools._ch11_common import TRAINING, seeds_in_processes
+from tools._precompute import RESULTS, write_json
 
 OUT = RESULTS / "ch11_sinks_gates.json"
 CONFIG = dict(
@@ -46,9 +45,7 @@ CONFIG = dict(
     n=32,
     d_model=32,
     num_heads=2,
-    steps=500,
-    batch=64,
-    lr=3e-3,
+    **TRAINING,
     eval_batch=256,
     start=4,
     mlp=False,
@@ -162,11 +159,8 @@ def seed_runs(seed: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__, OUT)
-    p.add_argument("--workers", type=int, default=1, help="processes, one per seed")
-    args = p.parse_args(argv)
-    with ProcessPoolExecutor(args.workers) as pool:
-        runs = [r for runs in pool.map(seed_runs, SEEDS) for r in runs]
+    args, done = seeds_in_processes(__doc__, OUT, seed_runs, SEEDS, argv)
+    runs = [r for runs in done for r in runs]
     write_json(
         args.out,
         {"config": CONFIG, "variants": list(VARIANTS), "seeds": list(SEEDS), "runs": runs},

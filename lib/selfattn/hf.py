@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from ._checks import require_number
-from .models.transformer import MiniGPT
+from .models.transformer import MiniGPT, copy_stacked, copy_weights, sizes_of, stacked_linear
 from .multihead import MultiHeadAttention
 from .norms import RMSNorm
 from .positional import RotaryEmbedding, apply_rope
@@ -100,20 +100,14 @@ class GreedyMiniGPT(MiniGPT):
 # ---------------------------------------------------------------------------- helpers
 
 
-def _copy(dst: nn.Module, src: nn.Module) -> None:
-    """Copy a ``Linear`` (weight, and bias where the destination has one: zeros if ``src``
-    has none)."""
-    with torch.no_grad():
-        dst.weight.copy_(src.weight)
-        if getattr(dst, "bias", None) is not None:
-            b = getattr(src, "bias", None)
-            dst.bias.copy_(b if b is not None else torch.zeros_like(dst.bias))
+def _norm_eps(src: nn.Module) -> float:
+    """An RMSNorm's epsilon, whichever name its class gives it."""
+    eps = getattr(src, "variance_epsilon", None)
+    return getattr(src, "eps", 1e-6) if eps is None else eps
 
 
 def _rms(src: nn.Module, *, unit_offset: bool = False) -> RMSNorm:
-    eps = getattr(src, "variance_epsilon", None)
-    eps = getattr(src, "eps", 1e-6) if eps is None else eps
-    norm = RMSNorm(src.weight.numel(), eps=eps, unit_offset=unit_offset)
+    norm = RMSNorm(src.weight.numel(), eps=_norm_eps(src), unit_offset=unit_offset)
     with torch.no_grad():
         norm.weight.copy_(src.weight)
     return norm
@@ -123,6 +117,12 @@ def _rotary(hf_model, d_head: int, layout: str = "half") -> CopiedRotary:
     rotary = hf_model.model.rotary_emb
     scaling = getattr(rotary, "attention_scaling", 1.0)
     return CopiedRotary(d_head, rotary.inv_freq, scaling, layout=layout)
+
+
+def _rope_and_act(hf_model) -> tuple[CopiedRotary, str]:
+    """A decoder's RoPE over its head width, and its MLP's activation (``hidden_act``)."""
+    config = hf_model.config
+    return _rotary(hf_model, _head_dim(config)), _act(config.hidden_act)
 
 
 _ACTIVATIONS = {
@@ -168,18 +168,8 @@ def _attention(config, src, rope, *, window=None, **options) -> MultiHeadAttenti
         window=window,
         **options,
     )
-    fused = nn.Linear(config.hidden_size, mha.qkv.out_features, bias=bias)
-    with torch.no_grad():
-        parts = [src.q_proj, src.k_proj, src.v_proj]
-        fused.weight.copy_(torch.cat([p.weight for p in parts]))
-        if bias:
-            fused.bias.copy_(
-                torch.cat(
-                    [p.bias if p.bias is not None else torch.zeros(p.out_features) for p in parts]
-                )
-            )
-    _copy(mha.qkv, fused)
-    _copy(mha.out, src.o_proj)
+    copy_weights(mha.qkv, stacked_linear([src.q_proj, src.k_proj, src.v_proj], bias=bias))
+    copy_weights(mha.out, src.o_proj)
     return mha
 
 
@@ -188,10 +178,34 @@ def _mlp(config, src, act: str):
 
     bias = src.gate_proj.bias is not None
     mlp = GatedMLP(config.hidden_size, src.gate_proj.out_features, act=act, bias=bias)
-    _copy(mlp.gate, src.gate_proj)
-    _copy(mlp.up, src.up_proj)
-    _copy(mlp.down, src.down_proj)
+    copy_weights(mlp.gate, src.gate_proj)
+    copy_weights(mlp.up, src.up_proj)
+    copy_weights(mlp.down, src.down_proj)
     return mlp
+
+
+def _with_attention(hf_model, rope, **options):
+    """Each decoder layer of ``hf_model`` with its ``self_attn`` converted by
+    :func:`_attention` (a sliding window where ``layer_types`` says so), in order."""
+    config = hf_model.config
+    for i, layer in enumerate(hf_model.model.layers):
+        yield (
+            layer,
+            _attention(config, layer.self_attn, rope, window=_window(config, i), **options),
+        )
+
+
+def _block(mixer: nn.Module, config, layer, act: str, *, unit_offset: bool = False):
+    """A pre-norm decoder block: ``mixer``, then the layer's gated MLP, with the layer's two
+    RMSNorms (``input_layernorm``, ``post_attention_layernorm``)."""
+    from .models.llm import DecoderBlock
+
+    return DecoderBlock(
+        mixer,
+        _mlp(config, layer.mlp, act),
+        _rms(layer.input_layernorm, unit_offset=unit_offset),
+        _rms(layer.post_attention_layernorm, unit_offset=unit_offset),
+    )
 
 
 def _lm(hf_model, blocks, final_norm, *, embed_scale=None, final_softcap=None):
@@ -219,33 +233,17 @@ def _lm(hf_model, blocks, final_norm, *, embed_scale=None, final_softcap=None):
 
 
 def _llama_like(hf_model, *, qk_norm: bool = False):
-    from .models.llm import DecoderBlock
-
     config = hf_model.config
-    rope = _rotary(hf_model, _head_dim(config))
-    act = _act(config.hidden_act)
+    rope, act = _rope_and_act(hf_model)
     blocks = []
-    for i, layer in enumerate(hf_model.model.layers):
-        attn = _attention(
-            config,
-            layer.self_attn,
-            rope,
-            window=_window(config, i),
-            qk_norm=qk_norm,
-            norm_eps=config.rms_norm_eps,
-        )
+    for layer, attn in _with_attention(
+        hf_model, rope, qk_norm=qk_norm, norm_eps=config.rms_norm_eps
+    ):
         if qk_norm:
             with torch.no_grad():
                 attn.q_norm.weight.copy_(layer.self_attn.q_norm.weight)
                 attn.k_norm.weight.copy_(layer.self_attn.k_norm.weight)
-        blocks.append(
-            DecoderBlock(
-                attn,
-                _mlp(config, layer.mlp, act),
-                _rms(layer.input_layernorm),
-                _rms(layer.post_attention_layernorm),
-            )
-        )
+        blocks.append(_block(attn, config, layer, act))
     return _lm(hf_model, blocks, _rms(hf_model.model.norm))
 
 
@@ -264,15 +262,12 @@ def _gemma2(hf_model):
     rope = _rotary(hf_model, _head_dim(config))
     act = _act(config.hidden_activation)
     blocks = []
-    for i, layer in enumerate(hf_model.model.layers):
-        attn = _attention(
-            config,
-            layer.self_attn,
-            rope,
-            window=_window(config, i),
-            scale=config.query_pre_attn_scalar**-0.5,
-            softcap=config.attn_logit_softcapping,
-        )
+    for layer, attn in _with_attention(
+        hf_model,
+        rope,
+        scale=config.query_pre_attn_scalar**-0.5,
+        softcap=config.attn_logit_softcapping,
+    ):
         blocks.append(
             DecoderBlock(
                 attn,
@@ -298,8 +293,7 @@ def _gpt_oss(hf_model):
     config = hf_model.config
     rope = _rotary(hf_model, _head_dim(config))
     blocks = []
-    for i, layer in enumerate(hf_model.model.layers):
-        attn = _attention(config, layer.self_attn, rope, window=_window(config, i), sinks=True)
+    for layer, attn in _with_attention(hf_model, rope, sinks=True):
         with torch.no_grad():
             attn.sink_logits.copy_(layer.self_attn.sinks)
         experts = layer.mlp.experts
@@ -366,21 +360,19 @@ def _latent_attention(config, src, rope: CopiedRotary) -> nn.Module:
     )
     mla.rope = rope
     if config.q_lora_rank is None:
-        _copy(mla.q_proj, src.q_proj)
+        copy_weights(mla.q_proj, src.q_proj)
     else:
-        _copy(mla.q_a, src.q_a_proj)
-        _copy(mla.q_b, src.q_b_proj)
+        copy_weights(mla.q_a, src.q_a_proj)
+        copy_weights(mla.q_b, src.q_b_proj)
         _copy_norm(mla.q_norm, src.q_a_layernorm)
-    _copy(mla.kv_a, src.kv_a_proj_with_mqa)
+    copy_weights(mla.kv_a, src.kv_a_proj_with_mqa)
     _copy_norm(mla.kv_norm, src.kv_a_layernorm)
-    _copy(mla.kv_b, src.kv_b_proj)
-    _copy(mla.out, src.o_proj)
+    copy_weights(mla.kv_b, src.kv_b_proj)
+    copy_weights(mla.out, src.o_proj)
     return mla
 
 
 def _deepseek_v3(hf_model, *, indexed: bool = False):
-    from .models.llm import DecoderBlock
-
     config = hf_model.config
     _require_dense_deepseek(config, indexed)
     # DeepSeek-V3.2's MLA always rotates interleaved pairs, its indexer the halves.
@@ -395,14 +387,7 @@ def _deepseek_v3(hf_model, *, indexed: bool = False):
             mla = _IndexedLatentAttention(
                 mla, src.indexer, _rotary(hf_model, config.qk_rope_head_dim)
             )
-        blocks.append(
-            DecoderBlock(
-                mla,
-                _mlp(config, layer.mlp, act),
-                _rms(layer.input_layernorm),
-                _rms(layer.post_attention_layernorm),
-            )
-        )
+        blocks.append(_block(mla, config, layer, act))
     return _lm(hf_model, blocks, _rms(hf_model.model.norm))
 
 
@@ -427,7 +412,7 @@ class _IndexedLatentAttention(nn.Module):
         self.weights_proj = nn.Linear(src.hidden_size, src.n_heads, bias=False)
         self.k_norm = nn.LayerNorm(src.head_dim, eps=src.k_norm.eps)
         for name in ("wq_b", "wk", "weights_proj"):
-            _copy(getattr(self, name), getattr(src, name))
+            copy_weights(getattr(self, name), getattr(src, name))
         self.k_norm.load_state_dict(src.k_norm.state_dict())
 
     def new_cache(self):
@@ -469,8 +454,7 @@ class _IndexedLatentAttention(nn.Module):
 
 def _copy_norm(dst: nn.Module, src: nn.Module) -> None:
     """An RMSNorm's weight and epsilon (``dst`` the book's or torch's ``nn.RMSNorm``)."""
-    eps = getattr(src, "variance_epsilon", None)
-    eps = getattr(src, "eps", 1e-6) if eps is None else eps
+    eps = _norm_eps(src)
     with torch.no_grad():
         dst.weight.copy_(src.weight)
     dst.eps = eps
@@ -478,12 +462,9 @@ def _copy_norm(dst: nn.Module, src: nn.Module) -> None:
 
 def _diffllama(hf_model):
     from .differential import DifferentialAttention
-    from .models.llm import DecoderBlock
 
     config = hf_model.config
-    d_head = _head_dim(config)
-    rope = _rotary(hf_model, d_head)
-    act = _act(config.hidden_act)
+    rope, act = _rope_and_act(hf_model)
     blocks = []
     for i, layer in enumerate(hf_model.model.layers):
         src = layer.self_attn
@@ -491,26 +472,19 @@ def _diffllama(hf_model):
             config.hidden_size,
             config.num_attention_heads,
             num_kv_heads=config.num_key_value_heads,
-            d_head=d_head,
+            d_head=rope.d_head,
             layer_index=i,
             rope=rope,
             bias=src.q_proj.bias is not None,
             norm_eps=config.rms_norm_eps,
         )
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            _copy(getattr(attn, name), getattr(src, name))
+            copy_weights(getattr(attn, name), getattr(src, name))
         with torch.no_grad():
             for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
                 getattr(attn, name).copy_(getattr(src, name))
         attn.lambda_init = float(src.lambda_init)
-        blocks.append(
-            DecoderBlock(
-                attn,
-                _mlp(config, layer.mlp, act),
-                _rms(layer.input_layernorm),
-                _rms(layer.post_attention_layernorm),
-            )
-        )
+        blocks.append(_block(attn, config, layer, act))
     return _lm(hf_model, blocks, _rms(hf_model.model.norm))
 
 
@@ -568,17 +542,13 @@ def _qwen3_next_attention(config, src, rope, d_head: int) -> MultiHeadAttention:
         # Qwen3-Next's norms scale by 1 + weight
         mixer.q_norm.weight.copy_(1.0 + src.q_norm.weight)
         mixer.k_norm.weight.copy_(1.0 + src.k_norm.weight)
-    _copy(mixer.out, src.o_proj)
+    copy_weights(mixer.out, src.o_proj)
     return mixer
 
 
 def _qwen3_next(hf_model):
-    from .models.llm import DecoderBlock
-
     config = hf_model.config
-    d_head = _head_dim(config)
-    rope = _rotary(hf_model, d_head)
-    act = _act(config.hidden_act)
+    rope, act = _rope_and_act(hf_model)
     blocks = []
     for i, layer in enumerate(hf_model.model.layers):
         if not hasattr(layer.mlp, "gate_proj"):
@@ -589,15 +559,8 @@ def _qwen3_next(hf_model):
         if config.layer_types[i] == "linear_attention":
             mixer = _qwen3_next_delta(config, layer.linear_attn)
         else:
-            mixer = _qwen3_next_attention(config, layer.self_attn, rope, d_head)
-        blocks.append(
-            DecoderBlock(
-                mixer,
-                _mlp(config, layer.mlp, act),
-                _rms(layer.input_layernorm, unit_offset=True),
-                _rms(layer.post_attention_layernorm, unit_offset=True),
-            )
-        )
+            mixer = _qwen3_next_attention(config, layer.self_attn, rope, rope.d_head)
+        blocks.append(_block(mixer, config, layer, act, unit_offset=True))
     return _lm(hf_model, blocks, _rms(hf_model.model.norm, unit_offset=True))
 
 
@@ -607,9 +570,7 @@ def _gpt2(hf_model):
         raise ValueError(f"MiniGPT's MLP is 4 d wide; this GPT-2 has n_inner={config.n_inner}")
     model = GreedyMiniGPT(
         config.vocab_size,
-        d_model=config.n_embd,
-        num_heads=config.n_head,
-        num_layers=config.n_layer,
+        **sizes_of(config),  # GPT2Config maps hidden_size to n_embd, ...
         max_len=config.n_positions,
     )
     tr = hf_model.transformer
@@ -651,9 +612,7 @@ def _vit(hf_model):
         image_size=config.image_size,
         patch=config.patch_size,
         channels=config.num_channels,
-        d_model=config.hidden_size,
-        num_heads=config.num_attention_heads,
-        num_layers=config.num_hidden_layers,
+        **sizes_of(config),
     )
     vit = hf_model.vit
     emb = vit.embeddings
@@ -668,18 +627,15 @@ def _vit(hf_model):
             _layer_norm(block.ln1, src.layernorm_before)
             _layer_norm(block.ln2, src.layernorm_after)
             a = src.attention
-            block.attn.qkv.weight.copy_(
-                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
-            )
-            block.attn.qkv.bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
-            _copy(block.attn.out, a.o_proj)
+            copy_stacked(block.attn.qkv, [a.q_proj, a.k_proj, a.v_proj])
+            copy_weights(block.attn.out, a.o_proj)
             if src.mlp.fc1.out_features != block.mlp.fc.out_features:
                 block.mlp = MLP(d, src.mlp.fc1.out_features)
-            _copy(block.mlp.fc, src.mlp.fc1)
-            _copy(block.mlp.proj, src.mlp.fc2)
+            copy_weights(block.mlp.fc, src.mlp.fc1)
+            copy_weights(block.mlp.proj, src.mlp.fc2)
             block.mlp.approximate = _approximate(config.hidden_act)
         _layer_norm(model.encoder.ln_f, vit.layernorm)
-        _copy(model.head, hf_model.classifier)
+        copy_weights(model.head, hf_model.classifier)
     return model
 
 

@@ -193,6 +193,24 @@ def train_mqar(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+    return {
+        "mixer": mixer,
+        "n_pairs": n_pairs,
+        "n": 2 * n_pairs,
+        "seed": seed,
+        "recall": held_out_recall(model, n_pairs, seed, n_keys, n_values, eval_batch),
+        "final_loss": float(loss.detach()),
+        "state_numbers": model.state_numbers(2 * n_pairs),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "seconds": time.process_time() - start,
+    }
+
+
+def held_out_recall(
+    model: nn.Module, n_pairs: int, seed: int, n_keys: int, n_values: int, eval_batch: int
+) -> float:
+    """The fraction of queries ``model`` answers right on ``eval_batch`` MQAR problems drawn
+    with their own generator (seed ``20_000 + seed``, apart from the training batches')."""
     test = mqar_batch(
         eval_batch,
         n_pairs,
@@ -203,17 +221,7 @@ def train_mqar(
     with torch.no_grad():
         pred = model(test.keys, test.values).argmax(-1)
     asked = test.targets != -100
-    return {
-        "mixer": mixer,
-        "n_pairs": n_pairs,
-        "n": 2 * n_pairs,
-        "seed": seed,
-        "recall": float((pred[asked] == test.targets[asked]).float().mean()),
-        "final_loss": float(loss.detach()),
-        "state_numbers": model.state_numbers(2 * n_pairs),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "seconds": time.process_time() - start,
-    }
+    return float((pred[asked] == test.targets[asked]).float().mean())
 
 
 def window_recall(n_pairs: int, window: int = 16, n_values: int = 64) -> float:

@@ -36,88 +36,40 @@ autograd function whose backward is FlashAttention-2's Algorithm 2).
 """
 
 from . import io_model
-from .decoding import flash_decoding, merge_attention_states, partial_attention
-from .delta_rule import delta_rule, delta_rule_step, gated_delta_rule
-from .flash import flash_attention, flash_attention_reference, online_softmax_steps
-from .io_model import (
-    TwoLevelMemory,
-    flash_backward_block_sizes,
-    flash_block_sizes,
-    standard_attention_backward_io,
-    standard_attention_io,
-    tiled_attention_backward_io,
-    tiled_attention_io,
-)
-from .linear import (
-    LinearAttentionState,
-    decayed_linear_attention,
-    elu_feature_map,
-    linear_attention,
-    linear_attention_recurrent,
-    linear_attention_step,
-)
-from .paged import PagedKVCache, allocation_slots, paged_attention
-from .performer import gaussian_projection, performer_attention, positive_random_features
-from .sliding_window import sliding_window_attention, sliding_window_attention_reference
-from .sparse import (
-    bigbird_layout,
-    bigbird_mask,
-    block_sparse_attention,
-    block_sparse_mask,
-    layout_from_mask,
-    longformer_mask,
-    receptive_field,
-    sink_window_mask,
-    strided_mask,
-)
-from .ssd import semiseparable_mask, ssd_attention, ssd_recurrent
-from .triton_flash import compile_for_gpu, triton_available, triton_flash_attention
+from .decoding import *  # noqa: F401,F403
+from .decoding import __all__ as _decoding_all
+from .delta_rule import *  # noqa: F401,F403
+from .delta_rule import __all__ as _delta_rule_all
+from .flash import *  # noqa: F401,F403
+from .flash import __all__ as _flash_all
+from .io_model import *  # noqa: F401,F403
+from .io_model import __all__ as _io_model_all
+from .linear import *  # noqa: F401,F403
+from .linear import __all__ as _linear_all
+from .paged import *  # noqa: F401,F403
+from .paged import __all__ as _paged_all
+from .performer import *  # noqa: F401,F403
+from .performer import __all__ as _performer_all
+from .sliding_window import *  # noqa: F401,F403
+from .sliding_window import __all__ as _sliding_window_all
+from .sparse import *  # noqa: F401,F403
+from .sparse import __all__ as _sparse_all
+from .ssd import *  # noqa: F401,F403
+from .ssd import __all__ as _ssd_all
+from .triton_flash import *  # noqa: F401,F403
+from .triton_flash import __all__ as _triton_flash_all
 
 __all__ = [
-    "flash_attention",
-    "flash_attention_reference",
-    "online_softmax_steps",
-    "flash_decoding",
-    "merge_attention_states",
-    "partial_attention",
-    "PagedKVCache",
-    "paged_attention",
-    "allocation_slots",
-    "triton_flash_attention",
-    "triton_available",
-    "compile_for_gpu",
-    "TwoLevelMemory",
-    "standard_attention_io",
-    "tiled_attention_io",
-    "flash_block_sizes",
-    "standard_attention_backward_io",
-    "tiled_attention_backward_io",
-    "flash_backward_block_sizes",
-    "sliding_window_attention",
-    "sliding_window_attention_reference",
-    "strided_mask",
-    "block_sparse_mask",
-    "receptive_field",
-    "longformer_mask",
-    "bigbird_layout",
-    "bigbird_mask",
-    "sink_window_mask",
-    "layout_from_mask",
-    "block_sparse_attention",
-    "elu_feature_map",
-    "linear_attention",
-    "linear_attention_recurrent",
-    "linear_attention_step",
-    "LinearAttentionState",
-    "decayed_linear_attention",
-    "gaussian_projection",
-    "positive_random_features",
-    "performer_attention",
-    "gated_delta_rule",
-    "delta_rule",
-    "delta_rule_step",
-    "ssd_recurrent",
-    "ssd_attention",
-    "semiseparable_mask",
+    *_flash_all,
+    *_decoding_all,
+    *_paged_all,
+    *_triton_flash_all,
+    *_io_model_all,
+    *_sliding_window_all,
+    *_sparse_all,
+    *_linear_all,
+    *_performer_all,
+    *_delta_rule_all,
+    *_ssd_all,
     "io_model",
 ]

@@ -22,7 +22,7 @@ from torch import nn
 
 from .._checks import require_int, require_number, require_token_batch
 from ..multihead import MultiHeadAttention
-from .transformer import MLP
+from .transformer import MLP, copy_weights, sizes_of, stacked_linear
 
 __all__ = ["PostNormBlock", "BertMLM"]
 
@@ -118,9 +118,7 @@ class BertMLM(nn.Module):
             raise ValueError(f"the book's BERT uses GELU; this one {config.hidden_act!r}")
         model = cls(
             config.vocab_size,
-            d_model=config.hidden_size,
-            num_heads=config.num_attention_heads,
-            num_layers=config.num_hidden_layers,
+            **sizes_of(config),
             hidden=config.intermediate_size,
             max_len=config.max_position_embeddings,
             type_vocab_size=config.type_vocab_size,
@@ -138,10 +136,7 @@ class BertMLM(nn.Module):
         ]
         for block, src in zip(model.blocks, bert.encoder.layer):
             a = src.attention.self
-            fused = nn.Linear(a.query.in_features, 3 * a.query.out_features)
-            with torch.no_grad():
-                fused.weight.copy_(torch.cat([a.query.weight, a.key.weight, a.value.weight]))
-                fused.bias.copy_(torch.cat([a.query.bias, a.key.bias, a.value.bias]))
+            fused = stacked_linear([a.query, a.key, a.value])
             block.mlp.approximate = approximate
             pairs += [
                 (block.attn.qkv, fused),
@@ -157,11 +152,9 @@ class BertMLM(nn.Module):
             (model.transform_ln, pred.transform.LayerNorm),
             (model.head, pred.decoder),
         ]
+        for dst, src in pairs:
+            copy_weights(dst, src)
         with torch.no_grad():
-            for dst, src in pairs:
-                dst.weight.copy_(src.weight)
-                if getattr(dst, "bias", None) is not None:
-                    dst.bias.copy_(src.bias)
             if pred.decoder.bias is None:
                 model.head.bias.copy_(pred.bias)
         return model

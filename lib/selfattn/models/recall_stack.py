@@ -36,7 +36,7 @@ from torch import nn
 
 from .._checks import require_int, require_number
 from ..attention import scaled_dot_product_attention
-from ..data.mqar import mqar_batch
+from ..data.mqar import held_out_recall, mqar_batch
 from ..delta_net import l2norm
 from ..efficient.delta_rule import gated_delta_rule
 from ..efficient.linear import decayed_linear_attention, linear_attention
@@ -202,23 +202,13 @@ def train_recall(
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         sched.step()
-    test = mqar_batch(
-        eval_batch,
-        n_pairs,
-        n_keys=n_keys,
-        n_values=n_values,
-        generator=torch.Generator().manual_seed(20_000 + seed),
-    )
-    with torch.no_grad():
-        pred = net(test.keys, test.values).argmax(-1)
-    asked = test.targets != -100
     extra = {"tokens": tokens} if model in ("nsa", "dsa") else {}
     return {
         **extra,
         "model": model,
         "n_pairs": n_pairs,
         "seed": seed,
-        "recall": float((pred[asked] == test.targets[asked]).float().mean()),
+        "recall": held_out_recall(net, n_pairs, seed, n_keys, n_values, eval_batch),
         "final_loss": float(loss.detach()),
         "parameters": sum(p.numel() for p in net.parameters()),
         "seconds": time.process_time() - start,

@@ -73,6 +73,49 @@ def _init_weights(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
+def copy_weights(dst: nn.Module, src: nn.Module) -> None:
+    """Copy a layer's ``weight`` into ``dst``'s, and its ``bias`` where ``dst`` has one (zeros
+    where ``src`` has none): a ``Linear``, a ``LayerNorm`` or an ``Embedding`` of another
+    library (``from_transformers``)."""
+    with torch.no_grad():
+        dst.weight.copy_(src.weight)
+        if getattr(dst, "bias", None) is not None:
+            b = getattr(src, "bias", None)
+            dst.bias.copy_(b if b is not None else torch.zeros_like(dst.bias))
+
+
+def sizes_of(config) -> dict:
+    """A ``transformers`` config's sizes in the book's names: ``d_model`` (``hidden_size``),
+    ``num_heads``, ``num_layers``."""
+    return {
+        "d_model": config.hidden_size,
+        "num_heads": config.num_attention_heads,
+        "num_layers": config.num_hidden_layers,
+    }
+
+
+def copy_stacked(dst: nn.Linear, parts) -> None:
+    """Copy the ``Linear`` layers ``parts`` (separate q, k, v projections) into one fused
+    ``dst`` (a ``qkv``): their weights stacked by rows, their biases where ``dst`` has one
+    (zeros for a part without)."""
+    with torch.no_grad():
+        dst.weight.copy_(torch.cat([p.weight for p in parts]))
+        if dst.bias is not None:
+            dst.bias.copy_(
+                torch.cat(
+                    [p.bias if p.bias is not None else torch.zeros(p.out_features) for p in parts]
+                )
+            )
+
+
+def stacked_linear(parts, *, bias: bool = True) -> nn.Linear:
+    """A new ``Linear`` holding the ``Linear`` layers ``parts`` stacked by rows
+    (:func:`copy_stacked`)."""
+    fused = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=bias)
+    copy_stacked(fused, parts)
+    return fused
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     require_module(model)
