@@ -739,28 +739,19 @@ def _heads_to_seq(y, group):
     return got.transpose(0, 1).reshape(B, P * hl, n // P, d)
 
 
-class _SeqToHeads(torch.autograd.Function):
+class _Reshard(torch.autograd.Function):
+    """A differentiable all-to-all: ``there(x, group)`` forward, its inverse ``back`` on the
+    gradient (:func:`_seq_to_heads` and :func:`_heads_to_seq` are each other's)."""
+
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _seq_to_heads(x, group)
+    def forward(ctx, x, group, there, back):
+        ctx.group, ctx.back = group, back
+        return there(x, group)
 
     @staticmethod
     def backward(ctx, g):
         with _backward_phase():
-            return _heads_to_seq(g, ctx.group), None
-
-
-class _HeadsToSeq(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, y, group):
-        ctx.group = group
-        return _heads_to_seq(y, group)
-
-    @staticmethod
-    def backward(ctx, g):
-        with _backward_phase():
-            return _seq_to_heads(g, ctx.group), None
+            return ctx.back(g, ctx.group), None, None, None
 
 
 def ulysses_attention(
@@ -813,7 +804,7 @@ def ulysses_attention(
                 f"count must be divisible by P, got {h} {name} heads for P={P} (use P dividing "
                 f"{h}, or ring attention, which has no such limit)"
             )
-    qh, kh, vh = (_SeqToHeads.apply(t, group) for t in (q, k, v))
+    qh, kh, vh = (_Reshard.apply(t, group, _seq_to_heads, _heads_to_seq) for t in (q, k, v))
     group_size = q.shape[1] // k.shape[1]
     if group_size > 1:  # grouped-query attention: each kv head serves a group of query heads
         kh, vh = kh.repeat_interleave(group_size, 1), vh.repeat_interleave(group_size, 1)
@@ -821,7 +812,7 @@ def ulysses_attention(
         oh = scaled_dot_product_attention(qh, kh, vh, "causal" if causal else None, scale=scale)
     if _LOG is not None:
         _LOG.work["forward"] += qh.shape[0] * qh.shape[1] * qh.shape[2] * kh.shape[2]
-    return _HeadsToSeq.apply(oh, group)
+    return _Reshard.apply(oh, group, _heads_to_seq, _seq_to_heads)
 
 
 # ----------------------------------------------------------------------------- tensor parallel

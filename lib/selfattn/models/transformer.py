@@ -73,6 +73,14 @@ def _init_weights(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
+def _add_branch(x, out, weights: dict, name: str, return_weights: bool) -> torch.Tensor:
+    """The residual ``x + out``; with ``return_weights``, ``out`` is ``(output, weights)`` and
+    its weights are kept as ``weights[name]``."""
+    if return_weights:
+        out, weights[name] = out
+    return x + out
+
+
 def copy_weights(dst: nn.Module, src: nn.Module) -> None:
     """Copy a layer's ``weight`` into ``dst``'s, and its ``bias`` where ``dst`` has one (zeros
     where ``src`` has none): a ``Linear``, a ``LayerNorm`` or an ``Embedding`` of another
@@ -247,9 +255,7 @@ class TransformerBlock(nn.Module):
             temperature=temperature,
             return_weights=return_weights,
         )
-        if return_weights:
-            out, weights["self"] = out
-        x = x + out
+        x = _add_branch(x, out, weights, "self", return_weights)
         if self.cross is not None:
             if context is None and (cross_cache is None or len(cross_cache) == 0):
                 raise ValueError("this block has cross-attention: pass context (B, m, d_model)")
@@ -260,9 +266,7 @@ class TransformerBlock(nn.Module):
                 cache=cross_cache,
                 return_weights=return_weights,
             )
-            if return_weights:
-                out, weights["cross"] = out
-            x = x + out
+            x = _add_branch(x, out, weights, "cross", return_weights)
         if self.mlp is not None:
             x = x + self.mlp(self.ln2(x))
         return (x, weights) if return_weights else x
