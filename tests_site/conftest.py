@@ -196,6 +196,25 @@ def phone_page(browser, site_url):
 
 
 @pytest.fixture(scope="session")
+def zh_url(site_url):
+    return site_url + "zh/"
+
+
+@pytest.fixture(scope="session")
+def zh_page(browser, zh_url):
+    """zh_page(html) -> (page, log): the Chinese page, opened once and settled."""
+    yield from shared_pages(browser, zh_url)
+
+
+@pytest.fixture(scope="session")
+def lang_page(site_page, zh_page):
+    """lang_page(lang, html) -> (page, log): the page in ``"en"`` or ``"zh"``, the same tabs
+    as site_page and zh_page (each page of each language is loaded once in the session)."""
+    getters = {"en": site_page, "zh": zh_page}
+    return lambda lang, html: getters[lang](html)
+
+
+@pytest.fixture(scope="session")
 def student_page(browser, student_url):
     """student_page(html) -> (page, log): the student edition's page, opened once and settled."""
     yield from shared_pages(browser, student_url)

@@ -23,19 +23,6 @@ PROSE_JS = (
 )
 
 
-@pytest.fixture(scope="session")
-def zh_url(site_url):
-    return site_url + "zh/"
-
-
-@pytest.fixture(scope="module")
-def zh_page(browser, zh_url):
-    """zh_page(html) -> (page, log): the Chinese page, opened once and settled."""
-    from conftest import shared_pages
-
-    yield from shared_pages(browser, zh_url)
-
-
 @pytest.mark.parametrize("entry", PAGES, ids=page_id)
 def test_chinese_page_renders_offline(entry, zh_page):
     _, html = entry

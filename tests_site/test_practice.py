@@ -18,21 +18,10 @@ import json
 import re
 
 import pytest
-from conftest import CHAPTERS, ROOT, page_id, shared_pages
+from conftest import CHAPTERS, ROOT, page_id
 from selfattn import quizzes
 
 LANGS = {"en": "", "zh": "zh/"}
-
-
-@pytest.fixture(scope="module")
-def lang_page(browser, site_url):
-    """lang_page(lang, html) -> (page, log), each page opened once and settled."""
-    gens = {lang: shared_pages(browser, site_url + prefix) for lang, prefix in LANGS.items()}
-    getters = {lang: next(g) for lang, g in gens.items()}
-    yield lambda lang, html: getters[lang](html)
-    for g in gens.values():
-        for _ in g:
-            pass
 
 
 def _chapter_number(entry) -> int:

@@ -11,20 +11,9 @@ from __future__ import annotations
 
 import pytest
 from book_site import SETUP_CLASS, SETUP_PROMPTS  # noqa: E402
-from conftest import CHAPTERS, page_id, shared_pages
+from conftest import CHAPTERS, page_id
 
 LANGS = {"en": "", "zh": "zh/"}
-
-
-@pytest.fixture(scope="module")
-def lang_page(browser, site_url):
-    """lang_page(lang, html) -> (page, log), each page opened once and settled."""
-    gens = {lang: shared_pages(browser, site_url + prefix) for lang, prefix in LANGS.items()}
-    getters = {lang: next(g) for lang, g in gens.items()}
-    yield lambda lang, html: getters[lang](html)
-    for g in gens.values():
-        for _ in g:
-            pass
 
 
 @pytest.mark.parametrize("lang", list(LANGS))
