@@ -111,7 +111,10 @@ def copy_stacked(dst: nn.Linear, parts) -> None:
         if dst.bias is not None:
             dst.bias.copy_(
                 torch.cat(
-                    [p.bias if p.bias is not None else torch.zeros(p.out_features) for p in parts]
+                    [
+                        p.bias if p.bias is not None else p.weight.new_zeros(p.out_features)
+                        for p in parts
+                    ]
                 )
             )
 
